@@ -1,0 +1,119 @@
+"""Load every log of one job (Slurm log, Ray worker logs, k8s rank logs) into `LogState`s.
+
+For RAY=1 jobs the head node's `ray_logs/<host>/worker-*.out` is the authoritative step
+record (the Slurm log may be truncated); all worker `.out`/`.err` files are also scanned
+for failure signatures. For k8s, `rank-N.log` files are scanned with task = N.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from jobdiagd.logs.reader import read_file
+from jobdiagd.logs.state import LogState
+from jobdiagd.triage.hostlist import expand_hostlist
+from jobdiagd.triage.resolve import JobRef
+
+_RANK = re.compile(r"^rank-(\d+)\.log$")
+MAX_WORKER_FILES = 512
+
+
+@dataclass
+class JobLogs:
+    ref: JobRef
+    main: LogState | None
+    workers: dict[str, list[LogState]] = field(default_factory=dict)  # host -> states
+    ranks: dict[int, LogState] = field(default_factory=dict)
+    head_host: str | None = None
+    errors: list[str] = field(default_factory=list)  # unreadable files, reported not fatal
+
+    @property
+    def states(self) -> list[LogState]:
+        out: list[LogState] = [self.main] if self.main is not None else []
+        for states in self.workers.values():
+            out.extend(states)
+        out.extend(self.ranks.values())
+        return out
+
+    @property
+    def ray(self) -> bool:
+        m = self.main
+        if self.workers:
+            return True
+        if m is None or m.ray_fallback or "ray-start-fail" in m.hits:
+            return False
+        return (
+            m.header.get("RAY", m.env.get("RAY", "0")).strip() == "1"
+            or "RAY_PORT" in m.header
+            or m.ray_head is not None
+        )
+
+    def authoritative(self) -> LogState | None:
+        """The state whose steps count: the head's worker log with the most progress, else the main log."""
+        best = self.main
+        best_key = (max(best.steps) if best and best.steps else -1, 0)
+        hosts = [self.head_host] if self.head_host in self.workers else list(self.workers)
+        for host in hosts:
+            for st in self.workers.get(host or "", []):
+                if not st.steps:
+                    continue
+                key = (max(st.steps), 1)
+                if key >= best_key:
+                    best, best_key = st, key
+        return best
+
+
+def _safe_read(path: Path, state: LogState, errors: list[str]) -> LogState | None:
+    try:
+        return read_file(path, state)
+    except OSError as exc:
+        errors.append(f"{path}: {exc.strerror or exc}")
+        return None
+
+
+def load_job(ref: JobRef, *, ref_time: float) -> JobLogs:
+    errors: list[str] = []
+    main: LogState | None = None
+    if ref.log is not None:
+        main = _safe_read(ref.log, LogState(str(ref.log), ref_time=ref_time), errors)
+    logs = JobLogs(ref=ref, main=main, errors=errors)
+    d = ref.job_dir
+    if d is None or not d.is_dir():
+        return logs
+    ray_dir = d / "ray_logs"
+    if ray_dir.is_dir():
+        head = None
+        if main is not None:
+            head = main.ray_head or main.tunnel_host
+        count = 0
+        for host_dir in sorted(p for p in ray_dir.iterdir() if p.is_dir()):
+            files = sorted(host_dir.glob("worker-*.out")) + sorted(host_dir.glob("worker-*.err"))
+            for f in files:
+                if count >= MAX_WORKER_FILES:
+                    break
+                count += 1
+                st = _safe_read(f, LogState(str(f), ref_time=ref_time), errors)
+                if st is not None:
+                    logs.workers.setdefault(host_dir.name, []).append(st)
+        if head is None and main is not None:
+            nodes = main.header.get("JOB_NODELIST")
+            if nodes:
+                expanded = expand_hostlist(nodes)
+                head = expanded[0] if expanded else None
+        logs.head_host = head if head in logs.workers else None
+    for f in sorted(d.glob("rank-*.log")):
+        m = _RANK.match(f.name)
+        if not m:
+            continue
+        st = _safe_read(f, LogState(str(f), ref_time=ref_time), errors)
+        if st is not None:
+            rank = int(m.group(1))
+            # Rank logs carry no srun prefix: stamp their evidence with the rank as task.
+            for hits in st.hits.values():
+                for ev in hits.all():
+                    if ev.task is None:
+                        ev.task = rank
+            logs.ranks[rank] = st
+    return logs

@@ -1,0 +1,483 @@
+"""Fold log lines into what we know about one log file (pure, incremental, bounded memory).
+
+`LogState.feed(raw_line, lineno, offset)` is the one parser behind `jobdiagd triage`,
+the daemon's tailer and `backtest`: feed it lines in order, as many times as new data
+arrives. Memory is bounded by the number of distinct training steps (one small record
+each) plus a fixed number of evidence lines per failure class.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import shlex
+import time
+from dataclasses import dataclass, field
+
+from jobdiagd.logs.prefixes import Stamp, strip
+from jobdiagd.model.records import ClassHits, Evidence, NodeExit, StageEvent, StepRecord, Summary
+from jobdiagd.triage.signatures import match_line
+
+_STEP = re.compile(r"completed step: (\d+)")
+_PROFILER_STEP = re.compile(r"completed profiler (?:activation|deactivation) step: (\d+)")
+_FIELD = re.compile(r"([A-Za-z][\w /%-]*?)\s*[: ]\s*(-?[\d.]+(?:[eE][-+]?\d+)?|nan|inf)%?(?:,|$)")
+_CONFIG = re.compile(r"Config param (\w+): ?(.*)$")
+_RESTORE = re.compile(r"restoring from this run's directory(?: latest)? step\s+(\d+)")
+_SAVED = re.compile(r"[Ss]aved a checkpoint at step (\d+)")
+_ASYNC_SAVE = re.compile(r"Started an asynchronous checkpoint save for step (\d+)")
+_FINISHED_SAVE = re.compile(r"Finished saving checkpoint.*?/(\d+)`?\.?\s*$")
+_STAGE = re.compile(
+    r"^== (Preflight|Docker pull|ECC check|Training|[A-Z][\w ]*?) (BEGIN|END|TIMEOUT|FAILED)\b(?: \((.*?)\))? =="
+)
+_STAGE_EXIT = re.compile(r"exit=(\d+)")
+_SUMMARY_STATUS = re.compile(
+    r"Status:\s*(SUCCESS|FAILED|CANCELLED|[A-Z]+)\s*(?:\(exit (\d+)\))?\s*(?:[—–-]+\s*(.*))?$"
+)
+_WALL_PART = re.compile(r"(\d+)\s*([dhms])")
+_NODE_EXIT = re.compile(r"NODE_EXIT host=(\S+) exit=(\d+)")
+_SRUN_ERROR = re.compile(r"srun: error: (\S+?): tasks? ([\d,\-\[\] ]+): (.*)$")
+_EXIT_CODE = re.compile(r"[Ee]xit(?:ed with exit)? code (\d+)")
+_STEPD_CANCEL = re.compile(r"\*\*\* (?:JOB|STEP) ([\d.]+) ON (\S+) CANCELLED AT (\S+)(.*?)\*\*\*")
+_HEADER = re.compile(r"^([A-Z][A-Z0-9_]*)=(.*)$")
+_TASK_PATH = re.compile(r"/job:jax_worker/replica:\d+/task:(\d+)")
+_TUNNEL = re.compile(r"ssh\s+(?:-\S+\s+)*-J\s+(\S+)\s+(.*?)\s*$")
+_LFWD = re.compile(r"-L\s*(\d+):(?:localhost|127\.0\.0\.1):(\d+)")
+_PROM_STARTED = re.compile(r"\[Prometheus\] Started on port (\d+)")
+_PROM_USING = re.compile(r"\[Prometheus\] WARNING: port (\d+) was occupied; using (\d+) instead")
+_PROM_TRYING = re.compile(r"\[Prometheus\] Port (\d+) occupied, trying (\d+)")
+_RAY_HEAD = re.compile(r"\[Ray\] Starting HEAD on ([\w.-]+):(\d+)")
+_NCCL_HOST = re.compile(r"^([\w.-]+):\d+:\d+ \[\d+\]")
+_SRUN_FAIL_HOST = re.compile(r"^([\w.-]+): ")
+
+HEADER_KEYS = frozenset(
+    {
+        "JOB_ID",
+        "JOB_NAME",
+        "NNODES",
+        "JOB_NODELIST",
+        "JAX_COORDINATOR_PORT",
+        "RAY_PORT",
+        "PASSTHROUGH_ARGS",
+        "MODEL_NAME",
+        "MODEL_NAME_ALIAS",
+        "EXP_TAG",
+        "RAY",
+        "NODELIST_EXPANDED",
+    }
+)
+MAX_ENV_KEYS = 400
+MAX_TEXT = 400
+_WALL_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+
+
+def parse_wall(text: str) -> float | None:
+    """`1h 1m 2s`, `3m 5s`, `42s` (also `1d 2h`) -> seconds; `HH:MM:SS` too."""
+    text = text.strip()
+    if re.fullmatch(r"\d+(?::\d\d){1,2}", text):
+        total = 0
+        for part in text.split(":"):
+            total = total * 60 + int(part)
+        return float(total)
+    parts = _WALL_PART.findall(text)
+    if not parts:
+        return None
+    return float(sum(int(n) * _WALL_UNITS[u] for n, u in parts))
+
+
+def parse_step_fields(rest: str) -> dict[str, float]:
+    """`seconds: 5.668, TFLOP/s/device: 134.9, MFU: 16.08%, ..., loss 10.4` -> {key: value}."""
+    out: dict[str, float] = {}
+    for chunk in rest.split(","):
+        chunk = chunk.strip()
+        if not chunk:
+            continue
+        if ":" in chunk:
+            key, _, val = chunk.rpartition(":")
+        elif " " in chunk:
+            key, _, val = chunk.rpartition(" ")
+        else:
+            continue
+        val = val.strip().rstrip("%")
+        try:
+            out[key.strip()] = float(val)
+        except ValueError:
+            continue
+    return out
+
+
+def parse_passthrough(value: str) -> dict[str, str]:
+    """`"steps=100 enable_checkpointing=true ..."` -> {"steps": "100", ...}; tolerant of quoting."""
+    value = value.strip()
+    try:
+        tokens = shlex.split(value)
+    except ValueError:
+        tokens = value.strip("\"'").split()
+    if len(tokens) == 1 and " " in tokens[0]:
+        tokens = tokens[0].split()
+    out: dict[str, str] = {}
+    for tok in tokens:
+        key, sep, val = tok.partition("=")
+        if sep and key:
+            out[key.lstrip("-")] = val
+    return out
+
+
+class StampClock:
+    """Turns printed timestamps into epoch seconds (local time; absl omits the year)."""
+
+    def __init__(self, ref_time: float) -> None:
+        self.ref_time = ref_time
+        self.ref_year = time.localtime(ref_time).tm_year
+        self._midnights: dict[tuple[int, int, int], float] = {}
+
+    def epoch(self, stamp: Stamp) -> float | None:
+        year = stamp.year if stamp.year is not None else self.ref_year
+        value = self._at(year, stamp)
+        if value is not None and stamp.year is None and value > self.ref_time + 2 * 86400:
+            value = self._at(year - 1, stamp)
+        return value
+
+    def _at(self, year: int, stamp: Stamp) -> float | None:
+        key = (year, stamp.month, stamp.day)
+        midnight = self._midnights.get(key)
+        if midnight is None:
+            if not (1 <= stamp.month <= 12 and 1 <= stamp.day <= 31):
+                return None
+            try:
+                midnight = time.mktime((year, stamp.month, stamp.day, 0, 0, 0, 0, 0, -1))
+            except (OverflowError, ValueError):
+                return None
+            self._midnights[key] = midnight
+        return midnight + stamp.seconds
+
+
+@dataclass
+class Heartbeat:
+    first: Evidence
+    accused_tasks: set[int] = field(default_factory=set)
+    self_reported: set[int] = field(default_factory=set)  # tasks that logged their own "death"
+    reporters: set[int] = field(default_factory=set)
+    count: int = 0
+
+
+class LogState:
+    """Everything learned from one log file so far."""
+
+    def __init__(self, source: str, *, ref_time: float) -> None:
+        self.source = source
+        self.clock = StampClock(ref_time)
+        self.lines = 0
+        self.bytes = 0
+        self.ends_with_newline = True
+        self.header: dict[str, str] = {}
+        self.env: dict[str, str] = {}
+        self.config: dict[str, str] = {}
+        self.steps: dict[int, StepRecord] = {}
+        self.task_last_step: dict[int, int] = {}
+        self.step_lines = 0
+        self.profiler_steps: set[int] = set()
+        self.hits: dict[str, ClassHits] = {}
+        self.first_error_by_task: dict[int, Evidence] = {}
+        self.restore: tuple[str, int | None, int] | None = None  # (fresh|restored, step, line)
+        self.saves: dict[int, int] = {}  # step -> line of "Saved a checkpoint"
+        self.async_saves: set[int] = set()
+        self.barrier_sync: tuple[int, float | None] | None = None
+        self.barrier_passed: tuple[int, float | None] | None = None
+        self.stages: list[StageEvent] = []
+        self.summary: Summary | None = None
+        self._in_summary = False
+        self.node_exits: list[NodeExit] = []
+        self.srun_errors: list[tuple[str, str, int | None, int]] = []  # host, text, exit, line
+        self.cancel: tuple[str, str, str, int] | None = None  # host, at, reason, line
+        self.tunnel: str | None = None
+        self.tunnel_host: str | None = None
+        self.tunnel_ports: list[int] = []
+        self.prom_port: int | None = None
+        self.prom_port_tried: list[int] = []
+        self.ray_head: str | None = None
+        self.heartbeat: Heartbeat | None = None
+        self._pending_self_report: set[int] = set()
+        self.pending_event_logger = False
+        self.ray_fallback = False
+        self.first_stamp: float | None = None
+        self.last_stamp: float | None = None
+        self.last_text: str = ""
+        self.last_exception: Evidence | None = None
+
+    # ------------------------------------------------------------------ feeding
+    def feed(self, raw: str, lineno: int, offset: int = 0) -> None:
+        """Fold one line (without its newline) into the state."""
+        s = strip(raw)
+        text = s.text
+        task = s.task
+        when: float | None = None
+        if s.stamp is not None:
+            when = self.clock.epoch(s.stamp)
+            if when is not None:
+                if self.first_stamp is None:
+                    self.first_stamp = when
+                if self.last_stamp is None or when > self.last_stamp:
+                    self.last_stamp = when
+        if text.strip():
+            self.last_text = text
+        if "completed" in text:
+            m = _STEP.search(text)
+            if m:
+                self._on_step(int(m.group(1)), text[m.end() :], task, when, lineno)
+                return
+            m = _PROFILER_STEP.search(text)
+            if m:
+                step = int(m.group(1))
+                self.profiler_steps.add(step)
+                self._on_step(step, "", task, when, lineno)
+                return
+        self._on_event(text, task, when, lineno, offset)
+
+    def _on_step(self, step: int, rest: str, task: int | None, when: float | None, lineno: int) -> None:
+        self.step_lines += 1
+        if task is not None:
+            prev = self.task_last_step.get(task)
+            if prev is None or step > prev:
+                self.task_last_step[task] = step
+        existing = self.steps.get(step)
+        if existing is not None and not (task == 0 and existing.task not in (0, None)):
+            if existing.time is None and when is not None:
+                existing.time = when
+            return
+        f = parse_step_fields(rest)
+        self.steps[step] = StepRecord(
+            step=step,
+            seconds=f.get("seconds"),
+            tgs=f.get("Tokens/s/device"),
+            tflops=f.get("TFLOP/s/device", f.get("TFLOP/s")),
+            loss=f.get("loss"),
+            time=when,
+            line=lineno,
+            task=task,
+            source=self.source,
+        )
+
+    def _add_hit(
+        self, cls: str, text: str, task: int | None, when: float | None, lineno: int, offset: int
+    ) -> Evidence:
+        ev = Evidence(cls, lineno, offset, self.source, task, _host_of(text), text[:MAX_TEXT], when)
+        hits = self.hits.get(cls)
+        if hits is None:
+            hits = self.hits[cls] = ClassHits()
+        hits.add(ev)
+        if (
+            task is not None
+            and cls not in ("heartbeat-timeout", "node-fail", "stage-fail")
+            and task not in self.first_error_by_task
+        ):
+            self.first_error_by_task[task] = ev
+        return ev
+
+    @property
+    def training_started(self) -> bool:
+        return bool(self.steps) or self.barrier_passed is not None
+
+    def _on_event(self, text: str, task: int | None, when: float | None, lineno: int, offset: int) -> None:
+        m: re.Match[str] | None
+        # Signatures first: a line can be both an event and evidence (e.g. NODE_EXIT).
+        for sig in match_line(text, training_started=self.training_started):
+            ev = self._add_hit(sig.cls, text, task, when, lineno, offset)
+            if sig.cls == "heartbeat-timeout":
+                self._on_heartbeat(ev, text, task)
+        if "Error: " in text or "Exception: " in text or text.startswith(("Error", "Exception")):
+            self.last_exception = Evidence(
+                "exception", lineno, offset, self.source, task, None, text[:MAX_TEXT], when
+            )
+
+        if self._in_summary and self._on_summary_line(text):
+            return
+        if "JOB SUMMARY" in text:
+            self.summary = Summary(line=lineno)
+            self._in_summary = True
+            return
+
+        if "jax_worker/replica" in text:
+            for m in _TASK_PATH.finditer(text):
+                if self.heartbeat is not None and (text.strip().startswith("/job:") or "unhealthy" in text):
+                    self.heartbeat.accused_tasks.add(int(m.group(1)))
+            return
+        if "Polled an error" in text or "Terminating process because" in text:
+            if task is not None:
+                if self.heartbeat is not None:
+                    self.heartbeat.self_reported.add(task)
+                else:
+                    self._pending_self_report.add(task)
+            return
+        if task is None and "=" in text and text[:1].isupper():
+            m = _HEADER.match(text)
+            if m:
+                self._on_kv(m.group(1), m.group(2), header=True)
+                return
+        elif "=" in text:
+            m = _HEADER.match(text.strip())
+            if m:
+                self._on_kv(m.group(1), m.group(2), header=False)
+                return
+
+        if "Config param" in text:
+            m = _CONFIG.search(text)
+            if m:
+                self.config.setdefault(m.group(1), m.group(2).strip())
+            return
+        if "restoring" in text:
+            m = _RESTORE.search(text)
+            if m:
+                if self.restore is None or self.restore[0] != "restored":
+                    self.restore = ("restored", int(m.group(1)), lineno)
+                return
+            if "not restoring checkpoint" in text and self.restore is None:
+                self.restore = ("fresh", None, lineno)
+                return
+        if "checkpoint" in text:
+            m = _SAVED.search(text) or _FINISHED_SAVE.search(text)
+            if m:
+                self.saves.setdefault(int(m.group(1)), lineno)
+                return
+            m = _ASYNC_SAVE.search(text)
+            if m:
+                self.async_saves.add(int(m.group(1)))
+                return
+        if "BARRIER" in text:
+            if "BARRIER PASSED" in text:
+                if self.barrier_passed is None:
+                    self.barrier_passed = (lineno, when)
+            elif "Synchronizing hosts" in text and self.barrier_sync is None:
+                self.barrier_sync = (lineno, when)
+            return
+        if text.startswith("== "):
+            m = _STAGE.match(text)
+            if m:
+                detail = m.group(3) or ""
+                em = _STAGE_EXIT.search(detail)
+                self.stages.append(
+                    StageEvent(m.group(1), m.group(2), detail, lineno, int(em.group(1)) if em else None)
+                )
+                return
+        if "NODE_EXIT" in text:
+            m = _NODE_EXIT.search(text)
+            if m:
+                self.node_exits.append(NodeExit(m.group(1), int(m.group(2)), lineno, task))
+            return
+        if "srun: error:" in text:
+            m = _SRUN_ERROR.search(text)
+            if m:
+                em = _EXIT_CODE.search(m.group(3))
+                self.srun_errors.append((m.group(1), m.group(3), int(em.group(1)) if em else None, lineno))
+            return
+        if "CANCELLED AT" in text:
+            m = _STEPD_CANCEL.search(text)
+            if m and self.cancel is None:
+                self.cancel = (m.group(2), m.group(3), m.group(4).strip(), lineno)
+            return
+        if "ssh" in text and "-J" in text and "-L" in text:
+            m = _TUNNEL.search(text)
+            if m and self.tunnel is None:
+                self.tunnel = text.strip()
+                target = m.group(2).split()[-1] if m.group(2).split() else ""
+                self.tunnel_host = target.rpartition("@")[2] or None
+                self.tunnel_ports = [int(p.group(1)) for p in _LFWD.finditer(text)]
+            return
+        if "[Prometheus]" in text:
+            m = _PROM_STARTED.search(text)
+            if m:
+                self.prom_port = int(m.group(1))
+                return
+            m = _PROM_USING.search(text)
+            if m:
+                self.prom_port = self.prom_port or int(m.group(2))
+                return
+            m = _PROM_TRYING.search(text)
+            if m:
+                self.prom_port_tried.append(int(m.group(1)))
+            return
+        if "[Ray] Starting HEAD" in text:
+            m = _RAY_HEAD.search(text)
+            if m and self.ray_head is None:
+                self.ray_head = m.group(1)
+            return
+        if "pending_event_logger" in text:
+            self.pending_event_logger = True
+        elif "falling back to non-Ray" in text:
+            self.ray_fallback = True
+
+    def _on_heartbeat(self, ev: Evidence, text: str, task: int | None) -> None:
+        if self.heartbeat is None:
+            self.heartbeat = Heartbeat(first=ev)
+            self.heartbeat.self_reported |= self._pending_self_report
+        hb = self.heartbeat
+        hb.count += 1
+        if task is not None:
+            hb.reporters.add(task)
+            if "Terminating process because" in text:
+                hb.self_reported.add(task)
+        for m in _TASK_PATH.finditer(text):
+            hb.accused_tasks.add(int(m.group(1)))
+
+    def _on_kv(self, key: str, value: str, *, header: bool) -> None:
+        value = value.strip()
+        if key in HEADER_KEYS and (key == "PASSTHROUGH_ARGS" or key not in self.header):
+            self.header.setdefault(key, value.strip("\"'") if key != "PASSTHROUGH_ARGS" else value)
+        if not header or key not in HEADER_KEYS:
+            if key not in self.env and len(self.env) < MAX_ENV_KEYS:
+                self.env[key] = value
+
+    def _on_summary_line(self, text: str) -> bool:
+        summ = self.summary
+        assert summ is not None
+        stripped = text.strip()
+        if stripped.startswith("===") and "JOB SUMMARY" not in stripped:
+            self._in_summary = False
+            return True
+        key, sep, value = stripped.partition(":")
+        if not sep:
+            return False
+        key = key.strip()
+        value = value.strip()
+        if key == "Status":
+            m = _SUMMARY_STATUS.search(stripped)
+            summ.status_text = value
+            if m:
+                summ.status = m.group(1)
+                summ.exit_code = int(m.group(2)) if m.group(2) else (0 if m.group(1) == "SUCCESS" else None)
+                summ.reason = (m.group(3) or "").strip() or None
+            return True
+        if key == "Wall":
+            summ.wall_s = parse_wall(value.split("(")[0])
+            return True
+        if key == "Job":
+            summ.job = value
+            return True
+        if key == "Model":
+            summ.model = value
+            return True
+        if key == "Nodes":
+            with contextlib.suppress(ValueError, IndexError):
+                summ.nodes = int(value.split()[0])
+            return True
+        return False
+
+    # ------------------------------------------------------------------ views
+    def passthrough(self) -> dict[str, str]:
+        raw = self.header.get("PASSTHROUGH_ARGS")
+        return parse_passthrough(raw) if raw else {}
+
+    def sorted_steps(self) -> list[StepRecord]:
+        return [self.steps[k] for k in sorted(self.steps)]
+
+
+def _host_of(text: str) -> str | None:
+    m = _NCCL_HOST.match(text)
+    if m:
+        return m.group(1)
+    m = _NODE_EXIT.search(text)
+    if m:
+        return m.group(1)
+    m = _SRUN_ERROR.search(text)
+    if m:
+        return m.group(1)
+    return None

@@ -1,0 +1,103 @@
+"""Plain records extracted from job logs; shared by triage, the daemon and backtest."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class StepRecord:
+    """One `completed step: N` (the first copy seen; other tasks' copies are only counted)."""
+
+    step: int
+    seconds: float | None
+    tgs: float | None  # Tokens/s/device
+    tflops: float | None
+    loss: float | None
+    time: float | None  # epoch seconds of the line when it carried a timestamp
+    line: int
+    task: int | None
+    source: str
+
+
+@dataclass(slots=True)
+class Evidence:
+    """A line that matched a failure signature (or an event worth quoting)."""
+
+    cls: str
+    line: int
+    offset: int
+    source: str
+    task: int | None
+    host: str | None
+    text: str
+    time: float | None
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "class": self.cls,
+            "line": self.line,
+            "source": self.source,
+            "task": self.task,
+            "host": self.host,
+            "text": self.text,
+            "time": self.time,
+        }
+
+
+@dataclass(slots=True)
+class ClassHits:
+    """Bounded record of one class's matches: the first and last few, and a count."""
+
+    first: list[Evidence] = field(default_factory=list)
+    last: list[Evidence] = field(default_factory=list)
+    count: int = 0
+    keep: int = 4
+
+    def add(self, ev: Evidence) -> None:
+        self.count += 1
+        if len(self.first) < self.keep:
+            self.first.append(ev)
+            return
+        self.last.append(ev)
+        if len(self.last) > self.keep:
+            del self.last[0]
+
+    def all(self) -> list[Evidence]:
+        return self.first + self.last
+
+    @property
+    def earliest(self) -> Evidence:
+        return self.first[0]
+
+
+@dataclass(slots=True)
+class Summary:
+    """The JOB SUMMARY block written by the batch script's EXIT trap."""
+
+    line: int
+    status: str | None = None  # SUCCESS / FAILED
+    exit_code: int | None = None
+    reason: str | None = None  # text after the dash, e.g. "CANCELLED (scancel / SIGTERM)"
+    wall_s: float | None = None
+    job: str | None = None
+    model: str | None = None
+    nodes: int | None = None
+    status_text: str | None = None
+
+
+@dataclass(slots=True)
+class NodeExit:
+    host: str
+    exit_code: int
+    line: int
+    task: int | None
+
+
+@dataclass(slots=True)
+class StageEvent:
+    stage: str  # Preflight, Docker pull, ECC check, Training
+    kind: str  # BEGIN, END, TIMEOUT, FAILED
+    detail: str
+    line: int
+    exit_code: int | None = None

@@ -1,0 +1,515 @@
+"""Status and failure classification (runbook steps 3–4, hang/heartbeat/cascade rules), pure.
+
+Primary-failure rules, in order (decisions where the runbook leaves room are marked *):
+1. No log at all -> `prolog-kill-no-log`.
+2. JOB SUMMARY FAILED with exit 1/143 but `completed step: T-1` -> status completed,
+   primary `soft-success` (variant a/b/c).
+3. Infrastructure / stage-timeout signatures (the job never trained) -> the earliest one.
+   `ray-start-fail` is advisory only (Ray falls back to non-Ray mode).
+4. Candidates are signature hits *not followed by training progress* (*: more than 2
+   distinct steps completed after a hit in the same file means the job survived it — it is
+   reported, never primary; this drops e.g. autotuner OOM probes and transient NCCL warns).
+5. heartbeat-timeout runs the runbook's full checklist: an earlier real error (root-cause
+   or carrier class) -> that error is primary; training stalled before the error (gap
+   between the last step and the heartbeat error beyond heartbeat timeout + stall budget,
+   or, without timestamps, wall − summed step time beyond the 30-min setup budget) ->
+   `hang`; otherwise `heartbeat-timeout` (a false positive, init-phase or mid-training).
+6. train-timeout after a stall -> `hang` (the timeout was only the kill mechanism).
+7. Root-cause classes: the earliest hit wins (cascades: OOM -> NCCL timeout -> heartbeat);
+   ties by table order. nccl-timeout is a symptom: primary only without a root cause.
+8. Carriers (traceback, signal, exit code, actor, NODE_EXIT, stage FAILED) by table order.
+9. No signature: hanging -> `hang`; cancelled after a stall -> `hang`; cancelled ->
+   `cancelled`; unknown-death -> `unknown-death`; a running job with a TGS slide ->
+   `tgs-degradation`; completed -> none.
+A cancelled job's NODE_EXIT/srun 143 cascade is the known-harmless scancel pattern.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from jobdiagd.logs.job import JobLogs
+from jobdiagd.logs.prefixes import parse_full_stamp
+from jobdiagd.logs.state import LogState
+from jobdiagd.model.records import Evidence, StepRecord
+from jobdiagd.triage.progress import CheckpointConfig, Progress
+from jobdiagd.triage.signatures import BY_CLASS, SIGNATURES, Tier
+from jobdiagd.triage.stall import StallPolicy, stall_budget
+from jobdiagd.triage.tgs import TgsAnalysis
+
+CANCEL_EXITS = frozenset({130, 143})
+ALIVE_STATES = frozenset(
+    {"RUNNING", "PENDING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING", "STAGE_OUT"}
+)
+SETUP_BUDGET_S = 1800.0  # runbook: setup/compilation overhead ~15–30 min
+PROGRESS_SLACK = 2
+DEFAULT_HEARTBEAT_TIMEOUT_S = 100.0
+_EXIT_RE = re.compile(r"exit(?:=| code |ed with exit code )(\d+)")
+_ORDER = {s.cls: i for i, s in enumerate(SIGNATURES)}
+
+
+@dataclass
+class HeartbeatInfo:
+    time: float | None
+    timeout_s: float
+    accused_tasks: list[int]
+    accused_hosts: list[str]
+    self_reported: list[int]
+    earlier_error: Evidence | None
+    stalled: bool
+    stall_s: float | None
+    phase: str  # init | mid-training
+    verdict: str  # false-positive | hang | true-positive
+
+
+@dataclass
+class Stall:
+    stalled: bool
+    gap_s: float | None
+    budget_s: float
+    phase: str
+    basis: str  # timestamps | wall-time | none
+
+
+@dataclass
+class Classification:
+    status: str
+    primary: str | None
+    stage: str | None
+    evidence: list[Evidence]
+    classes: list[str]
+    notes: list[str] = field(default_factory=list)
+    heartbeat: HeartbeatInfo | None = None
+    stall: Stall | None = None
+    soft_success_variant: str | None = None
+    end_time: float | None = None
+
+
+def _steps_after(state: LogState, line: int) -> int:
+    return sum(1 for s in state.steps.values() if s.line > line)
+
+
+def _survived(ev: Evidence, states: dict[str, LogState], last_step_time: float | None) -> bool:
+    st = states.get(ev.source)
+    if st is not None and st.steps:
+        return _steps_after(st, ev.line) > PROGRESS_SLACK
+    if ev.time is not None and last_step_time is not None:
+        return ev.time < last_step_time - 60
+    return False
+
+
+def _end_time(logs: JobLogs) -> float | None:
+    m = logs.main
+    if m is None:
+        return None
+    times = [s.last_stamp for s in logs.states if s.last_stamp is not None]
+    return max(times) if times else None
+
+
+def _gap(at: float | None, progress: Progress) -> float | None:
+    if at is None or progress.last_step_time is None:
+        return None
+    return at - progress.last_step_time
+
+
+def _stall(
+    steps: list[StepRecord],
+    progress: Progress,
+    ckpt: CheckpointConfig,
+    policy: StallPolicy,
+    at: float | None,
+    *,
+    extra_s: float = 0.0,
+    barrier_time: float | None = None,
+) -> Stall:
+    budget = stall_budget(steps, progress.step_time_s, ckpt, policy)
+    limit = budget.seconds + extra_s
+    gap = _gap(at, progress)
+    if gap is None and not steps and barrier_time is not None and at is not None:
+        gap = at - barrier_time
+    if gap is not None:
+        return Stall(gap > limit, gap, limit, budget.phase, "timestamps")
+    if progress.unaccounted_s is not None and steps:
+        over = progress.unaccounted_s - SETUP_BUDGET_S
+        return Stall(
+            over > max(limit - budget.seconds, 0.0) + budget.seconds, over, limit, budget.phase, "wall-time"
+        )
+    return Stall(False, None, limit, budget.phase, "none")
+
+
+def _heartbeat_timeout_s(passthrough: dict[str, str], config: dict[str, str]) -> float:
+    for src in (config, passthrough):
+        raw = src.get("jax_distributed_heartbeat_timeout_seconds")
+        if raw:
+            try:
+                return float(raw.strip().strip("\"'"))
+            except ValueError:
+                continue
+    return DEFAULT_HEARTBEAT_TIMEOUT_S
+
+
+def classify(
+    logs: JobLogs,
+    steps: list[StepRecord],
+    progress: Progress,
+    ckpt: CheckpointConfig,
+    tgs: TgsAnalysis,
+    *,
+    now: float,
+    slurm_state: str | None,
+    nodes: list[str],
+    policy: StallPolicy | None = None,
+) -> Classification:
+    policy = policy or StallPolicy()
+    if logs.ref.problem == "prolog-kill-no-log" or logs.main is None:
+        ev: list[Evidence] = []
+        return Classification(
+            "failed", "prolog-kill-no-log", "Slurm prolog", ev, ["prolog-kill-no-log"], notes=[*logs.errors]
+        )
+    main = logs.main
+    states = {s.source: s for s in logs.states}
+    summary = main.summary
+    passthrough = main.passthrough()
+    config = {**main.config}
+    for st in logs.states:
+        for k, v in st.config.items():
+            config.setdefault(k, v)
+
+    # ---- gather hits ------------------------------------------------------------------
+    hits: dict[str, list[Evidence]] = {}
+    for st in logs.states:
+        for cls, h in st.hits.items():
+            hits.setdefault(cls, []).extend(h.all())
+    bool(main.node_exits) and all(n.exit_code in CANCEL_EXITS for n in main.node_exits)
+    cancelled = (summary is not None and summary.exit_code in CANCEL_EXITS) or (
+        summary is None and main.cancel is not None
+    )
+    if "node-fail" in hits:
+        kept = [e for e in hits["node-fail"] if not _exit_is(e.text, CANCEL_EXITS)]
+        if kept:
+            hits["node-fail"] = kept
+        else:
+            del hits["node-fail"]  # harmless: clean SIGTERM on every node
+    if cancelled:
+        for cls in ("stage-fail", "subprocess-fail", "signal-kill"):
+            if cls in hits:
+                kept = [
+                    e
+                    for e in hits[cls]
+                    if not _exit_is(e.text, CANCEL_EXITS | {15}) and "SIGTERM" not in e.text
+                ]
+                if kept:
+                    hits[cls] = kept
+                else:
+                    del hits[cls]
+    for cls in hits:
+        hits[cls].sort(key=lambda e: (e.source != main.source, e.line))
+
+    classes = sorted(hits, key=lambda c: _ORDER.get(c, 99))
+    notes: list[str] = list(logs.errors)
+    end_time = _end_time(logs)
+    last_step_time = progress.last_step_time
+
+    infra = [hits[c][0] for c in classes if BY_CLASS.get(c) is not None and BY_CLASS[c].tier is Tier.INFRA]
+    # A failed pre-training stage (Preflight, Docker pull, ECC check) means the job never trained:
+    # it outranks the NODE_EXIT that carried it.
+    infra += [e for e in hits.get("stage-fail", []) if "== Training " not in e.text][:1]
+    advisory = [hits[c][0] for c in classes if BY_CLASS.get(c) is not None and BY_CLASS[c].tier is Tier.ADVISORY]
+
+    # ---- status ---------------------------------------------------------------------------
+    state_up = (slurm_state or "").upper().split()[0] if slurm_state else ""
+    alive = state_up in ALIVE_STATES
+    status: str
+    soft: str | None = None
+    if summary is not None and summary.exit_code is not None:
+        if summary.exit_code == 0 and summary.status != "FAILED":
+            status = "completed"
+        elif progress.reached_end and summary.exit_code in (1, *CANCEL_EXITS):
+            status = "completed"
+            soft = _soft_variant(main, summary.exit_code)
+        elif summary.exit_code in CANCEL_EXITS:
+            status = "cancelled"
+        else:
+            status = "failed"
+    elif summary is not None and summary.status == "SUCCESS":
+        status = "completed"
+    elif progress.reached_end and not alive:
+        # RAY=1 truncation can hide the summary's context; the worker log says training finished.
+        status = "completed"
+        notes.append("No JOB SUMMARY, but the authoritative step record reached the final step.")
+    else:
+        recent = _stall(
+            steps,
+            progress,
+            ckpt,
+            policy,
+            now,
+            barrier_time=_barrier_time(main),
+        )
+        advancing = recent.basis == "timestamps" and not recent.stalled
+        if infra and not steps and not alive:
+            status = "failed"  # an infrastructure failure before training; the summary may be missing
+        elif alive:
+            status = "hanging" if recent.stalled else "running"
+        elif advancing and not slurm_state:
+            status = "running"
+        else:
+            status = "unknown-death"
+
+    # ---- stall before the end --------------------------------------------------------------
+    at: float | None
+    if status in ("running", "hanging"):
+        at = now
+    elif main.cancel is not None and (t := _cancel_time(main.cancel[1], main)) is not None:
+        at = t
+    else:
+        at = end_time
+    stall = _stall(
+        steps,
+        progress,
+        ckpt,
+        policy,
+        at,
+        barrier_time=_barrier_time(main),
+    )
+    if status == "hanging":
+        stall.stalled = True
+
+    # ---- candidates ----------------------------------------------------------------------------
+    def live_hits(tiers: tuple[Tier, ...]) -> list[Evidence]:
+        out = []
+        for cls in classes:
+            sig = BY_CLASS.get(cls)
+            if sig is None or sig.tier not in tiers:
+                continue
+            for e in hits[cls]:
+                if not _survived(e, states, last_step_time):
+                    out.append(e)
+                    break
+        return out
+
+    primary: str | None = None
+    hb_info: HeartbeatInfo | None = None
+
+    if soft is not None:
+        primary = "soft-success"
+    elif infra and not steps:
+        primary = min(infra, key=_pos).cls
+    else:
+        roots = [e for e in live_hits((Tier.ROOT,)) if e.cls not in ("heartbeat-timeout", "train-timeout")]
+        symptoms = live_hits((Tier.SYMPTOM,))
+        carriers = live_hits((Tier.CARRIER,))
+        hb = _merged_heartbeat(logs)
+        if hb is not None:
+            hb_info = _heartbeat_checklist(
+                hb,
+                roots + symptoms + carriers,
+                steps,
+                progress,
+                ckpt,
+                policy,
+                passthrough,
+                config,
+                nodes,
+                main,
+            )
+        if hb_info is not None and hb_info.verdict == "true-positive" and hb_info.earlier_error is not None:
+            primary = _pick(roots, symptoms, carriers)
+        elif hb_info is not None and hb_info.verdict == "hang":
+            primary = "hang"
+        elif roots:
+            primary = _pick(roots, [], [])
+        elif hb_info is not None:
+            primary = "heartbeat-timeout"
+        elif "train-timeout" in hits:
+            primary = "hang" if stall.stalled else "train-timeout"
+        elif symptoms:
+            primary = _pick([], symptoms, [])
+        elif status in ("hanging",) or (status == "cancelled" and stall.stalled):
+            primary = "hang"
+        elif carriers and status not in ("completed",):
+            primary = _pick([], [], carriers)
+        elif status == "cancelled":
+            primary = "cancelled"
+        elif status == "unknown-death":
+            primary = "unknown-death"
+        elif infra and status == "failed":
+            primary = min(infra, key=_pos).cls
+        elif status == "running" and tgs.degraded:
+            primary = "tgs-degradation"
+        if status == "completed" and soft is None:
+            primary = None
+        if primary is None and advisory:
+            primary = advisory[0].cls  # e.g. ray-start-fail: the only thing that went wrong
+        if status == "failed" and primary is None:
+            primary = "stage-fail" if any(s.kind == "FAILED" for s in main.stages) else None
+
+    if status == "hanging" and primary not in (None, "hang") and BY_CLASS.get(primary or "") is not None:
+        notes.append("Training stopped after the error above; the remaining tasks are hung waiting for it.")
+
+    # ---- unknown-death extras ---------------------------------------------------------------------
+    if status == "unknown-death":
+        if not main.ends_with_newline:
+            notes.append(
+                "The log ends mid-line: the process was killed abruptly (SIGKILL / OOM-kill) without cleanup."
+            )
+        if state_up in ("PREEMPTED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"):
+            notes.append(f"Slurm reports the job {state_up}.")
+    evidence = _evidence_order(primary, hits, classes)
+    stage = _stage(primary, main, steps)
+    all_classes = list(classes)
+    for derived in (primary,):
+        if derived and derived not in all_classes:
+            all_classes.insert(0, derived)
+    if tgs.degraded and "tgs-degradation" not in all_classes:
+        all_classes.append("tgs-degradation")
+    if status == "cancelled" and "cancelled" not in all_classes:
+        all_classes.append("cancelled")
+    return Classification(status, primary, stage, evidence, all_classes, notes, hb_info, stall, soft, at)
+
+
+def _barrier_time(main: LogState) -> float | None:
+    for mark in (main.barrier_passed, main.barrier_sync):
+        if mark is not None and mark[1] is not None:
+            return mark[1]
+    return None
+
+
+def _exit_is(text: str, codes: frozenset[int] | set[int]) -> bool:
+    m = _EXIT_RE.search(text)
+    return m is not None and int(m.group(1)) in codes
+
+
+def _pos(e: Evidence) -> tuple[float, int, int]:
+    return (e.time if e.time is not None else float("inf"), _ORDER.get(e.cls, 99), e.line)
+
+
+def _pick(roots: list[Evidence], symptoms: list[Evidence], carriers: list[Evidence]) -> str | None:
+    for group in (roots, symptoms, carriers):
+        if group:
+            # Earliest wins: by timestamp when every hit has one, else by line within the main log.
+            if all(e.time is not None for e in group):
+                return min(group, key=lambda e: (e.time or 0.0, _ORDER.get(e.cls, 99))).cls
+            same = {e.source for e in group}
+            if len(same) == 1:
+                return min(group, key=lambda e: (e.line, _ORDER.get(e.cls, 99))).cls
+            return min(group, key=lambda e: _ORDER.get(e.cls, 99)).cls
+    return None
+
+
+def _merged_heartbeat(logs: JobLogs) -> LogState | None:
+    best: LogState | None = None
+    for st in logs.states:
+        if st.heartbeat is not None and (best is None or best.heartbeat is None or st is logs.main):
+            best = st
+    return best
+
+
+def _heartbeat_checklist(
+    hb_state: LogState,
+    errors: list[Evidence],
+    steps: list[StepRecord],
+    progress: Progress,
+    ckpt: CheckpointConfig,
+    policy: StallPolicy,
+    passthrough: dict[str, str],
+    config: dict[str, str],
+    nodes: list[str],
+    main: LogState,
+) -> HeartbeatInfo:
+    hb = hb_state.heartbeat
+    assert hb is not None
+    accused = set(hb.accused_tasks)
+    for st in [main]:
+        if st.heartbeat is not None:
+            accused |= st.heartbeat.accused_tasks
+    timeout = _heartbeat_timeout_s(passthrough, config)
+    first = hb.first
+    # Item 2: a real error before the heartbeat message (on the accused tasks, or anywhere
+    # in the job when the accused tasks printed nothing) makes it a true positive.
+    earlier: Evidence | None = None
+    for e in sorted(errors, key=lambda e: e.line):
+        before = (e.time is not None and first.time is not None and e.time < first.time - 1) or (
+            e.source == first.source and e.line < first.line
+        )
+        if not before or e.cls in ("heartbeat-timeout",):
+            continue
+        if e.task is None or e.task in accused or not accused:
+            earlier = e
+            break
+        if earlier is None:
+            earlier = e
+    # Item 3: stall before the error.
+    stall = _stall(steps, progress, ckpt, policy, first.time, extra_s=timeout)
+    phase = "init" if not steps else "mid-training"
+    verdict = "false-positive"
+    if earlier is not None:
+        verdict = "true-positive"
+    elif stall.stalled and steps:
+        verdict = "hang"
+    hosts = [nodes[t] for t in sorted(accused) if 0 <= t < len(nodes)]
+    return HeartbeatInfo(
+        time=first.time,
+        timeout_s=timeout,
+        accused_tasks=sorted(accused),
+        accused_hosts=hosts,
+        self_reported=sorted(hb.self_reported & accused) if accused else sorted(hb.self_reported),
+        earlier_error=earlier,
+        stalled=stall.stalled,
+        stall_s=stall.gap_s,
+        phase=phase,
+        verdict=verdict,
+    )
+
+
+def _soft_variant(main: LogState, exit_code: int) -> str:
+    if exit_code in CANCEL_EXITS:
+        reason = " ".join(
+            filter(None, [main.cancel[2] if main.cancel else "", main.summary.reason if main.summary else ""])
+        )
+        if "TIME LIMIT" in reason.upper() or "TIMEOUT" in reason.upper():
+            return "c"
+        return "b"
+    return "a"
+
+
+def _cancel_time(at: str, main: LogState) -> float | None:
+    stamp = parse_full_stamp(at[:19])
+    return main.clock.epoch(stamp) if stamp is not None else None
+
+
+def _evidence_order(
+    primary: str | None, hits: dict[str, list[Evidence]], classes: list[str]
+) -> list[Evidence]:
+    out: list[Evidence] = []
+    if primary in hits:
+        out.extend(hits[primary][:6])
+    for cls in classes:
+        if cls != primary:
+            out.extend(hits[cls][:3])
+    return out
+
+
+def _stage(primary: str | None, main: LogState, steps: list[StepRecord]) -> str | None:
+    if primary is None:
+        return None
+    sig = BY_CLASS.get(primary)
+    if primary == "stage-fail":
+        failed = [s for s in main.stages if s.kind == "FAILED"]
+        return failed[-1].stage if failed else None
+    if sig is not None and sig.stage:
+        if sig.stage == "Training" and not steps:
+            return "Training (before the first step: startup/compilation)"
+        return sig.stage
+    if primary == "hang":
+        if not steps:
+            return (
+                "Training (init: first collective after the barrier)"
+                if main.barrier_passed or main.barrier_sync
+                else "Training (startup)"
+            )
+        return "Training"
+    if primary in ("unknown-death", "cancelled", "tgs-degradation"):
+        return "Training" if steps else None
+    return None

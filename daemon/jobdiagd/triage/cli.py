@@ -1,0 +1,117 @@
+"""`jobdiagd triage`: one-off triage of job directories, logs or ids (runbook job-log-triage)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from datetime import datetime
+from pathlib import Path
+
+from jobdiagd import clock
+from jobdiagd.triage.engine import TriageResult, triage_ref
+from jobdiagd.triage.report import SUMMARY_HEADER, render_json, render_markdown, render_row
+from jobdiagd.triage.resolve import JobRef, ResolveError, list_jobs, resolve
+
+
+def parse_now(text: str) -> float:
+    """`--now` as epoch seconds or ISO-8601 (naive = local time)."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"--now: expected epoch seconds or ISO-8601, got {text!r}") from exc
+    if dt.tzinfo is None:
+        dt = dt.astimezone()
+    return dt.timestamp()
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "triage",
+        help="triage job logs (status, failure class, progress, TGS)",
+        description="Triage MaxText job logs per the job-log-triage runbook.",
+    )
+    p.add_argument(
+        "paths", nargs="*", metavar="PATH", help="job directory, .log file, Slurm id or k8s/local id"
+    )
+    p.add_argument("--all", action="store_true", help="every job under the outputs root(s)")
+    p.add_argument(
+        "--outputs",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="DIR",
+        help="outputs root for ids and --all (repeatable; default $JOBDIAGD_OUTPUTS or ./outputs)",
+    )
+    p.add_argument("--json", action="store_true", help="print the stable JSON document")
+    p.add_argument("--now", type=parse_now, default=None, help="clock for projections (epoch or ISO-8601)")
+    p.add_argument(
+        "--slurm-state", default=None, help="override the Slurm job state (e.g. RUNNING, COMPLETED)"
+    )
+    p.add_argument("--no-slurm", action="store_true", help="do not ask squeue/scontrol for the job state")
+    p.set_defaults(func=run)
+
+
+def _roots(args: argparse.Namespace) -> list[Path]:
+    if args.outputs:
+        return list(args.outputs)
+    env = os.environ.get("JOBDIAGD_OUTPUTS")
+    if env:
+        return [Path(p) for p in env.split(os.pathsep) if p]
+    return [Path("outputs")]
+
+
+def _slurm_state(ref: JobRef, args: argparse.Namespace) -> str | None:
+    if args.slurm_state:
+        return str(args.slurm_state).upper()
+    if args.no_slurm or ref.platform != "slurm" or not ref.job_id:
+        return None
+    from jobdiagd.triage.slurmstate import query_state
+
+    return query_state(ref.job_id)
+
+
+def _one(ref: JobRef, args: argparse.Namespace, now: float) -> TriageResult:
+    return triage_ref(ref, now=now, slurm_state=_slurm_state(ref, args))
+
+
+def run(args: argparse.Namespace) -> int:
+    now = args.now if args.now is not None else clock.wall()
+    roots = _roots(args)
+    refs: list[JobRef] = []
+    try:
+        if args.all:
+            for root in roots:
+                refs.extend(list_jobs(root))
+        for target in args.paths:
+            refs.append(resolve(target, roots))
+    except ResolveError as exc:
+        print(f"jobdiagd triage: {exc}", file=sys.stderr)
+        return 2
+    if not refs:
+        print("jobdiagd triage: nothing to triage (give PATH... or --all)", file=sys.stderr)
+        return 2
+    results: list[TriageResult] = []
+    for ref in refs:
+        try:
+            results.append(_one(ref, args, now))
+        except OSError as exc:
+            print(f"jobdiagd triage: {ref.log or ref.job_dir}: {exc.strerror or exc}", file=sys.stderr)
+            if len(refs) == 1:
+                return 2
+    if len(results) == 1 and not args.all:
+        r = results[0]
+        print(render_json(r) if args.json else render_markdown(r), end="" if not args.json else "\n")
+        return 0
+    if args.json:
+        print(json.dumps({"jobs": [r.to_dict() for r in results]}, indent=2, default=str))
+    else:
+        print(SUMMARY_HEADER)
+        for r in results:
+            print(render_row(r))
+    return 0

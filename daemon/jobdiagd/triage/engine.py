@@ -1,0 +1,261 @@
+"""The triage engine: resolve a job, read its logs, and run the runbook over them.
+
+`analyze()` is pure (plain `JobLogs` + `now` in, `TriageResult` out) and is what the
+daemon and backtest call on their incrementally-built states; `triage()` adds the I/O
+edge (resolution and reading files).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from jobdiagd.logs.job import JobLogs, load_job
+from jobdiagd.model.records import StepRecord
+from jobdiagd.triage.classify import Classification, classify
+from jobdiagd.triage.hostlist import expand_hostlist, valid_host
+from jobdiagd.triage.nextsteps import next_steps
+from jobdiagd.triage.progress import CheckpointConfig, Progress, checkpoint_config, compute_progress
+from jobdiagd.triage.resolve import JobRef, resolve
+from jobdiagd.triage.stall import StallPolicy
+from jobdiagd.triage.tgs import TgsAnalysis, analyze_tgs
+
+PROMETHEUS_PORTS = range(9190, 9200)
+
+
+@dataclass
+class Live:
+    head_node: str | None
+    prometheus_port: int | None
+    tunnel: str | None
+
+    def to_dict(self) -> dict[str, object]:
+        return {"head_node": self.head_node, "prometheus_port": self.prometheus_port, "tunnel": self.tunnel}
+
+
+@dataclass
+class TriageResult:
+    ref: JobRef
+    logs: JobLogs
+    now: float
+    slurm_state: str | None
+    nodes: list[str]
+    steps: list[StepRecord]
+    ckpt: CheckpointConfig
+    progress: Progress
+    tgs: TgsAnalysis
+    cls: Classification
+    live: Live
+    next_steps: list[str]
+    config: dict[str, str]
+    env: dict[str, str]
+    step_source: str | None
+
+    @property
+    def status(self) -> str:
+        return self.cls.status
+
+    @property
+    def primary(self) -> str | None:
+        return self.cls.primary
+
+    @property
+    def job_id(self) -> str | None:
+        main = self.logs.main
+        if main is not None and main.header.get("JOB_ID"):
+            return main.header["JOB_ID"]
+        return self.ref.job_id
+
+    @property
+    def job_name(self) -> str | None:
+        main = self.logs.main
+        if main is not None and main.header.get("JOB_NAME"):
+            return main.header["JOB_NAME"]
+        return self.ref.name
+
+    def to_dict(self) -> dict[str, object]:
+        failures = [e.to_dict() for e in self.cls.evidence]
+        if self.tgs.degraded:
+            failures.append(
+                {
+                    "class": "tgs-degradation",
+                    "line": None,
+                    "source": self.step_source,
+                    "task": None,
+                    "host": None,
+                    "text": f"TGS {self.tgs.magnitude} over steps {self.tgs.range} ({self.tgs.pattern})",
+                    "time": None,
+                }
+            )
+        hb = self.cls.heartbeat
+        return {
+            "job": {
+                "id": self.job_id,
+                "name": self.job_name,
+                "log": str(self.ref.log) if self.ref.log else None,
+                "job_dir": str(self.ref.job_dir) if self.ref.job_dir else None,
+                "ray": self.logs.ray,
+                "platform": self.ref.platform,
+                "nodes": self.nodes,
+                "nnodes": len(self.nodes) or _int(self.logs.main.header.get("NNODES"))
+                if self.logs.main
+                else None,
+            },
+            "status": self.cls.status,
+            "primary_failure": self.cls.primary,
+            "stage": self.cls.stage,
+            "classes": self.cls.classes,
+            "failures": failures,
+            "progress": self.progress.to_dict(),
+            "tgs": self.tgs.to_dict(),
+            "live": self.live.to_dict(),
+            "config": self.config,
+            "env": {
+                k: v
+                for k, v in self.env.items()
+                if k.startswith(("XLA_", "NCCL_", "RCCL_", "JAX_", "RAY", "HIP_", "CUDA_"))
+            },
+            "heartbeat": None
+            if hb is None
+            else {
+                "time": hb.time,
+                "timeout_s": hb.timeout_s,
+                "accused_tasks": hb.accused_tasks,
+                "accused_hosts": hb.accused_hosts,
+                "self_reported": hb.self_reported,
+                "verdict": hb.verdict,
+                "phase": hb.phase,
+                "stall_s": hb.stall_s,
+                "earlier_error": hb.earlier_error.to_dict() if hb.earlier_error else None,
+            },
+            "soft_success_variant": self.cls.soft_success_variant,
+            "notes": self.cls.notes,
+            "steps": [
+                {"step": s.step, "seconds": s.seconds, "tgs": s.tgs, "loss": s.loss, "time": s.time}
+                for s in self.steps
+            ],
+            "next_steps": self.next_steps,
+        }
+
+
+def _int(v: str | None) -> int | None:
+    try:
+        return int(v) if v is not None else None
+    except ValueError:
+        return None
+
+
+def _live(logs: JobLogs, nodes: list[str]) -> Live:
+    m = logs.main
+    if m is None or not logs.ray:
+        return Live(None, None, None)
+    head = m.tunnel_host or m.ray_head or logs.head_host or (nodes[0] if nodes else None)
+    if head is not None and (not valid_host(head) or (nodes and head not in nodes)):
+        head = nodes[0] if nodes else None
+    port = m.prom_port
+    if port is None:
+        port = next((p for p in m.tunnel_ports if p in PROMETHEUS_PORTS), None)
+    return Live(head, port, m.tunnel)
+
+
+def analyze(
+    logs: JobLogs, *, now: float, slurm_state: str | None = None, policy: StallPolicy | None = None
+) -> TriageResult:
+    main = logs.main
+    auth = logs.authoritative()
+    steps = auth.sorted_steps() if auth is not None else []
+    passthrough = main.passthrough() if main else {}
+    config: dict[str, str] = {}
+    env: dict[str, str] = {}
+    saves: set[int] = set()
+    restore: tuple[str, int | None] | None = None
+    for st in logs.states:
+        for k, v in st.config.items():
+            config.setdefault(k, v)
+        for k, v in st.env.items():
+            env.setdefault(k, v)
+        saves |= set(st.saves)
+        if st.restore is not None and (restore is None or st.restore[0] == "restored"):
+            restore = (st.restore[0], st.restore[1])
+    nodes: list[str] = []
+    if main is not None:
+        raw = (
+            main.header.get("JOB_NODELIST")
+            or main.env.get("NODELIST_EXPANDED")
+            or main.env.get("JOB_NODELIST")
+        )
+        if raw:
+            nodes = expand_hostlist(raw.replace(" ", ","))
+    summary = main.summary if main else None
+    ckpt = checkpoint_config(passthrough, config, sorted(saves))
+    completed = summary is not None and summary.exit_code == 0
+    # Progress "expected step" is measured at now for live jobs; classify() refines the end time.
+    at_time = now
+    if summary is not None or (main is not None and main.cancel is not None):
+        stamps = [s.last_stamp for s in logs.states if s.last_stamp is not None]
+        at_time = max(stamps) if stamps else None  # type: ignore[assignment]
+    progress = compute_progress(
+        steps,
+        passthrough=passthrough,
+        config=config,
+        restore=restore,
+        saves=sorted(saves),
+        wall_s=summary.wall_s if summary else None,
+        at_time=at_time,
+        completed=completed,
+    )
+    tgs = analyze_tgs(steps, ckpt)
+    cls = classify(
+        logs, steps, progress, ckpt, tgs, now=now, slurm_state=slurm_state, nodes=nodes, policy=policy
+    )
+    if cls.status == "completed" and progress.progress_lost_steps not in (0, None):
+        progress = _with(progress, progress_lost_steps=0, progress_lost_s=0.0)
+    if cls.status in ("running", "hanging") and progress.expected_step_now is None and at_time is not now:
+        pass
+    live = _live(logs, nodes)
+    result = TriageResult(
+        ref=logs.ref,
+        logs=logs,
+        now=now,
+        slurm_state=slurm_state,
+        nodes=nodes,
+        steps=steps,
+        ckpt=ckpt,
+        progress=progress,
+        tgs=tgs,
+        cls=cls,
+        live=live,
+        next_steps=[],
+        config={**passthrough},
+        env=env,
+        step_source=auth.source if auth else None,
+    )
+    result.next_steps = next_steps(result)
+    return result
+
+
+def _with(p: Progress, **changes: object) -> Progress:
+    from dataclasses import replace
+
+    return replace(p, **changes)  # type: ignore[arg-type]
+
+
+def triage(
+    path: str | Path,
+    *,
+    now: float,
+    slurm_state: str | None = None,
+    outputs_root: Path | list[Path] | None = None,
+    policy: StallPolicy | None = None,
+) -> TriageResult:
+    """Resolve `path` (job dir, .log, Slurm/k8s id) and triage it. Raises ResolveError."""
+    roots = [outputs_root] if isinstance(outputs_root, Path) else list(outputs_root or [])
+    ref = resolve(str(path), roots)
+    return triage_ref(ref, now=now, slurm_state=slurm_state, policy=policy)
+
+
+def triage_ref(
+    ref: JobRef, *, now: float, slurm_state: str | None = None, policy: StallPolicy | None = None
+) -> TriageResult:
+    logs = load_job(ref, ref_time=now)
+    return analyze(logs, now=now, slurm_state=slurm_state, policy=policy)

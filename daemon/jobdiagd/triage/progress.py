@@ -1,0 +1,218 @@
+"""Training progress projection (runbook workflow step 5), pure.
+
+Decisions where the runbook is silent:
+- checkpoint period: `Config param checkpoint_period`, else PASSTHROUGH_ARGS, else 200 when
+  `enable_checkpointing=true`, else the spacing of the periodic saves seen in the log; None
+  when nothing says checkpointing was on.
+- steady-state step time: mean `seconds:` of the last 50 steps that are past warmup
+  (first 5 steps of the run) and not checkpoint-adjacent (k·P, k·P+1, and k·P+2 with async
+  checkpointing); falls back to every step but the first when that leaves nothing.
+- "expected step": uses `at_time` (now for a live job; the end of the job for a finished
+  one when the log dates it) and the wall-clock time of the last step line; None when the
+  log carries no timestamps.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from functools import reduce
+
+from jobdiagd.model.records import StepRecord
+
+WARMUP_STEPS = 5
+STEADY_WINDOW = 50
+DEFAULT_CHECKPOINT_PERIOD = 200
+
+
+def truthy(value: str | None) -> bool:
+    return value is not None and value.strip().strip("\"'").lower() in ("true", "1", "yes", "on")
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointConfig:
+    enabled: bool | None
+    period: int | None
+    asynchronous: bool
+
+    def adjacent(self, step: int) -> bool:
+        """Is this step slowed by a checkpoint save (the save step and the one or two after)?"""
+        if not self.period:
+            return False
+        r = step % self.period
+        return step > 0 and (r == 0 or r == 1 or (self.asynchronous and r == 2))
+
+
+def checkpoint_config(
+    passthrough: dict[str, str], config: dict[str, str], saves: list[int]
+) -> CheckpointConfig:
+    enabled: bool | None = None
+    if "enable_checkpointing" in passthrough:
+        enabled = truthy(passthrough["enable_checkpointing"])
+    elif "enable_checkpointing" in config:
+        enabled = truthy(config["enable_checkpointing"])
+    period: int | None = None
+    for src in (config, passthrough):
+        raw = src.get("checkpoint_period")
+        if raw is not None:
+            try:
+                period = int(float(raw.strip().strip("\"'").replace("_", "")))
+                break
+            except ValueError:
+                continue
+    periodic = [s for s in saves if s > 0]
+    if period is None and enabled:
+        period = DEFAULT_CHECKPOINT_PERIOD
+    if period is None and enabled is None and len(periodic) >= 2:
+        period = reduce(math.gcd, periodic)
+        enabled = True
+    if enabled is None and periodic:
+        enabled = True
+    if enabled is False:
+        period = None
+    asynchronous = truthy(passthrough.get("async_checkpointing") or config.get("async_checkpointing"))
+    return CheckpointConfig(enabled, period if period and period > 0 else None, asynchronous)
+
+
+def steady_steps(steps: list[StepRecord], ckpt: CheckpointConfig, first_step: int) -> list[StepRecord]:
+    return [
+        s
+        for s in steps
+        if s.step - first_step >= WARMUP_STEPS and not ckpt.adjacent(s.step) and s.seconds is not None
+    ]
+
+
+def steady_step_time(steps: list[StepRecord], ckpt: CheckpointConfig) -> float | None:
+    if not steps:
+        return None
+    steady = steady_steps(steps, ckpt, steps[0].step)[-STEADY_WINDOW:]
+    if not steady:
+        steady = [s for s in steps[1:] if s.seconds is not None] or [
+            s for s in steps if s.seconds is not None
+        ]
+    vals = [s.seconds for s in steady if s.seconds is not None and s.seconds > 0]
+    return sum(vals) / len(vals) if vals else None
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    start: str | None
+    restored_from_step: int | None
+    first_step: int | None
+    last_step: int | None
+    total_steps: int | None
+    step_time_s: float | None
+    expected_step_now: int | None
+    checkpoint_period: int | None
+    last_checkpoint_step: int | None
+    progress_lost_steps: int | None
+    progress_lost_s: float | None
+    eta_s: float | None
+    train_time_s: float | None
+    wall_time_s: float | None
+    unaccounted_s: float | None
+    last_step_time: float | None
+    checkpointing: bool | None
+
+    @property
+    def steps_this_run(self) -> int | None:
+        if self.first_step is None or self.last_step is None:
+            return None
+        return self.last_step - self.first_step + 1
+
+    @property
+    def reached_end(self) -> bool:
+        return (
+            self.total_steps is not None
+            and self.last_step is not None
+            and self.last_step >= self.total_steps - 1
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        d = asdict(self)
+        d.pop("progress_lost_s")
+        d.pop("checkpointing")
+        return d
+
+
+def compute_progress(
+    steps: list[StepRecord],
+    *,
+    passthrough: dict[str, str],
+    config: dict[str, str],
+    restore: tuple[str, int | None] | None,
+    saves: list[int],
+    wall_s: float | None,
+    at_time: float | None,
+    completed: bool = False,
+) -> Progress:
+    ckpt = checkpoint_config(passthrough, config, saves)
+    total: int | None = None
+    raw_total = passthrough.get("steps") or config.get("steps")
+    if raw_total:
+        try:
+            total = int(float(raw_total.strip().strip("\"'")))
+        except ValueError:
+            total = None
+    first = steps[0].step if steps else None
+    last = steps[-1].step if steps else None
+    start: str | None = None
+    restored_from: int | None = None
+    if restore is not None and restore[0] == "restored":
+        start, restored_from = "restored", restore[1]
+    elif first is not None and first > 0:
+        start, restored_from = "restored", first - 1
+    elif restore is not None or first == 0:
+        start = "fresh"
+    step_time = steady_step_time(steps, ckpt)
+    last_time = steps[-1].time if steps else None
+    if steps and last_time is None:
+        # Duplicated step lines may carry the stamp on another task's copy; take the latest dated step.
+        dated = [s for s in steps if s.time is not None]
+        if dated and dated[-1].step == last:
+            last_time = dated[-1].time
+    expected: int | None = None
+    if last is not None and last_time is not None and at_time is not None and step_time:
+        expected = last + max(0, int((at_time - last_time) // step_time))
+    last_ckpt: int | None = None
+    lost: int | None = None
+    lost_s: float | None = None
+    if last is not None and first is not None:
+        if ckpt.period:
+            candidate = (last // ckpt.period) * ckpt.period
+            if candidate > 0:
+                last_ckpt = candidate  # runbook: highest multiple of the period <= last_step
+        if completed:
+            lost = 0
+        elif last_ckpt is not None:
+            lost = last - last_ckpt
+        elif start == "restored" and restored_from is not None:
+            lost = last - restored_from
+        else:
+            lost = last - first + 1
+        if lost is not None:
+            lost_s = sum(s.seconds or 0.0 for s in steps if s.step > last - lost)
+    eta: float | None = None
+    if total is not None and last is not None and step_time:
+        eta = max(0, total - 1 - last) * step_time
+    train = sum(s.seconds for s in steps if s.seconds is not None) if steps else None
+    unaccounted = wall_s - train if wall_s is not None and train is not None else None
+    return Progress(
+        start=start,
+        restored_from_step=restored_from,
+        first_step=first,
+        last_step=last,
+        total_steps=total,
+        step_time_s=round(step_time, 3) if step_time else None,
+        expected_step_now=expected,
+        checkpoint_period=ckpt.period,
+        last_checkpoint_step=last_ckpt,
+        progress_lost_steps=lost,
+        progress_lost_s=round(lost_s, 1) if lost_s is not None else None,
+        eta_s=round(eta, 1) if eta is not None else None,
+        train_time_s=round(train, 3) if train is not None else None,
+        wall_time_s=wall_s,
+        unaccounted_s=round(unaccounted, 1) if unaccounted is not None else None,
+        last_step_time=last_time,
+        checkpointing=ckpt.enabled,
+    )

@@ -1,0 +1,327 @@
+"""Render a TriageResult as the runbook's Markdown report, JSON, or a one-line summary row."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING
+
+from jobdiagd.triage.signatures import BY_CLASS
+
+if TYPE_CHECKING:
+    from jobdiagd.triage.engine import TriageResult
+
+
+def fmt_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "unknown"
+    s = int(round(seconds))
+    sign = "-" if s < 0 else ""
+    s = abs(s)
+    d, s = divmod(s, 86400)
+    h, s = divmod(s, 3600)
+    m, s = divmod(s, 60)
+    parts = [f"{d}d"] if d else []
+    if h or d:
+        parts.append(f"{h}h")
+    if m or h or d:
+        parts.append(f"{m}m")
+    if not d:
+        parts.append(f"{s}s")
+    return sign + " ".join(parts)
+
+
+def _when(t: float | None) -> str:
+    if t is None:
+        return ""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def what_happened(r: TriageResult) -> str:
+    p = r.progress
+    c = r.cls
+    primary = c.primary
+    at = f" at step {p.last_step}" if p.last_step is not None else " before the first training step"
+    if primary is None:
+        if r.status == "completed":
+            s = (
+                f"The job completed all {p.total_steps or '?'} steps"
+                if p.reached_end
+                else "The job completed"
+            )
+            s += f" (last step {p.last_step})." if p.last_step is not None else "."
+            if r.tgs.degraded:
+                s += f" It ran slower than it should have: TGS {r.tgs.magnitude} ({r.tgs.pattern})."
+            return s
+        if r.status == "running":
+            return f"Training is progressing (last step {p.last_step}, expected {p.expected_step_now})."
+        return f"Status {r.status}; no failure signature found."
+    if primary == "soft-success":
+        v = c.soft_success_variant
+        why = {
+            "a": "a single rank exited 1 during teardown (ray.kill racing Ray cluster shutdown)",
+            "b": "all ranks exited 143 cascading from one rank's late post-training failure (pending_event_logger stall or a hardware fault at job end)",
+            "c": "all ranks exited 143 at the --time= walltime, Slurm cancelling during teardown",
+        }.get(v or "", "a post-training artifact")
+        return (
+            f"Training reached the final step {p.last_step} of steps={p.total_steps}; the non-zero exit is a post-training "
+            f"artifact (soft-success {v}: {why}). Training data is intact."
+        )
+    if primary == "hang":
+        gap = c.stall.gap_s if c.stall else None
+        if c.heartbeat is not None and c.heartbeat.verdict == "hang":
+            return (
+                f"Training stalled{at} ({fmt_duration(c.heartbeat.stall_s)} without a step before the heartbeat error): "
+                "an RCCL/NCCL collective hang. The heartbeat timeout that ended the job was the kill mechanism "
+                "(gRPC channel deadlock after a prolonged hang), not the root cause."
+            )
+        if not r.steps:
+            return (
+                "No training step completed after the pre-training barrier: the first RCCL collective deadlocked "
+                "(init-phase hang, often a transient race)."
+            )
+        tail = f" for {fmt_duration(gap)}" if gap is not None else ""
+        if r.status == "cancelled":
+            return f"Training stopped advancing{at}{tail} and the job was then cancelled: the cancellation killed a hung job (RCCL/NCCL collective deadlock)."
+        if "train-timeout" in c.classes:
+            return f"Training stopped advancing{at}{tail} until the training timeout killed it: a collective hang."
+        return f"Training stopped advancing{at}{tail} while the job is still running: an RCCL/NCCL collective hang (all nodes waiting on each other)."
+    if primary == "heartbeat-timeout":
+        hb = c.heartbeat
+        tasks = ", ".join(str(t) for t in hb.accused_tasks) if hb and hb.accused_tasks else "?"
+        if hb is not None and hb.phase == "init":
+            return (
+                f"The JAX coordination service declared task(s) {tasks} dead before any training step: the heartbeat "
+                f"timeout ({hb.timeout_s:.0f}s) is shorter than compilation + initial checkpoint time. A false positive."
+            )
+        return (
+            f"The JAX coordination service declared task(s) {tasks} dead (stopped sending heartbeats) while training "
+            f"was progressing{at}: a heartbeat false positive (gRPC channel deadlock, Bug 3 of the postmortem)."
+        )
+    if primary == "cancelled":
+        return f"The job was cancelled (scancel / SIGTERM){at}; training was progressing normally until then."
+    if primary == "unknown-death":
+        return (
+            f"The job stopped{at} without writing a JOB SUMMARY: the process was killed externally "
+            "(SIGKILL / OOM-kill / preemption). Most common cause: host OOM-kill or Slurm preemption."
+        )
+    if primary == "tgs-degradation":
+        return f"Training runs but underperforms: TGS {r.tgs.magnitude} over steps {r.tgs.range} ({r.tgs.pattern})."
+    sig = BY_CLASS.get(primary)
+    desc = sig.description if sig else primary
+    s = f"{desc}{at}."
+    if primary in ("oom-host", "oom-gpu") and "nccl-timeout" in c.classes:
+        s += " The NCCL timeouts on the other nodes are a consequence (they waited for the dead node)."
+    if primary == "checkpoint-fs-error":
+        s += " The checkpoint may still be intact — check the other workers."
+    if c.heartbeat is not None and c.heartbeat.verdict == "true-positive":
+        s += " The later heartbeat timeout was a consequence of this error."
+    return s
+
+
+def _progress_rows(r: TriageResult) -> list[tuple[str, str]]:
+    p = r.progress
+    rows: list[tuple[str, str]] = []
+    if p.start == "restored":
+        rows.append(("Start", f"restored from ckpt {p.restored_from_step}"))
+    else:
+        rows.append(("Start", p.start or "unknown"))
+    if p.first_step is not None and p.last_step is not None:
+        rows.append(
+            (
+                "Steps completed (this run)",
+                f"{p.steps_this_run} steps (step {p.first_step} through {p.last_step})",
+            )
+        )
+        if p.total_steps:
+            pct = (p.last_step + 1) / p.total_steps * 100
+            rows.append(("Overall progress", f"{p.last_step + 1} / {p.total_steps} ({pct:.1f}%)"))
+        else:
+            rows.append(("Overall progress", f"{p.last_step + 1} / unknown"))
+    else:
+        rows.append(("Steps completed (this run)", "0 (no completed step: line)"))
+    rows.append(("Steady-state step time", f"{p.step_time_s}s" if p.step_time_s else "unknown"))
+    if p.expected_step_now is not None:
+        label = "Expected step by now" if r.status in ("running", "hanging") else "Expected step at job end"
+        rows.append((label, f"{p.expected_step_now} (last step {p.last_step} at {_when(p.last_step_time)})"))
+    else:
+        rows.append(("Expected step by now", "n/a (no timestamps on step lines)" if r.steps else "n/a"))
+    if p.checkpointing is False:
+        rows.append(("Last periodic ckpt this run", "none — checkpointing disabled"))
+    elif p.last_checkpoint_step is not None:
+        rows.append(
+            ("Last periodic ckpt this run", f"step {p.last_checkpoint_step} (period {p.checkpoint_period})")
+        )
+    else:
+        rows.append(
+            (
+                "Last periodic ckpt this run",
+                f"none — didn't reach checkpoint_period ({p.checkpoint_period})"
+                if p.checkpoint_period
+                else "none",
+            )
+        )
+    if p.progress_lost_steps is not None:
+        if r.status == "completed":
+            rows.append(("Progress lost", "0 steps (job completed)"))
+        elif p.last_checkpoint_step is None and p.start != "restored":
+            rows.append(
+                (
+                    "Progress lost",
+                    f"all — no periodic ckpt ({p.progress_lost_steps} steps, {fmt_duration(p.progress_lost_s)})",
+                )
+            )
+        else:
+            rows.append(
+                (
+                    "Progress lost",
+                    f"{p.progress_lost_steps} steps ({fmt_duration(p.progress_lost_s)}) since last periodic ckpt",
+                )
+            )
+    if p.eta_s is not None and r.status != "completed":
+        rows.append(
+            ("Estimated time remaining", f"{fmt_duration(p.eta_s)} (from last step, if job were healthy)")
+        )
+    if p.train_time_s is not None:
+        rows.append(("Total training time (summed)", fmt_duration(p.train_time_s)))
+    if p.wall_time_s is not None:
+        rows.append(("Wall time (JOB SUMMARY)", fmt_duration(p.wall_time_s)))
+    if p.unaccounted_s is not None:
+        flag = " — exceeds ~30 min setup overhead: investigate" if p.unaccounted_s > 1800 else ""
+        rows.append(("Unaccounted time", f"{fmt_duration(p.unaccounted_s)}{flag}"))
+    return rows
+
+
+def render_markdown(r: TriageResult) -> str:
+    c = r.cls
+    out: list[str] = []
+    title = str(r.ref.log or r.ref.job_dir or "?")
+    out.append(f"## Job triage: {title}")
+    out.append("")
+    out.append(f"**Status:** {r.status}")
+    out.append(f"**Primary failure:** {c.primary or 'none'}")
+    out.append(f"**Stage:** {c.stage or 'n/a'}")
+    out.append("")
+    out.append("### What happened")
+    out.append(what_happened(r))
+    out.append("")
+    out.append("### Evidence")
+    if c.evidence:
+        out.append("```")
+        for e in c.evidence[:12]:
+            src = e.source.rsplit("/", 2)
+            short = "/".join(src[-2:]) if len(src) > 1 else e.source
+            out.append(f"{short}:{e.line}: {e.text}")
+        out.append("```")
+    else:
+        p = r.progress
+        if p.last_step is not None:
+            last = next((s for s in reversed(r.steps)), None)
+            out.append(
+                f"Last `completed step:` line: step {p.last_step}"
+                + (f" ({r.step_source}:{last.line})" if last else "")
+            )
+        else:
+            out.append("No failure signature and no completed step line in the log.")
+    hb = c.heartbeat
+    if hb is not None:
+        out.append("")
+        out.append("Heartbeat checklist:")
+        out.append(
+            f"1. Accused tasks {hb.accused_tasks or '?'} ({', '.join(hb.accused_hosts) or 'hosts unknown'}); "
+            f"self-reported (alive): {hb.self_reported or 'none'}."
+        )
+        out.append(
+            "2. Earlier errors on accused tasks: "
+            + (f"`{hb.earlier_error.cls}` at line {hb.earlier_error.line}" if hb.earlier_error else "none")
+        )
+        stall = "stalled" if hb.stalled else "progressing"
+        out.append(
+            f"3. Training before the error: {stall}"
+            + (
+                f" (gap {fmt_duration(hb.stall_s)} incl. {hb.timeout_s:.0f}s timeout)"
+                if hb.stall_s is not None
+                else ""
+            )
+            + f"; phase: {hb.phase}."
+        )
+        out.append(
+            f"4. Verdict: {hb.verdict}."
+            + (" Confirm with TSDB GPU power/utilization before the error." if r.logs.ray else "")
+        )
+    out.append("")
+    out.append("### Training progress projection")
+    out.append("| Metric | Value |")
+    out.append("|--------|-------|")
+    for k, v in _progress_rows(r):
+        out.append(f"| {k} | {v} |")
+    out.append("")
+    out.append("### TGS analysis")
+    t = r.tgs
+    if t.baseline is None:
+        out.append(f"Not enough steps for a TGS baseline{f' ({t.note})' if t.note else ''}.")
+    else:
+        out.append(f"- Steady-state ({t.metric}, steps 5–15 after the first): {t.baseline:.6g}")
+        out.append(f"- Recent (last 10 steps): {t.recent:.6g} ({t.change_pct:+.1f}%)")
+        out.append(f"- Pattern: {t.pattern}" + (f", steps {t.range}, {t.magnitude}" if t.range else ""))
+        if t.periodic_steps:
+            out.append(
+                f"- Periodic spikes at checkpoint steps {', '.join(map(str, t.periodic_steps[:8]))}{' …' if len(t.periodic_steps) > 8 else ''} — expected, not a degradation."
+            )
+        out.append("- Degraded: " + ("**yes** (tgs-degradation)" if t.degraded else "no"))
+    out.append("")
+    out.append("### Additional findings")
+    extra = [cls for cls in c.classes if cls != c.primary]
+    lines: list[str] = []
+    for cls in extra:
+        if cls == "tgs-degradation":
+            lines.append(f"- tgs-degradation: TGS {t.magnitude} over steps {t.range} ({t.pattern}).")
+        elif cls == "cancelled":
+            lines.append(
+                "- cancelled: the job ended by scancel / SIGTERM (the mechanism, not the root cause)."
+            )
+        else:
+            ev = next((e for e in c.evidence if e.cls == cls), None)
+            lines.append(f"- {cls}" + (f": line {ev.line}: `{ev.text[:200]}`" if ev else ""))
+    lines.extend(f"- {n}" for n in c.notes)
+    out.extend(lines or ["None."])
+    if r.logs.ray:
+        out.append("")
+        out.append("### Live dashboards (RAY=1 jobs only)")
+        lv = r.live
+        if lv.tunnel:
+            out.append(f"Tunnel: `{lv.tunnel}`")
+        out.append(
+            f"Head node: {lv.head_node or 'unknown'}; Prometheus port: {lv.prometheus_port or 'unknown'}"
+        )
+        if r.status in ("running", "hanging"):
+            out.append(
+                "The job is live: want port forwarding set up to reach the Ray Dashboard (8265), TensorBoard (6006) and Prometheus?"
+            )
+        else:
+            out.append(
+                "The job has ended: live dashboards are gone; the persisted TSDB is in the job's prometheus/ directory (`jobdiagd diagnose`)."
+            )
+    out.append("")
+    out.append("### Recommended next steps")
+    if r.next_steps:
+        out.extend(f"{i}. {s}" for i, s in enumerate(r.next_steps, 1))
+    else:
+        out.append("None — the job is healthy.")
+    return "\n".join(out) + "\n"
+
+
+def render_json(r: TriageResult) -> str:
+    return json.dumps(r.to_dict(), indent=2, sort_keys=False, default=str)
+
+
+SUMMARY_HEADER = f"{'JOB':<28} {'STATUS':<14} {'PRIMARY':<20} {'STEP':>13} {'STEP_S':>7} {'TGS':>8}"
+
+
+def render_row(r: TriageResult) -> str:
+    p = r.progress
+    job = f"{r.job_id or '?'}-{r.job_name or ''}"[:28]
+    step = f"{p.last_step if p.last_step is not None else '-'}/{p.total_steps or '?'}"
+    tgs = f"{r.tgs.change_pct:+.0f}%" if r.tgs.change_pct is not None else "-"
+    st = f"{p.step_time_s:.1f}" if p.step_time_s else "-"
+    return f"{job:<28} {r.status:<14} {(r.primary or '-'):<20} {step:>13} {st:>7} {tgs:>8}"

@@ -1,0 +1,134 @@
+"""Job resolution (runbook step 1): a job dir, a .log file, a Slurm id or a k8s/local id -> files.
+
+Rules: a job directory holds a `log` symlink (to `../<dirname>.log`, or to a renamed
+`<stem>-<N>N-TGS_<v>.log`); a `.log` file's job directory is its sibling without `.log`
+(or the sibling whose `log` link points at it); ids are looked up as `<id>-*` under the
+outputs roots. Directories without a `log` link are shared checkpoint dirs — skipped,
+except an *empty* one with no `.log` sibling, which is the `prolog-kill-no-log` case.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+_SLURM_NAME = re.compile(r"^(\d+)-(.+)$")
+_K8S_NAME = re.compile(r"^(k8s[-_]\d{8}[-_]\d{6}[-_][0-9A-Za-z]+)-(.+)$")
+_LOCAL_NAME = re.compile(r"^(local[-_]\d{8}[-_]\d{6}[-_][0-9A-Za-z]+)-(.+)$")
+_RENAMED = re.compile(r"^(.*?)-\d+N-TGS_[\d.]+$")
+JOB_ID_RE = re.compile(
+    r"^(?:\d{1,12}|k8s[-_]\d{8}[-_]\d{6}[-_][0-9A-Za-z]{1,16}|local[-_]\d{8}[-_]\d{6}[-_][0-9A-Za-z]{1,16})$"
+)
+
+
+class ResolveError(Exception):
+    """The input does not name a usable job (message is one line for the user)."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobRef:
+    job_id: str | None
+    name: str | None
+    job_dir: Path | None
+    log: Path | None
+    platform: str  # slurm | k8s | local
+    problem: str | None = None  # "prolog-kill-no-log" when nothing was ever written
+
+
+def parse_dirname(name: str) -> tuple[str | None, str | None, str]:
+    """`12345-JAX-llama` -> ("12345", "JAX-llama", "slurm")."""
+    for rx, platform in ((_K8S_NAME, "k8s"), (_LOCAL_NAME, "local"), (_SLURM_NAME, "slurm")):
+        m = rx.match(name)
+        if m:
+            return m.group(1), m.group(2), platform
+    return None, name or None, "local"
+
+
+def _ref_for_dir(d: Path) -> JobRef:
+    job_id, name, platform = parse_dirname(d.name)
+    if platform == "local" and any(d.glob("rank-*.log")):
+        platform = "k8s"
+    link = d / "log"
+    if link.is_symlink() or link.is_file():
+        target = link.resolve() if link.is_symlink() else link
+        if not target.exists():
+            sibling = d.parent / f"{d.name}.log"
+            if sibling.exists():
+                target = sibling
+            else:
+                return JobRef(job_id, name, d, None, platform, "prolog-kill-no-log")
+        return JobRef(job_id, name, d, target, platform)
+    sibling = d.parent / f"{d.name}.log"
+    if sibling.exists():
+        return JobRef(job_id, name, d, sibling, platform)
+    if not any(d.iterdir()):
+        return JobRef(job_id, name, d, None, platform, "prolog-kill-no-log")
+    raise ResolveError(f"{d}: not a job directory (no `log` link; a shared checkpoint directory?)")
+
+
+def _ref_for_log(f: Path) -> JobRef:
+    stem = f.name[: -len(".log")] if f.name.endswith(".log") else f.stem
+    d = f.parent / stem
+    if d.is_dir():
+        job_id, name, platform = parse_dirname(stem)
+        return JobRef(job_id, name, d, f, "k8s" if any(d.glob("rank-*.log")) else platform)
+    # Renamed by the tagger: find the directory whose `log` link points here.
+    real = f.resolve()
+    for cand in f.parent.iterdir():
+        link = cand / "log"
+        if cand.is_dir() and link.is_symlink():
+            try:
+                if link.resolve() == real:
+                    job_id, name, platform = parse_dirname(cand.name)
+                    return JobRef(job_id, name, cand, f, platform)
+            except OSError:
+                continue
+    m = _RENAMED.match(stem)
+    base = m.group(1) if m else stem
+    job_id, name, platform = parse_dirname(base)
+    d2 = f.parent / base
+    return JobRef(job_id, name, d2 if d2.is_dir() else None, f, platform)
+
+
+def resolve(target: str, outputs_roots: list[Path]) -> JobRef:
+    p = Path(target)
+    if p.is_dir():
+        return _ref_for_dir(p)
+    if p.is_file():
+        return _ref_for_log(p)
+    if JOB_ID_RE.match(target):
+        for root in outputs_roots:
+            if not root.is_dir():
+                continue
+            dirs = sorted(d for d in root.glob(f"{target}-*") if d.is_dir())
+            for d in dirs:
+                try:
+                    return _ref_for_dir(d)
+                except ResolveError:
+                    continue
+            logs = sorted(root.glob(f"{target}-*.log"))
+            if logs:
+                return _ref_for_log(logs[0])
+        roots = ", ".join(str(r) for r in outputs_roots) or "(no outputs root; use --outputs)"
+        raise ResolveError(f"job {target}: no {target}-* directory or log under {roots}")
+    raise ResolveError(f"{target}: no such file, directory or job id")
+
+
+def list_jobs(root: Path) -> list[JobRef]:
+    """Every job under an outputs root (`--all`): dirs with a `log` link, and prolog-kill empties."""
+    if not root.is_dir():
+        raise ResolveError(f"{root}: not a directory")
+    refs: list[JobRef] = []
+    for d in sorted(root.iterdir()):
+        if not d.is_dir() or d.name.startswith("."):
+            continue
+        try:
+            if not (d / "log").is_symlink() and any(d.iterdir()):
+                continue  # runbook: no `log` link = shared checkpoint dir, not a job
+            refs.append(_ref_for_dir(d))
+        except ResolveError:
+            continue  # shared checkpoint dir
+        except OSError:
+            continue
+    return refs
