@@ -1,0 +1,531 @@
+"""Slurm as a source: list the watched users' jobs, fetch one job's final state, find its log."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import importlib
+import os
+import re
+import shlex
+import shutil
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from jobdiagd import clock
+from jobdiagd.sources.slurm_parse import (
+    FINISHED_STATES,
+    SACCT_FIELDS,
+    SACCT_SEP,
+    SQUEUE_FORMAT,
+    SlurmJob,
+    expand_hostlist,
+    filter_jobs,
+    job_from_json,
+    normalize_state,
+    parse_sacct_parsable,
+    parse_scontrol_oneline,
+    parse_scontrol_output,
+    parse_slurm_duration,
+    parse_slurm_time,
+    parse_squeue_format,
+    parse_squeue_json,
+    validate_job_id,
+    validate_partition,
+    validate_user,
+)
+
+__all__ = [
+    "CliSlurmBackend",
+    "PyslurmBackend",
+    "SlurmBackend",
+    "SlurmCommandError",
+    "SlurmError",
+    "SlurmJob",
+    "SlurmPoll",
+    "SlurmWatcher",
+    "expand_hostlist",
+    "job_from_json",
+    "make_backend",
+    "normalize_state",
+    "parse_sacct_parsable",
+    "parse_scontrol_oneline",
+    "parse_scontrol_output",
+    "parse_slurm_duration",
+    "parse_slurm_time",
+    "parse_squeue_format",
+    "parse_squeue_json",
+    "resolve_job_paths",
+]
+
+
+class SlurmError(Exception):
+    """Slurm could not be asked (backend unavailable, command failed)."""
+
+
+class SlurmCommandError(SlurmError):
+    """A Slurm command failed. `kind` says how: missing binary, timeout, or non-zero exit."""
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        kind: Literal["missing", "timeout", "exit"],
+        detail: str,
+        returncode: int | None = None,
+        stderr: str = "",
+    ) -> None:
+        self.argv = tuple(argv)
+        self.kind = kind
+        self.returncode = returncode
+        self.stderr = stderr
+        self.detail = detail
+        super().__init__(f"{self.argv[0] if self.argv else '?'}: {detail} (command: {shlex.join(self.argv)})")
+
+
+@runtime_checkable
+class SlurmBackend(Protocol):
+    """How the daemon asks Slurm about jobs; CLI and pyslurm implement it."""
+
+    async def list_jobs(
+        self, users: Sequence[str] = (), partitions: Sequence[str] = (), *, include_finished: bool = False
+    ) -> list[SlurmJob]:
+        """Jobs of `users` in `partitions` (empty = no filter). Active jobs only unless
+        `include_finished` (then also jobs that ended within MinJobAge)."""
+        ...
+
+    async def job_info(self, job_id: str) -> SlurmJob | None:
+        """One job including its final state after it left squeue; None if Slurm forgot it."""
+        ...
+
+
+def _check_filters(users: Iterable[str], partitions: Iterable[str]) -> tuple[list[str], list[str]]:
+    return [validate_user(u) for u in users], [validate_partition(p) for p in partitions]
+
+
+_INVALID_JOB_RE = re.compile(r"Invalid job id", re.IGNORECASE)
+_SQUEUE_ERROR_RE = re.compile(r"\berror:", re.IGNORECASE)
+_ACCOUNTING_OFF_RE = re.compile(r"accounting storage is disabled", re.IGNORECASE)
+
+
+class CliSlurmBackend:
+    """Slurm through squeue / scontrol / sacct subprocesses (the default, tested backend)."""
+
+    def __init__(
+        self,
+        *,
+        env: Mapping[str, str] | None = None,
+        timeout_s: float = 20.0,
+        squeue: str = "squeue",
+        scontrol: str = "scontrol",
+        sacct: str | None = "sacct",
+        listing: Literal["format", "json"] = "format",
+        max_parallel: int = 4,
+    ) -> None:
+        """`env` is added to this process's environment for every command (e.g. SLURM_CONF).
+        `sacct=None` disables the accounting fallback of job_info. `listing="json"` lists with
+        `squeue --json` (filtered here, since 22.05 ignores squeue's filters with --json)."""
+        self._env_extra = dict(env or {})
+        self._timeout_s = timeout_s
+        self._squeue = squeue
+        self._scontrol = scontrol
+        self._sacct = sacct
+        self._listing = listing
+        self._max_parallel = max_parallel
+        # StdOut never changes after submission, and only scontrol expands it: ask once per job.
+        self._stdout_cache: dict[str, str | None] = {}
+        # squeue has no exit code: finished jobs get scontrol's record, once (it no longer changes).
+        self._final_cache: dict[str, SlurmJob] = {}
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(self._env_extra)
+        # Epoch seconds instead of local-time strings: no time-zone guessing while parsing.
+        env["SLURM_TIME_FORMAT"] = "%s"
+        env["LC_ALL"] = "C"
+        return env
+
+    async def _run(self, argv: Sequence[str]) -> str:
+        return (await self._run2(argv))[0]
+
+    async def _run2(self, argv: Sequence[str]) -> tuple[str, str]:
+        """(stdout, stderr) of a successful command; SlurmCommandError otherwise."""
+        env = self._env()
+        exe = shutil.which(argv[0], path=env.get("PATH"))
+        if exe is None:
+            raise SlurmCommandError(argv, "missing", "command not found on PATH")
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                exe,
+                *argv[1:],
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=env,
+            )
+        except OSError as e:
+            raise SlurmCommandError(argv, "missing", f"cannot execute: {e}") from e
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), self._timeout_s)
+        except TimeoutError:
+            await _kill(proc)
+            raise SlurmCommandError(argv, "timeout", f"no answer within {self._timeout_s:g} s") from None
+        except BaseException:
+            await _kill(proc)
+            raise
+        stderr = err.decode(errors="replace").strip()
+        if proc.returncode != 0:
+            raise SlurmCommandError(
+                argv,
+                "exit",
+                f"exit {proc.returncode}: {stderr or '(no stderr)'}",
+                returncode=proc.returncode,
+                stderr=stderr,
+            )
+        return out.decode(errors="replace"), stderr
+
+    async def list_jobs(
+        self, users: Sequence[str] = (), partitions: Sequence[str] = (), *, include_finished: bool = False
+    ) -> list[SlurmJob]:
+        u, p = _check_filters(users, partitions)
+        if self._listing == "json":
+            text = await self._run([self._squeue, "--json"])
+            jobs = filter_jobs(parse_squeue_json(text, now=clock.wall()), u, p)
+            if not include_finished:
+                jobs = [j for j in jobs if j.state not in FINISHED_STATES]
+        else:
+            argv = [self._squeue, "-h", "-r", "-o", SQUEUE_FORMAT]
+            if u:
+                argv.append("--user=" + ",".join(u))
+            if p:
+                argv.append("--partition=" + ",".join(p))
+            if include_finished:
+                argv.append("--states=all")
+            out, err = await self._run2(argv)
+            if _SQUEUE_ERROR_RE.search(err):
+                # 22.05 exits 0 after "squeue: error: Invalid user: x" and lists nothing:
+                # a typo in the watched users must not look like "no jobs".
+                raise SlurmCommandError(argv, "exit", f"exit 0 with error: {err}", returncode=0, stderr=err)
+            jobs = parse_squeue_format(out)
+        return await self._with_stdout(jobs)
+
+    async def _with_stdout(self, jobs: list[SlurmJob]) -> list[SlurmJob]:
+        """Fill in what only scontrol knows: the expanded StdOut, and for finished jobs the
+        exit code and end time."""
+        todo = [
+            j
+            for j in jobs
+            if (j.is_finished and j.job_id not in self._final_cache)
+            or (not j.is_finished and j.stdout is None and j.job_id not in self._stdout_cache)
+        ]
+        # Made per call: a semaphore belongs to the event loop it was first used in.
+        sem = asyncio.Semaphore(self._max_parallel)
+
+        async def fetch(job: SlurmJob) -> None:
+            async with sem:
+                try:
+                    info = await self._scontrol_job(job.job_id)
+                except SlurmError:
+                    return  # vanished between the two calls, or a hiccup: try next poll
+            if info is None:
+                return
+            self._stdout_cache[job.job_id] = info.stdout
+            if info.is_finished:
+                self._final_cache[job.job_id] = info
+
+        await asyncio.gather(*(fetch(j) for j in todo))
+        seen = {j.job_id for j in jobs}
+        for cache in (self._stdout_cache, self._final_cache):
+            for stale in [k for k in cache if k not in seen]:
+                del cache[stale]
+        out = []
+        for j in jobs:
+            final = self._final_cache.get(j.job_id) if j.is_finished else None
+            if final is not None:
+                j = final
+            else:
+                cached = self._stdout_cache.get(j.job_id)
+                if j.stdout is None and cached is not None:
+                    j = _replace(j, stdout=cached)
+            out.append(j)
+        return out
+
+    async def _scontrol_job(self, job_id: str) -> SlurmJob | None:
+        try:
+            text = await self._run([self._scontrol, "-o", "show", "job", job_id])
+        except SlurmCommandError as e:
+            if e.kind == "exit" and _INVALID_JOB_RE.search(e.stderr):
+                return None
+            raise
+        jobs = parse_scontrol_output(text)
+        for j in jobs:
+            if j.job_id == job_id:
+                return j
+        return jobs[0] if jobs else None
+
+    async def job_info(self, job_id: str) -> SlurmJob | None:
+        validate_job_id(job_id)
+        job = await self._scontrol_job(job_id)
+        if job is not None or self._sacct is None:
+            return job
+        return await self.job_info_from_accounting(job_id)
+
+    async def job_info_from_accounting(self, job_id: str) -> SlurmJob | None:
+        """The job as sacct remembers it: slurmdbd when there is one, else the jobcomp file
+        (`sacct -c`, only readable on the slurmctld host). None when neither knows the job."""
+        validate_job_id(job_id)
+        if self._sacct is None:
+            return None
+        fields = ["-X", "-n", "-P", f"--delimiter={SACCT_SEP}", "-o", ",".join(SACCT_FIELDS), "-j", job_id]
+        try:
+            text = await self._run([self._sacct, *fields])
+        except SlurmCommandError as e:
+            if e.kind != "exit" or not _ACCOUNTING_OFF_RE.search(e.stderr + e.detail):
+                raise
+            try:
+                text = await self._run([self._sacct, "-c", *fields])
+            except SlurmCommandError as e2:
+                if e2.kind == "exit":
+                    return None
+                raise
+        for j in parse_sacct_parsable(text):
+            if j.job_id == job_id:
+                return j
+        return None
+
+
+async def _kill(proc: asyncio.subprocess.Process) -> None:
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        with contextlib.suppress(Exception):
+            await proc.wait()
+
+
+def _replace(job: SlurmJob, **changes: Any) -> SlurmJob:
+    return dataclasses.replace(job, **changes)
+
+
+# --- pyslurm -----------------------------------------------------------------------------------------
+
+
+def job_from_pyslurm(obj: Any, now: float | None = None) -> SlurmJob | None:
+    """A `pyslurm.Job` (pyslurm >= 23.2 API) -> SlurmJob; attributes are read defensively so a
+    missing one gives None rather than an exception."""
+
+    def attr(name: str) -> Any:
+        try:
+            return getattr(obj, name, None)
+        except Exception:  # properties of a half-loaded job can raise
+            return None
+
+    raw_id = attr("id")
+    if not isinstance(raw_id, int):
+        return None
+    nodes = attr("allocated_nodes") or ""
+    start = attr("start_time")
+    state = normalize_state(attr("state"))
+    limit = attr("time_limit")
+    run_time = attr("run_time")
+    stdout = attr("standard_output")
+    exit_code = attr("exit_code")
+    exit_signal = attr("exit_code_signal")
+    end = attr("end_time")
+    reason = attr("state_reason")
+    try:
+        node_list = tuple(expand_hostlist(nodes)) if isinstance(nodes, str) else ()
+    except ValueError:
+        node_list = (nodes,)
+    started = isinstance(start, int | float) and start > 0 and state != "PENDING"
+    return SlurmJob(
+        job_id=str(raw_id),
+        name=attr("name") or "",
+        user=attr("user_name") or "",
+        state=state,
+        partition=attr("partition") or "",
+        nodes=nodes if isinstance(nodes, str) else "",
+        node_list=node_list,
+        start_time=float(start) if started else None,
+        run_time_s=int(run_time) if isinstance(run_time, int | float) else None,
+        time_limit_s=int(limit) * 60 if isinstance(limit, int) else None,
+        stdout=stdout if isinstance(stdout, str) and stdout and "%" not in stdout else None,
+        work_dir=attr("working_directory") or None,
+        exit_code=exit_code if isinstance(exit_code, int) else None,
+        reason=None if reason in (None, "", "None") else str(reason),
+        exit_signal=(exit_signal or None) if isinstance(exit_signal, int) else None,
+        end_time=float(end) if state in FINISHED_STATES and isinstance(end, int | float) and end else None,
+    )
+
+
+class PyslurmBackend:
+    """Slurm through pyslurm's C bindings (needs a pyslurm built for this Slurm version).
+
+    pyslurm's calls block, so they run in a worker thread."""
+
+    def __init__(self, module: Any | None = None) -> None:
+        self._pyslurm = module if module is not None else importlib.import_module("pyslurm")
+
+    async def list_jobs(
+        self, users: Sequence[str] = (), partitions: Sequence[str] = (), *, include_finished: bool = False
+    ) -> list[SlurmJob]:
+        u, p = _check_filters(users, partitions)
+
+        def load() -> list[SlurmJob]:
+            jobs = self._pyslurm.Jobs.load()
+            out = [job_from_pyslurm(j) for j in jobs.values()]
+            return [j for j in out if j is not None]
+
+        jobs = filter_jobs(await asyncio.to_thread(load), u, p)
+        if not include_finished:
+            jobs = [j for j in jobs if j.state not in FINISHED_STATES]
+        return jobs
+
+    async def job_info(self, job_id: str) -> SlurmJob | None:
+        validate_job_id(job_id)
+        if not job_id.isdigit():
+            return None  # pyslurm.Job.load takes the unique numeric id only
+
+        def load() -> SlurmJob | None:
+            rpc_error = getattr(self._pyslurm, "RPCError", None)
+            try:
+                return job_from_pyslurm(self._pyslurm.Job.load(int(job_id)))
+            except Exception as e:
+                if rpc_error is not None and isinstance(e, rpc_error) and _INVALID_JOB_RE.search(str(e)):
+                    return None
+                raise SlurmError(f"pyslurm Job.load({job_id}) failed: {e}") from e
+
+        return await asyncio.to_thread(load)
+
+
+def make_backend(
+    kind: Literal["auto", "cli", "pyslurm"] = "auto",
+    *,
+    env: Mapping[str, str] | None = None,
+    timeout_s: float = 20.0,
+) -> SlurmBackend:
+    """`cli`: squeue/scontrol; `pyslurm`: the bindings (SlurmError if they do not import);
+    `auto`: pyslurm when it imports, else the CLI. `env`/`timeout_s` apply to the CLI backend."""
+    if kind not in ("auto", "cli", "pyslurm"):
+        raise ValueError(f"unknown Slurm backend {kind!r}")
+    if kind in ("auto", "pyslurm"):
+        try:
+            return PyslurmBackend()
+        except ImportError as e:
+            if kind == "pyslurm":
+                raise SlurmError(f"pyslurm backend requested but 'import pyslurm' failed: {e}") from e
+    return CliSlurmBackend(env=env, timeout_s=timeout_s)
+
+
+# --- from a job to its files --------------------------------------------------------------------------
+
+
+def _dir_has_log_link(d: Path) -> bool:
+    return (d / "log").is_symlink() or (d / "log").exists()
+
+
+def resolve_job_paths(
+    job: SlurmJob, outputs_roots: Sequence[str | os.PathLike[str]] = ()
+) -> tuple[Path | None, Path | None]:
+    """(log file, job directory) of a Slurm job, either possibly None.
+
+    Log: Slurm's expanded StdOut when it exists; else the job dir's `log` link (a tagger may
+    have renamed the log); else StdOut even if not created yet (pending jobs); else
+    `<root>/<id>-*.log`. Job dir: the StdOut's sibling without `.log`, else `<root>/<id>-*/`
+    (preferring one with a `log` link, as shared checkpoint dirs have none). Raises ValueError
+    when the job id is not numeric (only those are looked up under the outputs roots).
+    """
+    base_id = job.job_id.split("_", 1)[0].split("+", 1)[0]
+    if not base_id.isdigit():
+        raise ValueError(f"job id is not numeric: {job.job_id!r}")
+    # The unique id of an array task is the one `%j` expands to; `job_id` may be `123_4`.
+    ids = [job.job_id] if job.job_id.isdigit() else [base_id]
+    stdout = Path(job.stdout) if job.stdout and job.stdout != "/dev/null" else None
+    if stdout is not None and not stdout.is_absolute() and job.work_dir:
+        stdout = Path(job.work_dir) / stdout
+    roots = [Path(r) for r in outputs_roots]
+
+    job_dir: Path | None = None
+    if stdout is not None and stdout.suffix == ".log":
+        sibling = stdout.with_suffix("")
+        if sibling.is_dir():
+            job_dir = sibling
+    if job_dir is None:
+        for root in roots:
+            cands = sorted(
+                (d for i in ids for d in root.glob(f"{i}-*") if d.is_dir()),
+                key=lambda d: (not _dir_has_log_link(d), d.name),
+            )
+            if cands:
+                job_dir = cands[0]
+                break
+
+    log: Path | None = None
+    if stdout is not None and stdout.is_file():
+        log = stdout
+    elif job_dir is not None and (job_dir / "log").is_file():
+        log = (job_dir / "log").resolve()
+    elif stdout is not None:
+        log = stdout
+    else:
+        for root in roots:
+            cands = sorted(f for i in ids for f in root.glob(f"{i}-*.log") if f.is_file())
+            if cands:
+                log = cands[0]
+                break
+    return log, job_dir
+
+
+# --- polling: what changed since last time -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SlurmPoll:
+    """One poll's news. `finished` jobs left squeue (or reached a final state) since last poll,
+    with their final state from scontrol/sacct; `lost` left and nobody remembers them."""
+
+    jobs: tuple[SlurmJob, ...]
+    appeared: tuple[SlurmJob, ...] = ()
+    changed: tuple[SlurmJob, ...] = ()
+    finished: tuple[SlurmJob, ...] = ()
+    lost: tuple[str, ...] = ()
+
+
+@dataclass
+class SlurmWatcher:
+    """Keeps the last view of the watched jobs; `poll()` reports what changed (the caller
+    decides when to poll: the daemon's default is every 30 s)."""
+
+    backend: SlurmBackend
+    users: Sequence[str] = ()
+    partitions: Sequence[str] = ()
+    known: dict[str, SlurmJob] = field(default_factory=dict)
+
+    async def poll(self) -> SlurmPoll:
+        current = await self.backend.list_jobs(self.users, self.partitions)
+        by_id = {j.job_id: j for j in current}
+        appeared = tuple(j for j in current if j.job_id not in self.known)
+        changed = tuple(
+            j for j in current if j.job_id in self.known and self.known[j.job_id].state != j.state
+        )
+        finished: list[SlurmJob] = []
+        lost: list[str] = []
+        for job_id, old in self.known.items():
+            if job_id in by_id:
+                continue
+            final = await self.backend.job_info(job_id)
+            if final is None:
+                lost.append(job_id)
+            else:
+                if final.stdout is None and old.stdout is not None:
+                    final = _replace(final, stdout=old.stdout)
+                finished.append(final)
+        self.known = {j.job_id: j for j in current if j.state not in FINISHED_STATES}
+        return SlurmPoll(
+            jobs=tuple(current),
+            appeared=appeared,
+            changed=changed,
+            finished=tuple(finished),
+            lost=tuple(lost),
+        )

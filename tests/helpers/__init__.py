@@ -1,0 +1,1 @@
+"""Shared test helpers (service fixtures) importable from any test package."""
