@@ -156,6 +156,7 @@ class TailReader:
     offset: int = 0
     lineno: int = 1
     inode: int | None = None
+    head: bytes = b""  # the file's first bytes: a new file reusing the inode differs here
     _carry: bytes = b""
 
     def poll(self, max_bytes: int = 64 << 20) -> int:
@@ -169,9 +170,14 @@ class TailReader:
         if st.st_size < self.offset:
             self.reset()  # truncated in place
         self.inode = st.st_ino
-        if st.st_size == self.offset:
-            return 0
         with open(self.path, "rb") as fh:
+            first = fh.read(len(self.head) or 64)
+            if self.head and not first.startswith(self.head):
+                self.reset()  # replaced by a new file that happens to reuse the inode
+            if not self.head:
+                self.head = first
+            if st.st_size == self.offset:
+                return 0
             fh.seek(self.offset)
             data = fh.read(min(max_bytes, st.st_size - self.offset))
         body_start = self.offset - len(self._carry)
@@ -193,4 +199,5 @@ class TailReader:
         self.offset = 0
         self.lineno = 1
         self.inode = None
+        self.head = b""
         self._carry = b""

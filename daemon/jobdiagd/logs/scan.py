@@ -62,6 +62,8 @@ EVENT_NEEDLES: tuple[str, ...] = (
     "PASSTHROUGH_ARGS=",
     "MODEL_NAME=",
     "RAY_PORT=",
+    "JAX_COORDINATOR_PORT=",
+    "MODEL_NAME_ALIAS=",
     "RAY=",
     "EXP_TAG=",
     "heartbeat_timeout",

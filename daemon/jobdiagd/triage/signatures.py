@@ -373,6 +373,9 @@ def match_line(text: str, *, training_started: bool) -> list[Signature]:
             found.append(sig)
     if found and is_harmless(text):
         return []
+    if len(found) > 1 and any(s.cls == "oom-host" for s in found):
+        # "Memory cgroup out of memory: Killed process" is the kernel, not the GPU allocator.
+        found = [s for s in found if s.cls != "oom-gpu"]
     return found
 
 

@@ -1,0 +1,116 @@
+"""The streaming reader: pre-filter equivalence, prefixes, and arbitrary bytes never crash."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from jobdiagd.logs import reader
+from jobdiagd.logs.prefixes import strip
+from jobdiagd.logs.scan import TRIGGERS, HyperscanScanner, PythonScanner
+from jobdiagd.logs.state import LogState, parse_step_fields, parse_wall
+
+_line = st.one_of(
+    st.sampled_from(TRIGGERS).map(lambda t: f"x {t} y"),
+    st.text(alphabet=st.characters(blacklist_characters="\n"), max_size=60),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_line, max_size=40))
+def test_scanners_agree(lines: list[str]) -> None:
+    buf = "\n".join(lines).encode("utf-8", "replace")
+    assert HyperscanScanner().candidates(buf) == PythonScanner().candidates(buf)
+
+
+def _facts(state: LogState) -> tuple[object, ...]:
+    return (
+        sorted((s.step, s.seconds, s.tgs, s.line) for s in state.steps.values()),
+        {k: [(e.line, e.text) for e in v.all()] for k, v in state.hits.items()},
+        state.header, state.config, state.summary, state.node_exits, state.restore, state.prom_port, state.tunnel,
+    )
+
+
+def test_prefiltered_read_equals_full_parse(corpus: tuple[Path, dict[str, dict[str, object]]], monkeypatch: object) -> None:
+    root, exps = corpus
+    logs = sorted(root.glob("*.log"))[:25]
+    assert logs
+    import pytest
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(reader, "HEAD_FULL", 0)
+    mp.setattr(reader, "TAIL_FULL", 0)
+    try:
+        for log in logs:
+            fast = reader.read_file(log, LogState(str(log), ref_time=2e9))
+            full = reader.read_file(log, LogState(str(log), ref_time=2e9), full=True)
+            f1, f2 = _facts(fast), _facts(full)
+            assert f1 == f2, log
+            assert fast.lines == full.lines
+    finally:
+        mp.undo()
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.binary(max_size=4000))
+def test_arbitrary_bytes_never_crash(tmp_path: Path, data: bytes) -> None:
+    p = tmp_path / "x.log"
+    p.write_bytes(data)
+    state = reader.read_file(p, LogState(str(p), ref_time=1.7e9))
+    assert state.bytes == len(data)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=300))
+def test_arbitrary_lines_never_crash(text: str) -> None:
+    state = LogState("t", ref_time=1.7e9)
+    for i, line in enumerate(text.split("\n")):
+        state.feed(line, i + 1)
+
+
+def test_prefix_mix() -> None:
+    s = strip(" 3: (MaxTextTrainerActor pid=2345, ip=10.0.0.1) I0612 10:15:22.481234 139872 metric_logger.py:232] completed step: 5")
+    assert (s.task, s.ray_actor, s.level, s.text) == (3, "MaxTextTrainerActor", "I", "completed step: 5")
+    assert strip("P0  3: hello").task == 3
+    assert strip("\x1b[1mStatus: SUCCESS (exit 0)\x1b[0m").text == "Status: SUCCESS (exit 0)"
+    s2 = strip("[2025-06-01 12:34:56] node001:1:2 [3] NCCL WARN x")
+    assert s2.stamp is not None and s2.stamp.year == 2025 and s2.text.startswith("node001")
+
+
+def test_step_field_variants() -> None:
+    f = parse_step_fields(" seconds: 5.668, TFLOP/s/device: 134.909, MFU: 16.08%, Tokens/s/device: 8671.794, total_weights: 196608, loss: 10.879")
+    assert f["seconds"] == 5.668 and f["Tokens/s/device"] == 8671.794 and f["MFU"] == 16.08 and f["loss"] == 10.879
+    assert parse_step_fields(", seconds: 2.0, TFLOP/s: 100.0, loss 10.4") == {"seconds": 2.0, "TFLOP/s": 100.0, "loss": 10.4}
+    st_ = LogState("t", ref_time=1.7e9)
+    st_.feed("[Rampup Batch Size Phase], completed step: 3, seconds: 1.5, Tokens/s/device: 10.0, loss: 9.0", 1)
+    st_.feed("completed profiler activation step: 4", 2)
+    assert st_.steps[3].seconds == 1.5 and 4 in st_.steps and st_.steps[4].seconds is None
+
+
+def test_wall_forms() -> None:
+    assert parse_wall("1h 1m 2s") == 3662
+    assert parse_wall("3m 5s") == 185
+    assert parse_wall("42s") == 42
+    assert parse_wall("garbage") is None
+
+
+def test_tail_reader_incremental_truncation_and_rotation(tmp_path: Path) -> None:
+    p = tmp_path / "a.log"
+    p.write_text("0: completed step: 0, seconds: 1.0\n0: completed st")
+    t = reader.TailReader(p, LogState(str(p), ref_time=1.7e9))
+    t.poll()
+    assert sorted(t.state.steps) == [0]
+    with p.open("a") as fh:
+        fh.write("ep: 1, seconds: 1.0\n")
+    t.poll()
+    assert sorted(t.state.steps) == [0, 1]
+    assert t.state.steps[1].line == 2
+    p.write_text("0: completed step: 7, seconds: 1.0\n")  # truncated/rewritten: smaller than offset
+    t.poll()
+    assert sorted(t.state.steps) == [7]
+    p.unlink()
+    p.write_text("0: completed step: 9, seconds: 1.0\n0: completed step: 10, seconds: 1.0\n")
+    t.poll()
+    assert 9 in t.state.steps
