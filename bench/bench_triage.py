@@ -44,8 +44,19 @@ def main() -> int:
     want = int(args.size_gb * (1 << 30))
     if not log.exists() or log.stat().st_size < want:
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "jobdiagd.sim.biglog", str(log), "--size-gb", str(args.size_gb),
-                        "--nodes", str(args.nodes)], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "jobdiagd.sim.biglog",
+                str(log),
+                "--size-gb",
+                str(args.size_gb),
+                "--nodes",
+                str(args.nodes),
+            ],
+            check=True,
+        )
         print(f"generated {log.stat().st_size / 2**30:.2f} GiB in {time.perf_counter() - t0:.1f}s")
     size = log.stat().st_size
     # Warm the page cache so both tools read from memory.
@@ -57,15 +68,23 @@ def main() -> int:
         grep_t.append(t)
         t, out = timed([sys.executable, "-m", "jobdiagd.cli", "triage", str(job_dir), "--no-slurm"])
         triage_t.append(t)
-    doc = json.loads(subprocess.run([sys.executable, "-m", "jobdiagd.cli", "triage", str(job_dir), "--json", "--no-slurm"],
-                                    capture_output=True, text=True, check=True).stdout)
+    doc = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "jobdiagd.cli", "triage", str(job_dir), "--json", "--no-slurm"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
     rss_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     g, tr = min(grep_t), min(triage_t)
     progress = doc["progress"]
     assert isinstance(progress, dict)
     print(f"log size:            {size / 2**30:.2f} GiB ({int(grep_count)} step lines)")
     print(f"grep -c:             {g:.2f}s (best of {args.repeat})")
-    print(f"jobdiagd triage:     {tr:.2f}s (best of {args.repeat}); status={doc['status']} last_step={progress['last_step']}")
+    print(
+        f"jobdiagd triage:     {tr:.2f}s (best of {args.repeat}); status={doc['status']} last_step={progress['last_step']}"
+    )
     print(f"ratio triage/grep:   {tr / g:.2f}x   (target <= 3x)")
     print(f"peak RSS (children): {rss_kb / 1024:.0f} MB (max of grep, cat and triage; target < 200 MB)")
     if not args.keep:

@@ -13,7 +13,9 @@ from jobdiagd.triage.resolve import ResolveError
 JOB_SCENARIOS = [n for n in scenarios.SCENARIOS if n != "shared-checkpoint-dir"]
 
 
-def _run(corpus: tuple[Path, dict[str, dict[str, object]]], name: str) -> tuple[dict[str, object], dict[str, object]]:
+def _run(
+    corpus: tuple[Path, dict[str, dict[str, object]]], name: str
+) -> tuple[dict[str, object], dict[str, object]]:
     root, exps = corpus
     e = exps[name]
     target = e.get("job_dir") or e.get("log")

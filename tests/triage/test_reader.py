@@ -18,22 +18,52 @@ _line = st.one_of(
 )
 
 
-@settings(max_examples=150, deadline=None)
-@given(st.lists(_line, max_size=40))
+_HS, _PY = HyperscanScanner(), PythonScanner()
+_step = st.sampled_from([" 0: ", " 3: ", "", "P0  0: ", "I0612 10:15:22.481234 1 a.py:2] ", "12: "]).map(
+    lambda p: f"{p}completed step: 7, seconds: 1.0"
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(_line, _step), max_size=40))
 def test_scanners_agree(lines: list[str]) -> None:
     buf = "\n".join(lines).encode("utf-8", "replace")
-    assert HyperscanScanner().candidates(buf) == PythonScanner().candidates(buf)
+    assert _HS.candidates(buf) == _PY.candidates(buf)
+    assert _HS.candidates(buf, (b" 0: ", b"P0  0: ")) == _PY.candidates(buf, (b" 0: ", b"P0  0: "))
+
+
+def test_step_prefilter_takes_task_zero_and_unprefixed_lines() -> None:
+    lines = [
+        " 0: completed step: 1, seconds: 1",
+        " 3: completed step: 1, seconds: 1",
+        "completed step: 2, seconds: 1",
+        "(MaxTextTrainerActor pid=1) completed step: 3, seconds: 1",
+        "12: completed step: 4, seconds: 1",
+    ]
+    buf = "\n".join(lines).encode()
+    picked = [buf[s:].split(b"\n", 1)[0].decode() for s in _HS.candidates(buf, (b" 0: ",))]
+    assert picked == [lines[0]]
+    every = [buf[s:].split(b"\n", 1)[0].decode() for s in _HS.candidates(buf)]
+    assert every == lines
 
 
 def _facts(state: LogState) -> tuple[object, ...]:
     return (
         sorted((s.step, s.seconds, s.tgs, s.line) for s in state.steps.values()),
         {k: [(e.line, e.text) for e in v.all()] for k, v in state.hits.items()},
-        state.header, state.config, state.summary, state.node_exits, state.restore, state.prom_port, state.tunnel,
+        state.header,
+        state.config,
+        state.summary,
+        state.node_exits,
+        state.restore,
+        state.prom_port,
+        state.tunnel,
     )
 
 
-def test_prefiltered_read_equals_full_parse(corpus: tuple[Path, dict[str, dict[str, object]]], monkeypatch: object) -> None:
+def test_prefiltered_read_equals_full_parse(
+    corpus: tuple[Path, dict[str, dict[str, object]]], monkeypatch: object
+) -> None:
     root, exps = corpus
     logs = sorted(root.glob("*.log"))[:25]
     assert logs
@@ -71,7 +101,9 @@ def test_arbitrary_lines_never_crash(text: str) -> None:
 
 
 def test_prefix_mix() -> None:
-    s = strip(" 3: (MaxTextTrainerActor pid=2345, ip=10.0.0.1) I0612 10:15:22.481234 139872 metric_logger.py:232] completed step: 5")
+    s = strip(
+        " 3: (MaxTextTrainerActor pid=2345, ip=10.0.0.1) I0612 10:15:22.481234 139872 metric_logger.py:232] completed step: 5"
+    )
     assert (s.task, s.ray_actor, s.level, s.text) == (3, "MaxTextTrainerActor", "I", "completed step: 5")
     assert strip("P0  3: hello").task == 3
     assert strip("\x1b[1mStatus: SUCCESS (exit 0)\x1b[0m").text == "Status: SUCCESS (exit 0)"
@@ -80,11 +112,24 @@ def test_prefix_mix() -> None:
 
 
 def test_step_field_variants() -> None:
-    f = parse_step_fields(" seconds: 5.668, TFLOP/s/device: 134.909, MFU: 16.08%, Tokens/s/device: 8671.794, total_weights: 196608, loss: 10.879")
-    assert f["seconds"] == 5.668 and f["Tokens/s/device"] == 8671.794 and f["MFU"] == 16.08 and f["loss"] == 10.879
-    assert parse_step_fields(", seconds: 2.0, TFLOP/s: 100.0, loss 10.4") == {"seconds": 2.0, "TFLOP/s": 100.0, "loss": 10.4}
+    f = parse_step_fields(
+        " seconds: 5.668, TFLOP/s/device: 134.909, MFU: 16.08%, Tokens/s/device: 8671.794, total_weights: 196608, loss: 10.879"
+    )
+    assert (
+        f["seconds"] == 5.668
+        and f["Tokens/s/device"] == 8671.794
+        and f["MFU"] == 16.08
+        and f["loss"] == 10.879
+    )
+    assert parse_step_fields(", seconds: 2.0, TFLOP/s: 100.0, loss 10.4") == {
+        "seconds": 2.0,
+        "TFLOP/s": 100.0,
+        "loss": 10.4,
+    }
     st_ = LogState("t", ref_time=1.7e9)
-    st_.feed("[Rampup Batch Size Phase], completed step: 3, seconds: 1.5, Tokens/s/device: 10.0, loss: 9.0", 1)
+    st_.feed(
+        "[Rampup Batch Size Phase], completed step: 3, seconds: 1.5, Tokens/s/device: 10.0, loss: 9.0", 1
+    )
     st_.feed("completed profiler activation step: 4", 2)
     assert st_.steps[3].seconds == 1.5 and 4 in st_.steps and st_.steps[4].seconds is None
 

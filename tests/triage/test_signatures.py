@@ -21,7 +21,10 @@ def classes(text: str, started: bool = True) -> list[str]:
         ("/var/spool/slurmd/job123456/slurm_script: line 42: 424242 Killed  python3 -u x.py", ["oom-host"]),
         ("srun: error: node006: task 5: Out Of Memory", ["oom-host"]),
         ("Allocator (GPU_0_bfc) ran out of memory trying to allocate 4.50GiB", ["oom-gpu"]),
-        ("node001:81234:81502 [3] misc/socket.cc:478 NCCL WARN socketStartConnect: exceeded timeouts (5)", ["nccl-timeout"]),
+        (
+            "node001:81234:81502 [3] misc/socket.cc:478 NCCL WARN socketStartConnect: exceeded timeouts (5)",
+            ["nccl-timeout"],
+        ),
         ("NCCL WARN MSCCL++: Feature not enabled. ENABLE_MSCCLPP must be defined at compile-time", []),
         ("Failed call to cuInit: UNKNOWN ERROR (303)", []),
         ("INTERNAL: Failed to compile the module", ["xla-compile-fail"]),
@@ -30,14 +33,20 @@ def classes(text: str, started: bool = True) -> list[str]:
         ("[Node 0 @ node001] Training subprocess exited with code 1", ["subprocess-fail"]),
         ("[Node 0 @ node001] Training subprocess exited with code 0", []),
         ("[Node 3] Actor failed: RuntimeError", ["actor-fail"]),
-        ("Training stopped: Checkpointing failed. [Errno 2] No such file or directory: '/x/manifest.ocdbt.__lock'", ["checkpoint-fs-error"]),
+        (
+            "Training stopped: Checkpointing failed. [Errno 2] No such file or directory: '/x/manifest.ocdbt.__lock'",
+            ["checkpoint-fs-error"],
+        ),
         ("NODE_EXIT host=node006 exit=137", ["node-fail"]),
         ("== Training FAILED (exit=1, 3620s) ==", ["stage-fail"]),
         ("== Preflight TIMEOUT (900s/900s) ==", ["preflight-timeout"]),
         ("== Docker pull TIMEOUT (900s/900s) ==", ["pull-timeout"]),
         ("[Ray] HEAD timeout", ["ray-start-fail"]),
         ("!!! Unknown model: llama9", ["model-not-found"]),
-        ("The tasks have crashed. Check the task logs for an earlier error to debug further.", ["heartbeat-timeout"]),
+        (
+            "The tasks have crashed. Check the task logs for an earlier error to debug further.",
+            ["heartbeat-timeout"],
+        ),
         ("Token indices sequence length is longer than the specified maximum sequence length", []),
         ("OCI runtime exec failed: exec failed: unable to start container process", []),
     ],
@@ -58,5 +67,12 @@ def test_every_row_names_its_source_and_has_needles() -> None:
         assert sig.source.startswith(("job-log-triage.md", "notes/"))
         assert sig.needles
     assert len(set(ALL_CLASSES)) == len(ALL_CLASSES)
-    for required in ("hang", "soft-success", "unknown-death", "tgs-degradation", "cancelled", "prolog-kill-no-log"):
+    for required in (
+        "hang",
+        "soft-success",
+        "unknown-death",
+        "tgs-degradation",
+        "cancelled",
+        "prolog-kill-no-log",
+    ):
         assert required in ALL_CLASSES

@@ -53,13 +53,13 @@ class JobLogs:
     def authoritative(self) -> LogState | None:
         """The state whose steps count: the head's worker log with the most progress, else the main log."""
         best = self.main
-        best_key = (max(best.steps) if best and best.steps else -1, 0)
+        best_key = (best.steps.max_step if best and best.steps else -1, 0)
         hosts = [self.head_host] if self.head_host in self.workers else list(self.workers)
         for host in hosts:
             for st in self.workers.get(host or "", []):
                 if not st.steps:
                     continue
-                key = (max(st.steps), 1)
+                key = (st.steps.max_step, 1)
                 if key >= best_key:
                     best, best_key = st, key
         return best

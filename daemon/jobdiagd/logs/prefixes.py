@@ -66,35 +66,48 @@ def strip(raw: str) -> Stripped:
     stamp: Stamp | None = None
     level: str | None = None
     actor: str | None = None
+    # Cheap first-character dispatch: most lines carry one or two prefixes and the regexes
+    # are only tried where their first character can start them.
     for _ in range(6):
-        m = _SRUN.match(text)
-        if m and task is None:
-            task = int(m.group(1))
-            text = text[m.end() :]
-            continue
-        m = _RAY.match(text)
-        if m and actor is None:
-            actor = m.group("actor")
-            text = text[m.end() :]
-            continue
-        m = _ABSL.match(text)
-        if m and stamp is None:
-            us = m.group("us") or "0"
-            secs = (
-                int(m.group("h")) * 3600
-                + int(m.group("m")) * 60
-                + int(m.group("s"))
-                + int(us) / 10 ** len(us)
-            )
-            stamp = Stamp(int(m.group("mon")), int(m.group("day")), secs)
-            level = m.group("lvl")
-            text = text[m.end() :]
-            continue
-        m = _NCCL_TS.match(text) or _RAY_CPP.match(text) or _ISO_TS.match(text)
-        if m and stamp is None:
-            stamp = parse_full_stamp(m.group("ts"))
-            text = text[m.end() :]
-            continue
+        if not text:
+            break
+        c = text[0]
+        m: re.Match[str] | None = None
+        if task is None and (c == " " or c.isdigit() or c == "P"):
+            m = _SRUN.match(text)
+            if m:
+                task = int(m.group(1))
+                text = text[m.end() :]
+                continue
+        if c == "(" and actor is None:
+            m = _RAY.match(text)
+            if m:
+                actor = m.group("actor")
+                text = text[m.end() :]
+                continue
+        if stamp is None:
+            if c in "IWEF" and text[1:2].isdigit():
+                m = _ABSL.match(text)
+                if m:
+                    us = m.group("us") or "0"
+                    secs = (
+                        int(m.group("h")) * 3600
+                        + int(m.group("m")) * 60
+                        + int(m.group("s"))
+                        + int(us) / 10 ** len(us)
+                    )
+                    stamp = Stamp(int(m.group("mon")), int(m.group("day")), secs)
+                    level = m.group("lvl")
+                    text = text[m.end() :]
+                    continue
+            elif c == "[":
+                m = _NCCL_TS.match(text) or _RAY_CPP.match(text)
+            elif c.isdigit():
+                m = _ISO_TS.match(text)
+            if m:
+                stamp = parse_full_stamp(m.group("ts"))
+                text = text[m.end() :]
+                continue
         break
     return Stripped(text=text, task=task, stamp=stamp, level=level, ray_actor=actor)
 

@@ -9,6 +9,7 @@ form the daemon uses: it remembers its offset and feeds only new complete lines.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,8 +17,8 @@ from jobdiagd.logs.scan import LineScanner, default_scanner
 from jobdiagd.logs.state import LogState
 
 CHUNK = 8 << 20
-HEAD_FULL = 2 << 20
-TAIL_FULL = 256 << 10
+HEAD_FULL = 512 << 10
+TAIL_FULL = 128 << 10
 MAX_LINE = 64 << 10  # longer lines are cut: a runaway line must not blow memory
 
 _scanner: LineScanner | None = None
@@ -30,10 +31,31 @@ def scanner() -> LineScanner:
     return _scanner
 
 
-def _decode(b: bytes) -> str:
-    if len(b) > MAX_LINE:
-        b = b[:MAX_LINE]
-    return b.decode("utf-8", errors="replace")
+_SRUN_PREFIX = re.compile(rb"(?m)^( *(?:P\d+ +)?)(\d{1,6}): ")
+_NNODES = re.compile(rb"(?m)^NNODES=(\d{1,6})")
+
+
+def task0_prefixes(head: bytes) -> tuple[bytes, ...]:
+    """The `srun -l` prefixes task 0 uses in this log, from its first megabytes.
+
+    Empty when the log has no multi-task srun prefixes (then every step line is read).
+    The width srun pads to follows from the task count, so the NNODES width is added
+    in case the training step's srun is not in the head yet."""
+    tasks: set[bytes] = set()
+    zero: set[bytes] = set()
+    for m in _SRUN_PREFIX.finditer(head):
+        tasks.add(m.group(2))
+        if m.group(2) == b"0":
+            zero.add(m.group(1) + b"0: ")
+        if len(tasks) > 1 and len(zero) >= 2:
+            break
+    if len(tasks) < 2 or not zero:
+        return ()
+    n = _NNODES.search(head)
+    if n is not None:
+        width = len(str(max(int(n.group(1)) - 1, 0)))
+        zero.add(b" " * (width - 1) + b"0: ")
+    return tuple(sorted(zero))
 
 
 def feed_buffer(
@@ -44,6 +66,7 @@ def feed_buffer(
     first_lineno: int,
     full: bool,
     scan: LineScanner | None = None,
+    prefixes: tuple[bytes, ...] = (),
 ) -> int:
     """Feed the complete lines of `buf` (which must end at a line boundary). Returns lines seen."""
     if full:
@@ -54,7 +77,7 @@ def feed_buffer(
             end = buf.find(b"\n", pos)
             if end == -1:
                 end = n
-            state.feed(_decode(buf[pos:end]), lineno, base_offset + pos)
+            state.feed_bytes(buf[pos:end], lineno, base_offset + pos)
             lineno += 1
             pos = end + 1
         return lineno - first_lineno
@@ -62,12 +85,12 @@ def feed_buffer(
     count = buf.count
     lineno = first_lineno
     prev = 0
-    for start in sc.candidates(buf):
+    for start in sc.candidates(buf, prefixes):
         lineno += count(b"\n", prev, start)
         end = buf.find(b"\n", start)
         if end == -1:
             end = len(buf)
-        state.feed(_decode(buf[start:end]), lineno, base_offset + start)
+        state.feed_bytes(buf[start:end], lineno, base_offset + start)
         prev = start
     total = count(b"\n")
     if buf and not buf.endswith(b"\n"):
@@ -85,10 +108,13 @@ def read_file(
         offset = 0
         lineno = 1
         carry = b""
+        prefixes: tuple[bytes, ...] | None = None
         while True:
             data = fh.read(CHUNK)
             if not data:
                 break
+            if prefixes is None:
+                prefixes = task0_prefixes(data[: 2 << 20])
             buf = carry + data if carry else data
             cut = buf.rfind(b"\n") + 1
             if cut == 0:
@@ -98,10 +124,10 @@ def read_file(
                     carry = buf
                     continue
             body, carry = buf[:cut], buf[cut:]
-            lineno, offset = _feed_region(state, body, offset, lineno, tail_start, full, scan)
+            lineno, offset = _feed_region(state, body, offset, lineno, tail_start, full, scan, prefixes or ())
         if carry:
             state.ends_with_newline = False
-            lineno, offset = _feed_region(state, carry, offset, lineno, tail_start, True, scan)
+            lineno, offset = _feed_region(state, carry, offset, lineno, tail_start, True, scan, ())
         else:
             state.ends_with_newline = True
         state.lines = lineno - 1
@@ -117,6 +143,7 @@ def _feed_region(
     tail_start: int,
     full: bool,
     scan: LineScanner | None,
+    prefixes: tuple[bytes, ...] = (),
 ) -> tuple[int, int]:
     """Split a chunk into full-parse head/tail parts and a pre-filtered middle."""
     end = offset + len(body)
@@ -142,7 +169,13 @@ def _feed_region(
         if b <= a:
             continue
         lineno += feed_buffer(
-            state, body[a:b], base_offset=offset + a, first_lineno=lineno, full=is_full, scan=scan
+            state,
+            body[a:b],
+            base_offset=offset + a,
+            first_lineno=lineno,
+            full=is_full,
+            scan=scan,
+            prefixes=prefixes,
         )
     return lineno, end
 

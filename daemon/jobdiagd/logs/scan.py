@@ -5,6 +5,12 @@ on multi-GB logs that are mostly NCCL INFO noise this is what keeps triage near
 grep speed. Hyperscan (SIMD multi-literal matching) is used when importable, and a
 pure-Python fallback gives the same answer (one `bytes.find` pass per literal).
 Both return the sorted start offsets of matching lines; tests check they agree.
+
+Step lines are most of a big RAY=0 log (one copy per node per step) and only one copy
+per step is needed. When the caller knows the log's `srun -l` task-0 prefixes (e.g.
+b" 0: " for 10-99 tasks), step lines are taken only from lines that start with one of
+them — a `bytes.find` walk over task 0's lines — and the other tasks' copies are never
+touched. Without prefixes every line with "completed step" is a candidate.
 """
 
 from __future__ import annotations
@@ -18,8 +24,6 @@ from jobdiagd.triage.signatures import SIGNATURE_NEEDLES
 # Literals of the events the parser extracts (see logs/events.py). Keep them specific:
 # every extra short literal costs matching time on every byte of a multi-GB log.
 EVENT_NEEDLES: tuple[str, ...] = (
-    "completed step",
-    "completed profiler",
     "Config param ",
     "restoring from this run",
     "not restoring checkpoint",
@@ -72,14 +76,25 @@ EVENT_NEEDLES: tuple[str, ...] = (
 )
 
 TRIGGERS: tuple[str, ...] = tuple(sorted(set(EVENT_NEEDLES) | set(SIGNATURE_NEEDLES)))
+STEP_NEEDLES: tuple[str, ...] = ("completed step", "completed profiler")
 
 
 class LineScanner(Protocol):
     name: str
 
-    def candidates(self, buf: bytes) -> list[int]:
-        """Sorted, unique start offsets of the lines in `buf` that contain a trigger."""
+    def candidates(self, buf: bytes, task0_prefixes: tuple[bytes, ...] = ()) -> list[int]:
+        """Sorted, unique start offsets of the lines in `buf` that contain a trigger.
+
+        `buf` must start at a line start. With `task0_prefixes`, step lines count only when
+        the line starts with one of those prefixes."""
         ...
+
+
+def task0_step_patterns(prefixes: tuple[bytes, ...]) -> list[bytes]:
+    """Regexes for task 0's step lines; they match from the newline before the line, so
+    scanners run them over the buffer with one newline prepended. A bounded repeat keeps
+    hyperscan at literal speed (an unbounded `[^\\n]*` costs ~2x)."""
+    return [b"\n" + re.escape(p) + rb"[^\n]{0,400}completed (?:step|profiler)" for p in prefixes]
 
 
 class PythonScanner:
@@ -89,12 +104,17 @@ class PythonScanner:
 
     def __init__(self, triggers: Iterable[str] = TRIGGERS) -> None:
         self._needles = [t.encode() for t in triggers]
+        self._steps = [t.encode() for t in STEP_NEEDLES]
 
-    def candidates(self, buf: bytes) -> list[int]:
+    def candidates(self, buf: bytes, task0_prefixes: tuple[bytes, ...] = ()) -> list[int]:
         starts: set[int] = set()
+        if task0_prefixes:
+            nbuf = b"\n" + buf
+            for pat in task0_step_patterns(task0_prefixes):
+                starts.update(m.start() for m in re.finditer(pat, nbuf))
         find = buf.find
         rfind = buf.rfind
-        for needle in self._needles:
+        for needle in self._needles if task0_prefixes else self._needles + self._steps:
             i = find(needle)
             while i != -1:
                 start = rfind(b"\n", 0, i) + 1
@@ -114,16 +134,30 @@ class HyperscanScanner:
     def __init__(self, triggers: Iterable[str] = TRIGGERS) -> None:
         import hyperscan
 
-        pats = [re.escape(t).encode() for t in triggers]
         self._hs = hyperscan
-        self._db: Any = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-        self._db.compile(expressions=pats, ids=list(range(len(pats))), elements=len(pats))
-        self._scratch: Any = hyperscan.Scratch(self._db)
+        self._literals = [re.escape(t).encode() for t in triggers]
+        self._dbs: dict[tuple[bytes, ...], tuple[Any, Any]] = {}
+        self._db(())  # fail early (ImportError / unsupported CPU) so default_scanner can fall back
 
-    def candidates(self, buf: bytes) -> list[int]:
+    def _db(self, prefixes: tuple[bytes, ...]) -> tuple[Any, Any]:
+        got = self._dbs.get(prefixes)
+        if got is None:
+            if prefixes:
+                pats = self._literals + task0_step_patterns(prefixes)
+            else:
+                pats = self._literals + [re.escape(t).encode() for t in STEP_NEEDLES]
+            db = self._hs.Database(mode=self._hs.HS_MODE_BLOCK)
+            db.compile(expressions=pats, ids=list(range(len(pats))), elements=len(pats))
+            got = self._dbs[prefixes] = (db, self._hs.Scratch(db))
+        return got
+
+    def candidates(self, buf: bytes, task0_prefixes: tuple[bytes, ...] = ()) -> list[int]:
+        # Scan with one newline prepended (the step patterns anchor on it): an offset `i` in
+        # `nbuf` is `i - 1` in `buf`, so the newline found before a hit is the line start in `buf`.
+        nbuf = b"\n" + buf
         starts: list[int] = []
-        rfind = buf.rfind
-        find = buf.find
+        rfind = nbuf.rfind
+        find = nbuf.find
         # Hits arrive in order of their end offset; once a line is taken, skip to its end.
         line_end = -1
 
@@ -131,14 +165,13 @@ class HyperscanScanner:
             nonlocal line_end
             if to <= line_end:
                 return None
-            start = rfind(b"\n", 0, to) + 1
-            if not starts or starts[-1] != start:
-                starts.append(start)
+            starts.append(rfind(b"\n", 0, to))
             end = find(b"\n", to)
-            line_end = len(buf) if end == -1 else end
+            line_end = len(nbuf) if end == -1 else end
             return None
 
-        self._db.scan(buf, match_event_handler=on_match, scratch=self._scratch)
+        db, scratch = self._db(task0_prefixes)
+        db.scan(nbuf, match_event_handler=on_match, scratch=scratch)
         return starts
 
 

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 
 from jobdiagd.logs.prefixes import Stamp, strip
+from jobdiagd.logs.steps import StepSeries
 from jobdiagd.model.records import ClassHits, Evidence, NodeExit, StageEvent, StepRecord, Summary
 from jobdiagd.triage.signatures import match_line
 
@@ -48,6 +49,23 @@ _PROM_TRYING = re.compile(r"\[Prometheus\] Port (\d+) occupied, trying (\d+)")
 _RAY_HEAD = re.compile(r"\[Ray\] Starting HEAD on ([\w.-]+):(\d+)")
 _NCCL_HOST = re.compile(r"^([\w.-]+):\d+:\d+ \[\d+\]")
 _SRUN_FAIL_HOST = re.compile(r"^([\w.-]+): ")
+
+# A step line as MaxText prints it under `srun -l` / Ray / absl: the fast path of feed_bytes.
+_FAST_STEP = re.compile(
+    rb"^\s*(?:P\d+\s+)?(?:(\d{1,6}): )?(\([\w.:-]+ pid=\d+[^)]*\) )?"
+    rb"(?:([IWEF])(\d\d)(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,6}))?\s+\d+ [^\]\s]+\] )?"
+    rb"(?:\[Rampup Batch Size Phase\], )?completed step: \d+,([^\n\r\x1b]*)$"
+)
+_SECONDS = re.compile(rb"seconds: (\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)")
+_TASK_BYTES = re.compile(rb"^\s*(?:P\d+\s+)?(\d{1,6}): ")
+# Lines that are harmless whatever else they contain (runbook's known-harmless table).
+_HARMLESS_ONLY = (
+    b"MSCCL++: Feature not enabled",
+    b"Failed call to cuInit",
+    b"Cannot read CPU core",
+    b"Token indices sequence length is longer",
+)
+MAX_LINE_BYTES = 64 << 10
 
 HEADER_KEYS = frozenset(
     {
@@ -88,18 +106,13 @@ def parse_step_fields(rest: str) -> dict[str, float]:
     """`seconds: 5.668, TFLOP/s/device: 134.9, MFU: 16.08%, ..., loss 10.4` -> {key: value}."""
     out: dict[str, float] = {}
     for chunk in rest.split(","):
-        chunk = chunk.strip()
-        if not chunk:
-            continue
-        if ":" in chunk:
-            key, _, val = chunk.rpartition(":")
-        elif " " in chunk:
-            key, _, val = chunk.rpartition(" ")
-        else:
-            continue
-        val = val.strip().rstrip("%")
+        key, sep, val = chunk.rpartition(":")
+        if not sep:
+            key, sep, val = chunk.strip().rpartition(" ")
+            if not sep:
+                continue
         try:
-            out[key.strip()] = float(val)
+            out[key.strip()] = float(val.strip().rstrip("%"))
         except ValueError:
             continue
     return out
@@ -172,7 +185,7 @@ class LogState:
         self.header: dict[str, str] = {}
         self.env: dict[str, str] = {}
         self.config: dict[str, str] = {}
-        self.steps: dict[int, StepRecord] = {}
+        self.steps = StepSeries()
         self.task_last_step: dict[int, int] = {}
         self.step_lines = 0
         self.profiler_steps: set[int] = set()
@@ -205,6 +218,67 @@ class LogState:
         self.last_exception: Evidence | None = None
 
     # ------------------------------------------------------------------ feeding
+    def feed_bytes(self, raw: bytes, lineno: int, offset: int = 0) -> None:
+        """`feed` for undecoded lines, with cheap exits for the two kinds that dominate big logs:
+        other tasks' copies of an already-recorded step, and known-harmless NCCL/XLA chatter."""
+        i = raw.find(b"completed step: ")
+        if i != -1:
+            j = i + 16
+            k = raw.find(b",", j)
+            num = raw[j:k] if k != -1 else raw[j:].strip()
+            if num.isdigit() and not self.steps.seen(int(num)) and len(raw) < 4096:
+                m2 = _FAST_STEP.match(raw)
+                if m2 is not None:
+                    self._fast_step(m2, int(num), lineno)
+                    return
+            elif num.isdigit():
+                m = _TASK_BYTES.match(raw)
+                if m is None or m.group(1) != b"0":
+                    self.step_lines += 1
+                    if m is not None:
+                        t, step = int(m.group(1)), int(num)
+                        if step > self.task_last_step.get(t, -1):
+                            self.task_last_step[t] = step
+                    return
+        elif any(n in raw for n in _HARMLESS_ONLY):
+            return
+        if len(raw) > MAX_LINE_BYTES:
+            raw = raw[:MAX_LINE_BYTES]
+        self.feed(raw.decode("utf-8", errors="replace"), lineno, offset)
+
+    def _fast_step(self, m: re.Match[bytes], step: int, lineno: int) -> None:
+        """A new step line in the common shapes, without the general prefix/event machinery."""
+        task = int(m.group(1)) if m.group(1) is not None else None
+        when: float | None = None
+        if m.group(3) is not None:
+            us = m.group(9) or b"0"
+            secs = int(m.group(6)) * 3600 + int(m.group(7)) * 60 + int(m.group(8)) + int(us) / 10 ** len(us)
+            when = self.clock.epoch(Stamp(int(m.group(4)), int(m.group(5)), secs))
+            if when is not None:
+                if self.first_stamp is None:
+                    self.first_stamp = when
+                if self.last_stamp is None or when > self.last_stamp:
+                    self.last_stamp = when
+        rest = m.group(10)
+        sm = _SECONDS.search(rest)
+        self.step_lines += 1
+        if task is not None and step > self.task_last_step.get(task, -1):
+            self.task_last_step[task] = step
+        self.steps.add(
+            StepRecord(
+                step,
+                float(sm.group(1)) if sm else None,
+                None,
+                None,
+                None,
+                when,
+                lineno,
+                task,
+                self.source,
+                rest,
+            )
+        )
+
     def feed(self, raw: str, lineno: int, offset: int = 0) -> None:
         """Fold one line (without its newline) into the state."""
         s = strip(raw)
@@ -240,22 +314,28 @@ class LogState:
             if prev is None or step > prev:
                 self.task_last_step[task] = step
         existing = self.steps.get(step)
+        if existing is None and self.steps.seen(step):
+            return  # a late duplicate of a step whose record was down-sampled away
         if existing is not None and not (task == 0 and existing.task not in (0, None)):
             if existing.time is None and when is not None:
                 existing.time = when
             return
         f = parse_step_fields(rest)
-        self.steps[step] = StepRecord(
+        rec = StepRecord(
             step=step,
             seconds=f.get("seconds"),
             tgs=f.get("Tokens/s/device"),
             tflops=f.get("TFLOP/s/device", f.get("TFLOP/s")),
             loss=f.get("loss"),
-            time=when,
+            time=when if when is not None else (existing.time if existing else None),
             line=lineno,
             task=task,
             source=self.source,
         )
+        if existing is None:
+            self.steps.add(rec)
+        else:
+            self.steps.replace(rec)
 
     def _add_hit(
         self, cls: str, text: str, task: int | None, when: float | None, lineno: int, offset: int
@@ -422,9 +502,8 @@ class LogState:
         value = value.strip()
         if key in HEADER_KEYS and (key == "PASSTHROUGH_ARGS" or key not in self.header):
             self.header.setdefault(key, value.strip("\"'") if key != "PASSTHROUGH_ARGS" else value)
-        if not header or key not in HEADER_KEYS:
-            if key not in self.env and len(self.env) < MAX_ENV_KEYS:
-                self.env[key] = value
+        if (not header or key not in HEADER_KEYS) and key not in self.env and len(self.env) < MAX_ENV_KEYS:
+            self.env[key] = value
 
     def _on_summary_line(self, text: str) -> bool:
         summ = self.summary
@@ -467,7 +546,8 @@ class LogState:
         return parse_passthrough(raw) if raw else {}
 
     def sorted_steps(self) -> list[StepRecord]:
-        return [self.steps[k] for k in sorted(self.steps)]
+        """The kept step records in step order (every step for logs under ~3000 steps)."""
+        return self.steps.values()
 
 
 def _host_of(text: str) -> str | None:

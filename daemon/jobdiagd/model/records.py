@@ -18,6 +18,9 @@ class StepRecord:
     line: int
     task: int | None
     source: str
+    # Unparsed field text (`seconds: …, TFLOP/s/device: …`) of a step read on the fast path;
+    # `logs.steps.StepSeries` fills tgs/tflops/loss from it when the record is first read.
+    pending: bytes | None = None
 
 
 @dataclass(slots=True)

@@ -215,7 +215,9 @@ def classify(
     # A failed pre-training stage (Preflight, Docker pull, ECC check) means the job never trained:
     # it outranks the NODE_EXIT that carried it.
     infra += [e for e in hits.get("stage-fail", []) if "== Training " not in e.text][:1]
-    advisory = [hits[c][0] for c in classes if BY_CLASS.get(c) is not None and BY_CLASS[c].tier is Tier.ADVISORY]
+    advisory = [
+        hits[c][0] for c in classes if BY_CLASS.get(c) is not None and BY_CLASS[c].tier is Tier.ADVISORY
+    ]
 
     # ---- status ---------------------------------------------------------------------------
     state_up = (slurm_state or "").upper().split()[0] if slurm_state else ""

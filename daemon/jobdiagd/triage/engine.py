@@ -203,6 +203,7 @@ def analyze(
         wall_s=summary.wall_s if summary else None,
         at_time=at_time,
         completed=completed,
+        summed_seconds=auth.steps.sum_seconds if auth is not None else None,
     )
     tgs = analyze_tgs(steps, ckpt)
     cls = classify(

@@ -145,7 +145,9 @@ def compute_progress(
     wall_s: float | None,
     at_time: float | None,
     completed: bool = False,
+    summed_seconds: float | None = None,
 ) -> Progress:
+    """`summed_seconds` is the exact sum over every step when `steps` is a bounded sample."""
     ckpt = checkpoint_config(passthrough, config, saves)
     total: int | None = None
     raw_total = passthrough.get("steps") or config.get("steps")
@@ -196,6 +198,8 @@ def compute_progress(
     if total is not None and last is not None and step_time:
         eta = max(0, total - 1 - last) * step_time
     train = sum(s.seconds for s in steps if s.seconds is not None) if steps else None
+    if summed_seconds is not None and steps:
+        train = summed_seconds
     unaccounted = wall_s - train if wall_s is not None and train is not None else None
     return Progress(
         start=start,
