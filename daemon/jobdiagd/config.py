@@ -1,0 +1,477 @@
+"""Daemon configuration: TOML -> validated frozen dataclasses; every error names the file and the key."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import grp
+import ipaddress
+import re
+import tomllib
+import types
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+DEFAULT_CONFIG_PATH = Path("/etc/jobdiagd/config.toml")
+
+# sun_path is 108 bytes on Linux, including the terminating NUL.
+_MAX_SOCKET_PATH = 107
+_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+_CREDENTIAL_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+_HOST_RE = re.compile(r"^[A-Za-z0-9_]([A-Za-z0-9_.@-]{0,252})?(:[0-9]{1,5})?$")
+_SSH_OPTION_RE = re.compile(r"^[A-Za-z]+=[^\s]+$")
+_SLACK_ID_RE = re.compile(r"^[A-Z0-9]{2,32}$")
+
+
+class ConfigError(ValueError):
+    """Invalid configuration; `errors` holds one line per problem, each naming the file and key."""
+
+    def __init__(self, errors: list[str]) -> None:
+        self.errors = errors
+        super().__init__("\n".join(errors))
+
+
+Validator = Callable[[Any], str | None]
+
+
+def _v(*validators: Validator, under_state_dir: bool = False) -> dict[str, Any]:
+    # under_state_dir: a relative path is kept relative here and later joined to [daemon] state_dir.
+    return {"validators": validators, "under_state_dir": under_state_dir}
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def _positive(value: Any) -> str | None:
+    return None if value > 0 else f"must be > 0, got {_fmt(value)}"
+
+
+def _non_negative(value: Any) -> str | None:
+    return None if value >= 0 else f"must be >= 0, got {_fmt(value)}"
+
+
+def _at_least(low: float) -> Validator:
+    def check(value: Any) -> str | None:
+        return None if value >= low else f"must be >= {_fmt(low)}, got {_fmt(value)}"
+
+    return check
+
+
+def _percent(value: Any) -> str | None:
+    return None if 0 < value < 100 else f"must be between 0 and 100 (exclusive), got {_fmt(value)}"
+
+
+def _port(value: Any) -> str | None:
+    return None if 0 <= value <= 65535 else f"must be a TCP port 0..65535, got {_fmt(value)}"
+
+
+def _names(value: Any) -> str | None:
+    bad = [v for v in value if not _NAME_RE.match(v)]
+    return f"not valid names: {bad!r}" if bad else None
+
+
+def _group_exists(value: Any) -> str | None:
+    if not value:
+        return None
+    try:
+        grp.getgrnam(value)
+    except KeyError:
+        return f"no such group {value!r}"
+    return None
+
+
+def _loopback(value: Any) -> str | None:
+    if value == "localhost":
+        return None
+    try:
+        if ipaddress.ip_address(value).is_loopback:
+            return None
+    except ValueError:
+        pass
+    return f"must be a loopback address (127.0.0.1, ::1 or localhost), got {value!r}"
+
+
+def _socket_path(value: Any) -> str | None:
+    n = len(str(value).encode())
+    return None if n <= _MAX_SOCKET_PATH else f"too long for a Unix socket ({n} > {_MAX_SOCKET_PATH} bytes)"
+
+
+def _credential(value: Any) -> str | None:
+    return None if not value or _CREDENTIAL_RE.match(value) else f"not a valid credential name: {value!r}"
+
+
+def _host(value: Any) -> str | None:
+    return None if not value or _HOST_RE.match(value) else f"not a valid [user@]host[:port]: {value!r}"
+
+
+def _ssh_options(value: Any) -> str | None:
+    bad = [v for v in value if not _SSH_OPTION_RE.match(v)]
+    return f"each must look like Key=value without spaces: {bad!r}" if bad else None
+
+
+def _slack_ids(value: Any) -> str | None:
+    bad = [v for v in value if not _SLACK_ID_RE.match(v)]
+    return f"not Slack ids (upper-case letters and digits): {bad!r}" if bad else None
+
+
+# ---------------------------------------------------------------- sections
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    state_dir: Path = field(default=Path("/var/lib/jobdiagd"))
+    tick_seconds: float = field(default=15.0, metadata=_v(_positive))
+    squeue_interval_seconds: float = field(default=30.0, metadata=_v(_positive))
+    socket_path: Path = field(default=Path("/run/jobdiagd/jobdiagd.sock"), metadata=_v(_socket_path))
+    # Empty: the socket is 0600 (owner only); a group name: chgrp + 0660.
+    socket_group: str = field(default="", metadata=_v(_group_exists))
+    metrics_host: str = field(default="127.0.0.1", metadata=_v(_loopback))
+    metrics_port: int = field(default=0, metadata=_v(_port))  # 0 = metrics endpoint off
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+@dataclass(frozen=True)
+class SlurmConfig:
+    backend: Literal["cli", "pyslurm", "auto"] = "auto"
+    users: tuple[str, ...] = field(default=(), metadata=_v(_names))  # empty: every user
+    partitions: tuple[str, ...] = field(default=(), metadata=_v(_names))  # empty: every partition
+    outputs_roots: tuple[Path, ...] = ()
+    # squeue/scontrol are killed after this long (a dead slurmctld makes them block for minutes).
+    command_timeout_seconds: float = field(default=20.0, metadata=_v(_positive))
+    # Exported as SLURM_CONF for the commands; unset: Slurm's own default lookup.
+    slurm_conf: Path | None = None
+
+
+@dataclass(frozen=True)
+class HangConfig:
+    enabled: bool = True
+    min_stall_seconds: float = field(default=120.0, metadata=_v(_positive))
+    # A job is stalled when no step completed for stall_factor x its typical step time.
+    stall_factor: float = field(default=3.0, metadata=_v(_at_least(1.0)))
+    # Before the first step (compilation, restore, barrier) allow this long.
+    startup_grace_seconds: float = field(default=1800.0, metadata=_v(_non_negative))
+    # Extra allowance for the step that overlaps a periodic checkpoint write.
+    checkpoint_budget_seconds: float = field(default=600.0, metadata=_v(_non_negative))
+
+
+@dataclass(frozen=True)
+class TgsConfig:
+    enabled: bool = True
+    drop_pct: float = field(default=10.0, metadata=_v(_percent))
+    # Steady-state baseline: steps baseline_first_step..baseline_last_step (runbook: steps 5-15).
+    baseline_first_step: int = field(default=5, metadata=_v(_non_negative))
+    baseline_last_step: int = field(default=15, metadata=_v(_non_negative))
+    recent_steps: int = field(default=10, metadata=_v(_positive))
+
+
+@dataclass(frozen=True)
+class ToggleConfig:
+    enabled: bool = True
+
+
+@dataclass(frozen=True)
+class DetectorsConfig:
+    hang: HangConfig = field(default_factory=HangConfig)
+    tgs: TgsConfig = field(default_factory=TgsConfig)
+    failure_signature: ToggleConfig = field(default_factory=ToggleConfig)
+    job_end: ToggleConfig = field(default_factory=ToggleConfig)
+
+    def enabled(self) -> dict[str, bool]:
+        """Detector name (as in [detectors.<name>]) -> enabled."""
+        return {f.name: bool(getattr(self, f.name).enabled) for f in dataclasses.fields(self)}
+
+
+@dataclass(frozen=True)
+class IncidentsConfig:
+    reminder_interval_seconds: float = field(default=3600.0, metadata=_v(_positive))
+    max_reminders: int = field(default=0, metadata=_v(_non_negative))  # 0 = unlimited
+    notify_resolve: bool = True
+    default_mute_seconds: float = field(default=3600.0, metadata=_v(_positive))
+
+
+@dataclass(frozen=True)
+class DeliveryConfig:
+    retry_initial_seconds: float = field(default=5.0, metadata=_v(_positive))
+    retry_max_seconds: float = field(default=300.0, metadata=_v(_positive))
+    give_up_after_seconds: float = field(default=86400.0, metadata=_v(_positive))
+    send_timeout_seconds: float = field(default=10.0, metadata=_v(_positive))
+
+
+@dataclass(frozen=True)
+class ConsoleNotifierConfig:
+    enabled: bool = True
+    color: Literal["auto", "always", "never"] = "auto"
+    stream: Literal["stdout", "stderr"] = "stderr"
+
+
+@dataclass(frozen=True)
+class JsonlNotifierConfig:
+    enabled: bool = False
+    path: Path = field(default=Path("notifications.jsonl"), metadata=_v(under_state_dir=True))
+
+
+@dataclass(frozen=True)
+class TelegramNotifierConfig:
+    enabled: bool = False
+    token_file: Path | None = None
+    # Name passed to systemd LoadCredential=; read from $CREDENTIALS_DIRECTORY/<name>.
+    token_credential: str = field(default="", metadata=_v(_credential))
+    chat_ids: tuple[int, ...] = ()
+    allowed_users: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class SlackNotifierConfig:
+    enabled: bool = False
+    token_file: Path | None = None
+    token_credential: str = field(default="", metadata=_v(_credential))
+    channel_ids: tuple[str, ...] = field(default=(), metadata=_v(_slack_ids))
+    allowed_users: tuple[str, ...] = field(default=(), metadata=_v(_slack_ids))
+
+
+@dataclass(frozen=True)
+class NotifiersConfig:
+    console: ConsoleNotifierConfig = field(default_factory=ConsoleNotifierConfig)
+    jsonl: JsonlNotifierConfig = field(default_factory=JsonlNotifierConfig)
+    telegram: TelegramNotifierConfig = field(default_factory=TelegramNotifierConfig)
+    slack: SlackNotifierConfig = field(default_factory=SlackNotifierConfig)
+
+
+@dataclass(frozen=True)
+class SshConfig:
+    user: str = field(default="root", metadata=_v(lambda v: _names((v,))))
+    port: int = field(default=22, metadata=_v(_port))
+    identity_file: Path | None = None
+    known_hosts_file: Path | None = None
+    proxy_jump: str = field(default="", metadata=_v(_host))
+    connect_timeout_seconds: float = field(default=10.0, metadata=_v(_positive))
+    extra_options: tuple[str, ...] = field(default=(), metadata=_v(_ssh_options))
+
+
+@dataclass(frozen=True)
+class TsdbConfig:
+    prometheus_binary: Path = field(default=Path("/usr/bin/prometheus"))
+    gpu_model: str = field(default="MI300X", metadata=_v(lambda v: _names((v,))))
+    # Only call a hang "confirmed" when GPU power confirms the busy-wait signature.
+    require_power_confirmation: bool = False
+    ssh: SshConfig = field(default_factory=SshConfig)
+
+
+@dataclass(frozen=True)
+class Config:
+    daemon: DaemonConfig = field(default_factory=DaemonConfig)
+    slurm: SlurmConfig = field(default_factory=SlurmConfig)
+    detectors: DetectorsConfig = field(default_factory=DetectorsConfig)
+    incidents: IncidentsConfig = field(default_factory=IncidentsConfig)
+    delivery: DeliveryConfig = field(default_factory=DeliveryConfig)
+    notifiers: NotifiersConfig = field(default_factory=NotifiersConfig)
+    tsdb: TsdbConfig = field(default_factory=TsdbConfig)
+    source: str = field(default="<defaults>", compare=False)
+
+
+# ---------------------------------------------------------------- loading
+
+
+def load(path: str | Path) -> Config:
+    """Read and validate a TOML file; raises ConfigError naming the file and every bad key."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError([f"{p}: cannot read: {exc.strerror or exc}"]) from exc
+    return loads(text, source=str(p), base_dir=p.resolve().parent)
+
+
+def loads(text: str, *, source: str = "<string>", base_dir: Path | None = None) -> Config:
+    """Validate TOML text; relative paths resolve against `base_dir` (the config file's folder)."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError([f"{source}: invalid TOML: {exc}"]) from exc
+    ctx = _Ctx(source=source, base_dir=base_dir or Path.cwd())
+    values = ctx.build(Config, raw, section=(), skip={"source"})
+    if ctx.errors:
+        raise ConfigError(ctx.errors)
+    cfg = typing.cast(Config, values)
+    cfg = dataclasses.replace(cfg, source=source)
+    _cross_check(cfg, ctx)
+    if ctx.errors:
+        raise ConfigError(ctx.errors)
+    return _resolve_state_paths(cfg)
+
+
+# Keys the running daemon cannot apply on SIGHUP: they need a restart.
+RESTART_KEYS: tuple[tuple[str, str], ...] = (
+    ("daemon", "state_dir"),
+    ("daemon", "socket_path"),
+    ("daemon", "socket_group"),
+    ("daemon", "metrics_host"),
+    ("daemon", "metrics_port"),
+    ("slurm", "backend"),
+)
+
+
+def restart_required(old: Config, new: Config) -> list[str]:
+    """'[section] key' for every changed key that a reload cannot apply (for the SIGHUP handler's log)."""
+    return [
+        f"[{section}] {key}"
+        for section, key in RESTART_KEYS
+        if getattr(getattr(old, section), key) != getattr(getattr(new, section), key)
+    ]
+
+
+def default_config() -> Config:
+    return _resolve_state_paths(Config())
+
+
+@dataclass
+class _Ctx:
+    source: str
+    base_dir: Path
+    errors: list[str] = field(default_factory=list)
+
+    def error(self, section: tuple[str, ...], key: str | None, msg: str) -> None:
+        where = f"[{'.'.join(section)}] " if section else ""
+        self.errors.append(f"{self.source}: {where}{key + ': ' if key else ''}{msg}")
+
+    def build(self, cls: type[Any], raw: Mapping[str, Any], section: tuple[str, ...], skip: set[str]) -> Any:
+        hints = typing.get_type_hints(cls)
+        fields = {f.name: f for f in dataclasses.fields(cls) if f.name not in skip}
+        for key in raw:
+            if key not in fields:
+                close = difflib.get_close_matches(key, list(fields), n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                if isinstance(raw[key], dict):
+                    where = ".".join((*section, key))
+                    self.errors.append(f"{self.source}: [{where}]: unknown section{hint}")
+                else:
+                    self.error(section, key, f"unknown key{hint}")
+        kwargs: dict[str, Any] = {}
+        for name, f in fields.items():
+            if name not in raw:
+                continue
+            tp = hints[name]
+            value = raw[name]
+            if dataclasses.is_dataclass(tp):
+                if not isinstance(value, dict):
+                    self.error(section, name, f"must be a table [{'.'.join((*section, name))}]")
+                    continue
+                kwargs[name] = self.build(typing.cast(type[Any], tp), value, (*section, name), set())
+                continue
+            ok, converted, msg = self.convert(
+                tp, value, keep_relative=bool(f.metadata.get("under_state_dir"))
+            )
+            if not ok:
+                self.error(section, name, msg)
+                continue
+            failed = False
+            for check in f.metadata.get("validators", ()):
+                problem = check(converted)
+                if problem:
+                    self.error(section, name, problem)
+                    failed = True
+                    break
+            if not failed:
+                kwargs[name] = converted
+        try:
+            return cls(**kwargs)
+        except TypeError as exc:  # only reachable through a bug in this module
+            self.error(section, None, str(exc))
+            return cls()
+
+    def convert(self, tp: Any, value: Any, keep_relative: bool = False) -> tuple[bool, Any, str]:
+        origin = typing.get_origin(tp)
+        if origin is Literal:
+            allowed = typing.get_args(tp)
+            if value in allowed:
+                return True, value, ""
+            return False, None, f"must be one of {', '.join(repr(a) for a in allowed)}, got {value!r}"
+        if origin in (types.UnionType, typing.Union):
+            args = [a for a in typing.get_args(tp) if a is not type(None)]
+            if value == "":
+                return True, None, ""
+            return self.convert(args[0], value, keep_relative)
+        if origin is tuple:
+            item = typing.get_args(tp)[0]
+            if not isinstance(value, list):
+                return False, None, f"must be a list, got {_tname(value)}"
+            out = []
+            for i, v in enumerate(value):
+                ok, c, msg = self.convert(item, v)
+                if not ok:
+                    return False, None, f"item {i}: {msg}"
+                out.append(c)
+            return True, tuple(out), ""
+        if tp is bool:
+            if isinstance(value, bool):
+                return True, value, ""
+            return False, None, f"must be true or false, got {value!r}"
+        if tp is int:
+            if isinstance(value, int) and not isinstance(value, bool):
+                return True, value, ""
+            return False, None, f"must be an integer, got {value!r}"
+        if tp is float:
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                return True, float(value), ""
+            return False, None, f"must be a number, got {value!r}"
+        if tp is str:
+            if isinstance(value, str):
+                return True, value, ""
+            return False, None, f"must be a string, got {_tname(value)}"
+        if tp is Path:
+            if not isinstance(value, str) or not value:
+                return False, None, f"must be a non-empty path string, got {value!r}"
+            p = Path(value).expanduser()
+            return True, p if p.is_absolute() or keep_relative else self.base_dir / p, ""
+        raise TypeError(f"config type not supported: {tp!r}")
+
+
+def _tname(value: Any) -> str:
+    names: dict[type, str] = {dict: "a table", list: "a list", str: "a string"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _cross_check(cfg: Config, ctx: _Ctx) -> None:
+    tgs = cfg.detectors.tgs
+    if tgs.baseline_last_step <= tgs.baseline_first_step:
+        ctx.error(
+            ("detectors", "tgs"),
+            "baseline_last_step",
+            f"must be > baseline_first_step ({tgs.baseline_first_step}), got {tgs.baseline_last_step}",
+        )
+    d = cfg.delivery
+    if d.retry_max_seconds < d.retry_initial_seconds:
+        ctx.error(
+            ("delivery",),
+            "retry_max_seconds",
+            f"must be >= retry_initial_seconds ({d.retry_initial_seconds})",
+        )
+    n = cfg.notifiers
+    if not (n.console.enabled or n.jsonl.enabled or n.telegram.enabled or n.slack.enabled):
+        ctx.error(("notifiers",), None, "enable at least one notifier (console, jsonl, telegram, slack)")
+    for name, sec in (("telegram", n.telegram), ("slack", n.slack)):
+        if not sec.enabled:
+            continue
+        where = ("notifiers", name)
+        if (sec.token_file is None) == (not sec.token_credential):
+            ctx.error(where, "token_file", "set exactly one of token_file or token_credential")
+        targets = "chat_ids" if name == "telegram" else "channel_ids"
+        if not getattr(sec, targets):
+            ctx.error(where, targets, "must list at least one allowed destination when enabled")
+
+
+def _resolve_state_paths(cfg: Config) -> Config:
+    jsonl = cfg.notifiers.jsonl
+    path = jsonl.path
+    if not path.is_absolute():
+        path = cfg.daemon.state_dir / path
+        cfg = dataclasses.replace(
+            cfg, notifiers=dataclasses.replace(cfg.notifiers, jsonl=dataclasses.replace(jsonl, path=path))
+        )
+    return cfg

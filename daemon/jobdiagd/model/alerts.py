@@ -1,0 +1,122 @@
+"""Plain data passed between detectors, the incident book, the outbox and the notifiers."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, cast, get_args
+
+Severity = Literal["info", "warning", "critical"]
+Event = Literal["open", "remind", "resolve", "report", "notice"]
+
+SEVERITIES: tuple[Severity, ...] = get_args(Severity)
+EVENTS: tuple[Event, ...] = get_args(Event)
+SEVERITY_RANK: Mapping[Severity, int] = {"info": 0, "warning": 1, "critical": 2}
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """What one detector concluded about one job on one tick.
+
+    `resolved=True` says the condition named by `kind` has cleared (e.g. steps resumed);
+    `summary` then describes the recovery ("steps resumed at step 412").
+    `details` must be JSON-serialisable: it is stored and shown to people.
+    """
+
+    detector: str
+    job_id: str
+    kind: str
+    severity: Severity
+    summary: str
+    details: Mapping[str, Any] = field(default_factory=dict)
+    evidence: tuple[str, ...] = ()
+    at_step: int | None = None
+    resolved: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Notification:
+    """One message for people; `id` is the idempotency key used by the outbox and notifiers.
+
+    `title` names the condition ("hang on job 123"); notifiers show `event` themselves
+    (OPEN / STILL / RESOLVED ...), so titles do not repeat it.
+    """
+
+    id: str
+    job_id: str
+    kind: str
+    event: Event
+    title: str
+    body: str  # markdown
+    created_at: float
+    severity: Severity = "info"
+    incident_id: str | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> Notification:
+        raw = json.loads(text)
+        if not isinstance(raw, dict):
+            raise ValueError("notification JSON must be an object")
+        event = raw["event"]
+        severity = raw.get("severity", "info")
+        if event not in EVENTS or severity not in SEVERITIES:
+            raise ValueError(f"bad event/severity in stored notification: {event!r}/{severity!r}")
+        incident_id = raw.get("incident_id")
+        return cls(
+            id=str(raw["id"]),
+            job_id=str(raw["job_id"]),
+            kind=str(raw["kind"]),
+            event=cast(Event, event),
+            title=str(raw["title"]),
+            body=str(raw["body"]),
+            created_at=float(raw["created_at"]),
+            severity=cast(Severity, severity),
+            incident_id=None if incident_id is None else str(incident_id),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Incident:
+    """One condition (job_id, kind) from its first finding to its resolution."""
+
+    id: str  # "<job_id>:<kind>:<seq>"
+    job_id: str
+    kind: str
+    seq: int
+    detector: str
+    severity: Severity
+    summary: str
+    opened_at: float
+    last_seen_at: float
+    first_step: int | None = None
+    last_step: int | None = None
+    # None until people were told: an incident opened while muted is announced when the mute ends.
+    announced_at: float | None = None
+    last_notified_at: float | None = None
+    reminders_sent: int = 0
+    acked_at: float | None = None
+    acked_by: str | None = None
+    resolved_at: float | None = None
+    resolution: str | None = None
+
+    @property
+    def is_open(self) -> bool:
+        return self.resolved_at is None
+
+
+@dataclass(frozen=True, slots=True)
+class Mute:
+    """Silence notifications for one job (kind="*": every kind; job_id="*": every job) until `until`."""
+
+    job_id: str
+    kind: str
+    until: float
+    created_at: float
+    by: str | None = None
+
+    def covers(self, job_id: str, kind: str, now: float) -> bool:
+        return now < self.until and self.job_id in ("*", job_id) and self.kind in ("*", kind)

@@ -1,0 +1,188 @@
+"""Delivers outbox notifications to every notifier: one worker per notifier, retries with backoff."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from jobdiagd import clock
+from jobdiagd.alerts.outbox import Delivery, Outbox
+from jobdiagd.config import DeliveryConfig
+from jobdiagd.notifiers.base import Notifier, NotifierError
+from jobdiagd.service.logging import EdgeTrigger, get_logger
+
+
+class DeliveryObserver(Protocol):
+    """Receives one call per send attempt (DaemonMetrics implements it)."""
+
+    def delivery_result(self, notifier: str, ok: bool, seconds: float) -> None: ...
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    initial: float = 5.0
+    maximum: float = 300.0
+    give_up_after: float = 86400.0
+    send_timeout: float = 10.0
+
+    @classmethod
+    def from_config(cls, cfg: DeliveryConfig) -> RetryPolicy:
+        return cls(
+            cfg.retry_initial_seconds,
+            cfg.retry_max_seconds,
+            cfg.give_up_after_seconds,
+            cfg.send_timeout_seconds,
+        )
+
+    def delay(self, attempts: int) -> float:
+        """Wait after the `attempts`-th failed attempt (1-based): initial, 2x, 4x, ... capped."""
+        return float(min(self.maximum, self.initial * 2 ** max(0, attempts - 1)))
+
+
+@dataclass
+class NotifierState:
+    sent: int = 0
+    failed: int = 0
+    dead: int = 0
+    blocked_until: float = 0.0
+    edge: EdgeTrigger = field(default_factory=lambda: EdgeTrigger("?", kind="notifier"))
+
+
+@dataclass(frozen=True)
+class DrainResult:
+    sent: int
+    failed: int
+    dropped: int = 0
+
+
+class Dispatcher:
+    """Fan-out from the outbox. `kick()` is synchronous and cheap: the tick never waits on a send.
+
+    A failing notifier backs off on its own (its queue waits, in order, until the retry time);
+    the others keep delivering. Deliveries older than `give_up_after` are marked dead.
+    """
+
+    def __init__(
+        self,
+        outbox: Outbox,
+        notifiers: Sequence[Notifier],
+        *,
+        policy: RetryPolicy | None = None,
+        now: Callable[[], float] = clock.wall,
+        observer: DeliveryObserver | None = None,
+    ) -> None:
+        names = [n.name for n in notifiers]
+        if len(set(names)) != len(names):
+            raise ValueError(f"notifier names must be unique: {names}")
+        unknown = set(names) - set(outbox.notifiers)
+        if unknown:
+            raise ValueError(f"notifiers not known to the outbox: {sorted(unknown)}")
+        self.outbox = outbox
+        self.notifiers = {n.name: n for n in notifiers}
+        self.policy = policy or RetryPolicy()
+        self._now = now
+        self.observer = observer
+        self._log = get_logger(component="dispatcher")
+        self.state = {
+            name: NotifierState(edge=EdgeTrigger(name, kind="notifier", logger=self._log))
+            for name in self.notifiers
+        }
+        self._wake = {name: asyncio.Event() for name in self.notifiers}
+
+    def kick(self) -> None:
+        """New notifications are in the outbox: wake every worker that is not backing off."""
+        for event in self._wake.values():
+            event.set()
+
+    async def drain(self, now: float | None = None) -> DrainResult:
+        """One pass over every notifier's due deliveries, notifiers concurrently (used at start and by tests)."""
+        t = self._now() if now is None else now
+        results = await asyncio.gather(*(self._drain_one(name, t) for name in self.notifiers))
+        return DrainResult(
+            sum(r.sent for r in results), sum(r.failed for r in results), sum(r.dropped for r in results)
+        )
+
+    async def run(self) -> None:
+        """Deliver until cancelled; pending deliveries from before a restart go first."""
+        async with asyncio.TaskGroup() as tg:
+            for name in self.notifiers:
+                tg.create_task(self._worker(name), name=f"notifier:{name}")
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            name: {"sent": s.sent, "failed": s.failed, "dead": s.dead, **s.edge.state()}
+            for name, s in self.state.items()
+        }
+
+    async def _worker(self, name: str) -> None:
+        wake = self._wake[name]
+        while True:
+            wake.clear()
+            now = self._now()
+            st = self.state[name]
+            if now >= st.blocked_until:
+                await self._drain_one(name, now)
+            now = self._now()
+            nxt = self.outbox.next_attempt_at(name)
+            until = max(nxt if nxt is not None else float("inf"), st.blocked_until)
+            if st.blocked_until > now:
+                # Backing off: a kick must not cut the wait short, or a dead endpoint gets hammered.
+                await asyncio.sleep(st.blocked_until - now)
+                continue
+            timeout = None if until == float("inf") else max(0.0, until - now)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), timeout)
+
+    async def _drain_one(self, name: str, now: float) -> DrainResult:
+        counts = {"sent": 0, "failed": 0, "dropped": 0}
+        notifier = self.notifiers[name]
+        while batch := self.outbox.due(name, now):
+            for delivery in batch:
+                outcome = await self._attempt(notifier, delivery, now)
+                counts[outcome] += 1
+                if outcome == "failed":
+                    # The destination is failing: stop this pass (the outbox keeps the order).
+                    return DrainResult(**counts)
+        return DrainResult(**counts)
+
+    async def _attempt(
+        self, notifier: Notifier, delivery: Delivery, now: float
+    ) -> Literal["sent", "failed", "dropped"]:
+        name = notifier.name
+        st = self.state[name]
+        nid = delivery.notification.id
+        started = clock.monotonic()
+        try:
+            async with asyncio.timeout(self.policy.send_timeout):
+                await notifier.send(delivery.notification)
+        except Exception as exc:  # a notifier bug must not kill its worker; CancelledError passes
+            error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            attempts = delivery.attempts + 1
+            permanent = isinstance(exc, NotifierError) and exc.permanent
+            retry_at: float | None = now + self.policy.delay(attempts)
+            if permanent or now - delivery.notification.created_at >= self.policy.give_up_after:
+                retry_at = None
+                st.dead += 1
+                self._log.error(
+                    "delivery_abandoned", notifier=name, notification=nid, attempts=attempts, error=error
+                )
+            self.outbox.mark_failed(nid, name, error, retry_at)
+            st.failed += 1
+            self._observe(name, False, started)
+            if permanent:
+                return "dropped"  # this message is the problem, not the destination: go on with the queue
+            st.blocked_until = retry_at if retry_at is not None else now
+            st.edge.failure(error, now)
+            return "failed"
+        self.outbox.mark_sent(nid, name, self._now())
+        st.sent += 1
+        st.edge.success(now)
+        self._observe(name, True, started)
+        return "sent"
+
+    def _observe(self, name: str, ok: bool, started: float) -> None:
+        if self.observer is not None:
+            self.observer.delivery_result(name, ok, clock.monotonic() - started)

@@ -1,0 +1,68 @@
+"""JSON-lines notifier: one object per notification appended and fsynced; repeats of an id are skipped."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from dataclasses import asdict
+from pathlib import Path
+
+from jobdiagd.model.alerts import Notification
+from jobdiagd.notifiers.base import NotifierError
+
+
+class JsonlNotifier:
+    name = "jsonl"
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._seen: set[str] | None = None
+        self._lock = asyncio.Lock()
+
+    def render(self, notification: Notification) -> str:
+        return json.dumps(asdict(notification), sort_keys=True, ensure_ascii=False) + "\n"
+
+    async def send(self, notification: Notification) -> None:
+        line = self.render(notification)
+        async with self._lock:
+            try:
+                await asyncio.to_thread(self._append, notification.id, line)
+            except OSError as exc:
+                raise NotifierError(f"jsonl {self.path}: {exc}") from exc
+
+    def _load_seen(self) -> set[str]:
+        # Read once per process: the outbox may resend what was written just before a crash.
+        seen: set[str] = set()
+        try:
+            with self.path.open(encoding="utf-8") as fh:
+                for line in fh:
+                    try:
+                        seen.add(str(json.loads(line)["id"]))
+                    except (ValueError, KeyError, TypeError):
+                        continue  # a torn last line from a crash mid-write
+        except FileNotFoundError:
+            pass
+        return seen
+
+    def _append(self, nid: str, line: str) -> None:
+        if self._seen is None:
+            self._seen = self._load_seen()
+        if nid in self._seen:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o640)
+        try:
+            data = line.encode()
+            if os.fstat(fd).st_size > 0 and not self._ends_with_newline(fd):
+                data = b"\n" + data  # don't glue a record to a torn one
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self._seen.add(nid)
+
+    @staticmethod
+    def _ends_with_newline(fd: int) -> bool:
+        size = os.fstat(fd).st_size
+        return os.pread(fd, 1, size - 1) == b"\n"

@@ -1,0 +1,170 @@
+"""`jobdiagd status`: ask the running daemon over its socket, judge its health, print it for people.
+
+Snapshot keys the daemon's "status" command provides (all optional except tick_seconds; Health.base()
+gives the first line): version, pid, started_at, tick_seconds, last_tick_at, last_tick_ok, ticks, sources,
+  jobs: [{job_id, state?, name?, last_step?, last_step_at?}], open_incidents: [Incident as dict],
+  mutes: [Mute as dict], notifiers: Dispatcher.snapshot(),
+  deliveries: Outbox.counts().
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from jobdiagd.alerts.incidents import format_duration
+from jobdiagd.config import DEFAULT_CONFIG_PATH, ConfigError, DaemonConfig, load
+from jobdiagd.service.health import assess
+from jobdiagd.service.status_socket import StatusUnavailable, request
+
+EXIT_OK = 0
+EXIT_UNHEALTHY = 1
+EXIT_USAGE = 2
+EXIT_NOT_RUNNING = 3
+
+
+def _ago(now: float, t: Any) -> str:
+    return "never" if t is None else f"{format_duration(now - float(t))} ago"
+
+
+def _clock(t: float) -> str:
+    return datetime.fromtimestamp(t, tz=UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def format_status(status: Mapping[str, Any], now: float) -> str:
+    """The human view of one status snapshot (pure; `now` is the daemon's clock from the reply)."""
+    health = assess(status, now)
+    lines: list[str] = []
+    head = f"jobdiagd {status.get('version', '?')}"
+    if status.get("pid") is not None:
+        head += f" (pid {status['pid']})"
+    if status.get("started_at") is not None:
+        head += f", up {format_duration(now - float(status['started_at']))}"
+    lines.append(head)
+    verdict = "OK" if health.ok else "UNHEALTHY: " + "; ".join(health.problems)
+    lines.append(
+        f"last tick: {_ago(now, status.get('last_tick_at'))} (every {format_duration(float(status.get('tick_seconds') or 0))})"
+        f"  {verdict}"
+    )
+
+    jobs: Sequence[Mapping[str, Any]] = status.get("jobs") or []
+    lines.append(f"jobs watched: {len(jobs)}")
+    for j in jobs:
+        parts = [
+            f"  {j.get('job_id', '?'):<10}",
+            f"{j.get('state', '') or '-':<10}",
+            str(j.get("name") or ""),
+        ]
+        if j.get("last_step") is not None:
+            parts.append(
+                f"step {j['last_step']}"
+                + (f" ({_ago(now, j['last_step_at'])})" if j.get("last_step_at") else "")
+            )
+        lines.append("  ".join(p for p in parts if p).rstrip())
+
+    incidents: Sequence[Mapping[str, Any]] = status.get("open_incidents") or []
+    lines.append(f"open incidents: {len(incidents)}")
+    for i in incidents:
+        line = f"  job {i.get('job_id')}  {i.get('kind')} [{i.get('severity')}]  open {_ago(now, i.get('opened_at')).removesuffix(' ago')}"
+        if i.get("acked_at") is not None:
+            line += f"  acked{' by ' + str(i['acked_by']) if i.get('acked_by') else ''}"
+        if i.get("announced_at") is None:
+            line += "  (muted, not announced)"
+        lines.append(line)
+        if i.get("summary"):
+            lines.append(f"      {i['summary']}")
+
+    mutes: Sequence[Mapping[str, Any]] = status.get("mutes") or []
+    for m in mutes:
+        lines.append(
+            f"muted: job {m.get('job_id')} kind {m.get('kind')} until {_clock(float(m.get('until', 0)))}"
+        )
+
+    sources: Mapping[str, Mapping[str, Any]] = status.get("sources") or {}
+    if sources:
+        lines.append("sources:")
+        for name, s in sorted(sources.items()):
+            if s.get("failing"):
+                lines.append(
+                    f"  {name}: FAILING since {_ago(now, s.get('failing_since'))}"
+                    f" ({s.get('failures')} failures): {s.get('last_error')}"
+                )
+            else:
+                lines.append(f"  {name}: ok")
+
+    notifiers: Mapping[str, Mapping[str, Any]] = status.get("notifiers") or {}
+    deliveries: Mapping[str, Mapping[str, int]] = status.get("deliveries") or {}
+    if notifiers or deliveries:
+        lines.append("notifiers:")
+        for name in sorted(set(notifiers) | set(deliveries)):
+            n = notifiers.get(name, {})
+            d = deliveries.get(name, {})
+            line = f"  {name}: {d.get('sent', n.get('sent', 0))} sent, {d.get('pending', 0)} pending"
+            if d.get("dead"):
+                line += f", {d['dead']} abandoned"
+            if n.get("failing"):
+                line += f"; FAILING since {_ago(now, n.get('failing_since'))}: {n.get('last_error')}"
+            lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+def socket_path_from(args: argparse.Namespace) -> Path:
+    if args.socket:
+        return Path(args.socket)
+    cfg_path = Path(args.config) if args.config else DEFAULT_CONFIG_PATH
+    if not args.config and not cfg_path.exists():
+        return DaemonConfig().socket_path
+    return load(cfg_path).daemon.socket_path
+
+
+def run_status(args: argparse.Namespace) -> int:
+    try:
+        path = socket_path_from(args)
+    except ConfigError as exc:
+        print(f"jobdiagd status: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        reply = request(path, "status", timeout=args.timeout)
+    except StatusUnavailable as exc:
+        if args.json:
+            print(json.dumps({"running": False, "healthy": False, "error": str(exc)}))
+        else:
+            print(f"jobdiagd status: {exc}", file=sys.stderr)
+        return EXIT_NOT_RUNNING
+    if not reply.get("ok"):
+        print(f"jobdiagd status: daemon error: {reply.get('error')}", file=sys.stderr)
+        return EXIT_UNHEALTHY
+    status = reply.get("result") or {}
+    now = float(reply.get("now") or 0)
+    health = assess(status, now)
+    if args.json:
+        out = {
+            "running": True,
+            "healthy": health.ok,
+            "problems": health.problems,
+            "now": now,
+            "status": status,
+        }
+        print(json.dumps(out, indent=2, sort_keys=True, default=str))
+    else:
+        sys.stdout.write(format_status(status, now))
+    return EXIT_OK if health.ok else EXIT_UNHEALTHY
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser(
+        "status",
+        help="show the running daemon's state",
+        description="Ask the running daemon for its state. Exit 0 healthy, 1 unhealthy "
+        "(last tick older than 3 x tick_seconds), 2 bad config, 3 not running.",
+    )
+    p.add_argument("--config", help=f"config file naming the socket (default {DEFAULT_CONFIG_PATH})")
+    p.add_argument("--socket", help="status socket path (overrides --config)")
+    p.add_argument("--json", action="store_true", help="print the raw status as JSON")
+    p.add_argument("--timeout", type=float, default=3.0, help="seconds to wait for an answer")
+    p.set_defaults(func=run_status)
