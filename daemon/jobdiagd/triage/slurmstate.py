@@ -1,30 +1,19 @@
-"""Synchronous Slurm state lookup for one-off triage (the daemon uses sources.slurm)."""
+"""Slurm state lookup for one-off triage, through the same backend the daemon uses."""
 
 from __future__ import annotations
 
-import re
+import asyncio
 import shutil
-import subprocess
 
-_ID = re.compile(r"^\d{1,12}$")
-_STATE = re.compile(r"\bJobState=(\S+)")
+from jobdiagd.sources.slurm import CliSlurmBackend, SlurmError
 
 
 def query_state(job_id: str, *, timeout: float = 5.0) -> str | None:
-    """`scontrol -o show job ID` -> JobState, or None when Slurm is unavailable/unknown."""
-    if not _ID.match(job_id) or shutil.which("scontrol") is None:
+    """The job's Slurm state (RUNNING, CANCELLED, ...), or None when Slurm can't say."""
+    if not job_id.isdigit() or shutil.which("scontrol") is None:
         return None
     try:
-        out = subprocess.run(
-            ["scontrol", "-o", "show", "job", job_id],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
+        job = asyncio.run(CliSlurmBackend(timeout_s=timeout).job_info(job_id))
+    except (SlurmError, ValueError, OSError):
         return None
-    if out.returncode != 0:
-        return None
-    m = _STATE.search(out.stdout)
-    return m.group(1).upper() if m else None
+    return job.state if job is not None else None
