@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 
 from jobdiagd.logs.prefixes import Stamp, strip
-from jobdiagd.logs.steps import StepSeries
+from jobdiagd.logs.steps import StepSeries, parse_step_fields
 from jobdiagd.model.records import ClassHits, Evidence, NodeExit, StageEvent, StepRecord, Summary
 from jobdiagd.triage.signatures import match_line
 
@@ -100,22 +100,6 @@ def parse_wall(text: str) -> float | None:
     if not parts:
         return None
     return float(sum(int(n) * _WALL_UNITS[u] for n, u in parts))
-
-
-def parse_step_fields(rest: str) -> dict[str, float]:
-    """`seconds: 5.668, TFLOP/s/device: 134.9, MFU: 16.08%, ..., loss 10.4` -> {key: value}."""
-    out: dict[str, float] = {}
-    for chunk in rest.split(","):
-        key, sep, val = chunk.rpartition(":")
-        if not sep:
-            key, sep, val = chunk.strip().rpartition(" ")
-            if not sep:
-                continue
-        try:
-            out[key.strip()] = float(val.strip().rstrip("%"))
-        except ValueError:
-            continue
-    return out
 
 
 def parse_passthrough(value: str) -> dict[str, str]:

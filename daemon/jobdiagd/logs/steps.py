@@ -21,10 +21,24 @@ RECENT_KEEP = 1024
 SAMPLED_MAX = 2048
 
 
+def parse_step_fields(rest: str) -> dict[str, float]:
+    """`seconds: 5.668, TFLOP/s/device: 134.9, MFU: 16.08%, ..., loss 10.4` -> {key: value}."""
+    out: dict[str, float] = {}
+    for chunk in rest.split(","):
+        key, sep, val = chunk.rpartition(":")
+        if not sep:
+            key, sep, val = chunk.strip().rpartition(" ")
+            if not sep:
+                continue
+        try:
+            out[key.strip()] = float(val.strip().rstrip("%"))
+        except ValueError:
+            continue
+    return out
+
+
 def materialize(rec: StepRecord) -> None:
     """Parse the deferred fields of a fast-path step record (most records are never read)."""
-    from jobdiagd.logs.state import parse_step_fields
-
     raw = rec.pending
     rec.pending = None
     if raw is None:

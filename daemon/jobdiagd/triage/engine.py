@@ -7,7 +7,7 @@ edge (resolution and reading files).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from jobdiagd.logs.job import JobLogs, load_job
@@ -210,9 +210,8 @@ def analyze(
         logs, steps, progress, ckpt, tgs, now=now, slurm_state=slurm_state, nodes=nodes, policy=policy
     )
     if cls.status == "completed" and progress.progress_lost_steps not in (0, None):
-        progress = _with(progress, progress_lost_steps=0, progress_lost_s=0.0)
-    if cls.status in ("running", "hanging") and progress.expected_step_now is None and at_time is not now:
-        pass
+        # A soft-success has no exit 0, so progress saw "not completed"; nothing was lost.
+        progress = replace(progress, progress_lost_steps=0, progress_lost_s=0.0)
     live = _live(logs, nodes)
     result = TriageResult(
         ref=logs.ref,
@@ -233,12 +232,6 @@ def analyze(
     )
     result.next_steps = next_steps(result)
     return result
-
-
-def _with(p: Progress, **changes: object) -> Progress:
-    from dataclasses import replace
-
-    return replace(p, **changes)  # type: ignore[arg-type]
 
 
 def triage(
