@@ -141,7 +141,9 @@ def _progress_rows(r: TriageResult) -> list[tuple[str, str]]:
     else:
         rows.append(("Steps completed (this run)", "0 (no completed step: line)"))
     rows.append(("Steady-state step time", f"{p.step_time_s}s" if p.step_time_s else "unknown"))
-    if p.expected_step_now is not None:
+    if r.status == "completed":
+        rows.append(("Expected step by now", "n/a (job completed)"))
+    elif p.expected_step_now is not None:
         label = "Expected step by now" if r.status in ("running", "hanging") else "Expected step at job end"
         rows.append((label, f"{p.expected_step_now} (last step {p.last_step} at {_when(p.last_step_time)})"))
     else:
