@@ -1,0 +1,400 @@
+"""Multi-job comparison: config diff, fresh vs restored, step-aligned overlap, steady-state metric sweep, restore-leak check."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from jobdiagd.tsdb.access import NoTsdb, SshTunnelPool, open_tsdb
+from jobdiagd.tsdb.align import StepPoint, Timeline, checkpoint_steps, timeline_from_log
+from jobdiagd.tsdb.client import PromClient, multi_arm, split_arms_series
+from jobdiagd.tsdb.context import DiagnosisContext
+from jobdiagd.tsdb.discovery import Discovery, WrongDatabase, discover
+from jobdiagd.tsdb.logevidence import head_worker_waves
+from jobdiagd.tsdb.playbooks.base import fmt, host_of
+from jobdiagd.tsdb.settings import TsdbSettings
+
+# (key, label, range-query expression, unit)
+SWEEP: tuple[tuple[str, str, str, str], ...] = (
+    ("procs", "hw_procs_running", "avg by (host) (hw_procs_running)", ""),
+    ("blocked", "hw_procs_blocked", "avg by (host) (hw_procs_blocked)", ""),
+    ("cpu", "ray_node_cpu_utilization", "avg by (host) (ray_node_cpu_utilization)", "%"),
+    ("tcp", "rate(hw_tcp_retransmits_total[5m])", "sum by (host) (rate(hw_tcp_retransmits_total[5m]))", "/s"),
+    (
+        "rdma",
+        "rate(hw_rdma_tx_retx_pkts_total[5m])",
+        "sum by (host) (rate(hw_rdma_tx_retx_pkts_total[5m]))",
+        "/s",
+    ),
+    ("io", "hw_io_pressure_full_pct", "avg by (host) (hw_io_pressure_full_pct)", "%"),
+    ("dirty", "hw_mem_dirty_bytes (GB)", "avg by (host) (hw_mem_dirty_bytes) / 1e9", ""),
+    (
+        "mem",
+        "host RAM used %",
+        "max by (host) (ray_node_mem_used) / max by (host) (ray_node_mem_total) * 100",
+        "%",
+    ),
+    ("temp", "hw_gpu_temperature_celsius (max)", "max by (host) (hw_gpu_temperature_celsius)", "C"),
+    ("sclk", "hw_gpu_clock_mhz sclk", 'avg by (host) (hw_gpu_clock_mhz{type="sclk"})', "MHz"),
+    ("power", "hw_gpu_power_watts", "avg by (host) (hw_gpu_power_watts)", "W"),
+    ("util", "ray_node_gpus_utilization", "avg by (host) (ray_node_gpus_utilization)", "%"),
+)
+# Smallest absolute delta that counts as a difference, per family.
+FLOORS = {
+    "procs": 0.5,
+    "blocked": 0.5,
+    "cpu": 2.0,
+    "tcp": 0.5,
+    "rdma": 0.5,
+    "io": 1.0,
+    "dirty": 0.5,
+    "mem": 2.0,
+    "temp": 2.0,
+    "sclk": 20.0,
+    "power": 10.0,
+    "util": 2.0,
+}
+CAUSE_HINTS = {
+    "procs": "CPU contention (leaked threads / background processes)",
+    "blocked": "processes blocked on I/O",
+    "cpu": "CPU load",
+    "tcp": "TCP path (NFS, gRPC)",
+    "rdma": "RDMA link degradation",
+    "io": "storage I/O contention",
+    "dirty": "write-back pressure",
+    "mem": "host memory (rarely affects GPU compute)",
+    "temp": "thermal",
+    "sclk": "clock throttling (symptom)",
+    "power": "GPU power (symptom)",
+    "util": "GPU utilization (symptom)",
+}
+
+
+@dataclass
+class JobSide:
+    ctx: DiagnosisContext
+    timeline: Timeline
+    disc: Discovery | None = None
+    client: PromClient | None = None
+    note: str = ""
+
+
+@dataclass
+class Comparison:
+    a: JobSide
+    b: JobSide
+    config_diff: list[tuple[str, str, str]] = field(default_factory=list)
+    overlap: tuple[int, int] | None = None
+    rows: list[tuple[str, str, str, str, str]] = field(default_factory=list)
+    tgs: dict[str, Any] = field(default_factory=dict)
+    procs: dict[str, Any] = field(default_factory=dict)
+    verdict: str = "healthy"
+    root_cause: str = ""
+    notes: list[str] = field(default_factory=list)
+    queries: int = 0
+    waves: tuple[int | None, int | None] = (None, None)
+
+
+def config_diff(a: DiagnosisContext, b: DiagnosisContext) -> list[tuple[str, str, str]]:
+    rows = []
+    for k in sorted(set(a.config) | set(b.config)):
+        va, vb = a.config.get(k, "(unset)"), b.config.get(k, "(unset)")
+        if va != vb:
+            rows.append((k, va, vb))
+    na, nb = a.nnodes or len(a.nodes), b.nnodes or len(b.nodes)
+    if na != nb:
+        rows.append(("NNODES", str(na), str(nb)))
+    return rows
+
+
+def steady_points(tl: Timeline, ctx: DiagnosisContext, lo: int, hi: int) -> list[StepPoint]:
+    ck = checkpoint_steps((p.step for p in tl.points), ctx.checkpoint_period, ctx.async_checkpointing)
+    return [p for p in tl.points if lo <= p.step <= hi and p.step not in ck]
+
+
+def intervals(tl: Timeline, pts: list[StepPoint]) -> list[tuple[float, float]]:
+    """Wall-clock spans of the kept steps (each from the previous step's completion to its own)."""
+    prev = {p.step: q.t for q, p in zip(tl.points, tl.points[1:], strict=False)}
+    return [(prev.get(p.step, p.t - (p.step_time or 0.0)), p.t) for p in pts]
+
+
+def _mask(points: list[tuple[float, float]], spans: list[tuple[float, float]]) -> list[float]:
+    spans = sorted(spans)
+    out = []
+    j = 0
+    for t, v in points:
+        while j < len(spans) and spans[j][1] < t:
+            j += 1
+        if j < len(spans) and spans[j][0] <= t <= spans[j][1] and not math.isnan(v):
+            out.append(v)
+    return out
+
+
+async def sweep(side: JobSide, spans: list[tuple[float, float]]) -> dict[str, dict[str, float]]:
+    """Per-family, per-host mean over the steady spans only (checkpoint steps and warmup masked out)."""
+    if side.client is None or side.disc is None or not spans:
+        return {}
+    lo, hi = min(a for a, _ in spans), max(b for _, b in spans)
+    step = max(15.0, (hi - lo) / 400)
+    expr = multi_arm({k: q for k, _, q, _ in SWEEP})
+    res = split_arms_series(await side.client.query_range(expr, lo, hi, step))
+    out: dict[str, dict[str, float]] = {}
+    for key, series in res.items():
+        for s in series:
+            vals = _mask(list(s.points), spans)
+            if vals:
+                out.setdefault(key, {})[host_of(s.labels)] = sum(vals) / len(vals)
+    return out
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+def analyse(
+    cmp: Comparison, sa: dict[str, dict[str, float]], sb: dict[str, dict[str, float]], settings: TsdbSettings
+) -> None:
+    th = settings.thresholds
+    for key, label, _, unit in SWEEP:
+        if key not in sa and key not in sb:
+            continue
+        va, vb = _mean(list(sa.get(key, {}).values())), _mean(list(sb.get(key, {}).values()))
+        delta = vb - va
+        rel = abs(delta) / max(abs(va), 1e-9) if not math.isnan(va) else float("nan")
+        hint = (
+            CAUSE_HINTS[key]
+            if (not math.isnan(rel) and rel >= 0.05 and abs(delta) >= FLOORS[key])
+            else "same"
+        )
+        cmp.rows.append((label, fmt(va, unit, 2), fmt(vb, unit, 2), f"{delta:+.2f}", hint))
+    pa, pb = sa.get("procs", {}), sb.get("procs", {})
+    if pa and pb:
+        base_a = statistics.median(pa.values())
+        common = set(pa) & set(pb)
+        deltas = (
+            [pb[h] - pa[h] for h in common]
+            if len(common) >= max(1, len(pb) // 2)
+            else [v - base_a for v in pb.values()]
+        )
+        md = statistics.median(deltas)
+        cv = statistics.pstdev(deltas) / abs(md) if md else math.inf
+        uniform = cv <= th.procs_uniform_max_cv and all((d > 0) == (md > 0) for d in deltas)
+        cmp.procs = {
+            "delta_median": md,
+            "cv": cv,
+            "uniform": uniform,
+            "per_host_delta": {h: pb[h] - pa.get(h, base_a) for h in pb},
+            "paired": len(common) > 0,
+        }
+    ta, tb = cmp.tgs.get("a_mean"), cmp.tgs.get("b_mean")
+    ra, rb = cmp.a.ctx.restored_from_step, cmp.b.ctx.restored_from_step
+    md = cmp.procs.get("delta_median", 0.0)
+    leak_side = "b" if md > 0 else "a"
+    restored_side = "b" if rb is not None and ra is None else ("a" if ra is not None and rb is None else None)
+    if (
+        cmp.procs
+        and abs(md) >= th.procs_leak_min_delta
+        and cmp.procs["uniform"]
+        and restored_side == leak_side
+    ):
+        cmp.verdict = "restore-resource-leak"
+        job = cmp.b if leak_side == "b" else cmp.a
+        cmp.root_cause = (
+            f"hw_procs_running is uniformly {abs(md):.1f} higher on every host of {job.ctx.label} (restored from step "
+            f"{job.ctx.restored_from_step}): leaked RCCL communicators and polling threads from the single-replica restore "
+            "(Orbax _merge_globalized_replicas -> jax.jit(jnp.sum) all-reduce -> new GpuCliqueKey cached forever). "
+            "Training metrics are identical; the constant CPU contention explains the TGS gap. jax.clear_caches() does not help; "
+            "use the dispatcher path (jax.device_put)."
+        )
+        return
+    rdma_a, rdma_b = _mean(list(sa.get("rdma", {}).values())), _mean(list(sb.get("rdma", {}).values()))
+    io_a, io_b = _mean(list(sa.get("io", {}).values())), _mean(list(sb.get("io", {}).values()))
+    if (
+        ta
+        and tb
+        and not math.isnan(rdma_a)
+        and not math.isnan(rdma_b)
+        and abs(rdma_b - rdma_a) >= th.rdma_retx_min_per_s * 5
+    ):
+        cmp.verdict = "rdma-degradation"
+        worse = cmp.b if rdma_b > rdma_a else cmp.a
+        cmp.root_cause = f"{worse.ctx.label} ran with far more RDMA retransmits ({max(rdma_a, rdma_b):.1f}/s vs {min(rdma_a, rdma_b):.1f}/s)."
+        return
+    if not math.isnan(io_a) and not math.isnan(io_b) and abs(io_b - io_a) >= th.io_pressure_full_pct:
+        cmp.verdict = "io-contention"
+        cmp.root_cause = f"I/O pressure differs ({io_a:.1f}% vs {io_b:.1f}%)."
+        return
+    diff = [r for r in cmp.rows if r[4] != "same"]
+    gap = cmp.tgs.get("delta_pct")
+    if cmp.procs and abs(md) >= th.procs_leak_min_delta:
+        cmp.root_cause = f"hw_procs_running differs by {md:+.1f} per host ({'uniform' if cmp.procs['uniform'] else 'per-node'}): CPU contention."
+    elif diff:
+        cmp.root_cause = (
+            "Differences in: "
+            + ", ".join(r[0] for r in diff)
+            + (f"; TGS gap {gap:+.2f}%" if gap is not None else "")
+        )
+    else:
+        cmp.root_cause = "No systematic difference between the jobs" + (
+            f" (TGS gap {gap:+.2f}%)" if gap is not None else ""
+        )
+
+
+async def compare(
+    ctx_a: DiagnosisContext,
+    ctx_b: DiagnosisContext,
+    settings: TsdbSettings,
+    *,
+    now: float,
+    tunnels: SshTunnelPool | None = None,
+) -> Comparison:
+    async with contextlib.AsyncExitStack() as stack:
+        sides = []
+        for ctx in (ctx_a, ctx_b):
+            side = JobSide(ctx, timeline_from_log(ctx.steps))
+            try:
+                handle = await stack.enter_async_context(open_tsdb(ctx, settings, now=now, tunnels=tunnels))
+                disc = await discover(handle, ctx, settings)
+                if disc.crosscheck.status == "mismatch":
+                    raise WrongDatabase(
+                        f"wrong TSDB for {ctx.label} at {handle.client.label}: {disc.crosscheck.detail}"
+                    )
+                side.disc, side.client = disc, handle.client
+                if not disc.timeline.empty:
+                    side.timeline = disc.timeline
+                side.note = f"{handle.mode} ({handle.client.label}); cross-check {disc.crosscheck.status}"
+            except NoTsdb as exc:
+                side.note = f"no TSDB ({exc}): log-based data only"
+            sides.append(side)
+        cmp = Comparison(sides[0], sides[1])
+        cmp.config_diff = config_diff(ctx_a, ctx_b)
+        cmp.waves = (
+            head_worker_waves(ctx_a.job_dir, ctx_a.head_node),
+            head_worker_waves(ctx_b.job_dir, ctx_b.head_node),
+        )
+        ta, tb = cmp.a.timeline, cmp.b.timeline
+        if ta.empty or tb.empty:
+            cmp.notes.append("one job has no step timeline: no step-aligned comparison")
+            return cmp
+        lo = max(ta.first_step or 0, tb.first_step or 0) + settings.thresholds.warmup_steps
+        hi = min(ta.last_step or 0, tb.last_step or 0)
+        if hi <= lo:
+            cmp.notes.append(
+                f"no overlapping steps (A {ta.first_step}-{ta.last_step}, B {tb.first_step}-{tb.last_step})"
+            )
+            return cmp
+        cmp.overlap = (lo, hi)
+        pa, pb = steady_points(ta, ctx_a, lo, hi), steady_points(tb, ctx_b, lo, hi)
+        ga, gb = [p.tgs for p in pa if p.tgs], [p.tgs for p in pb if p.tgs]
+        if ga and gb:
+            ma, mb = _mean(ga), _mean(gb)
+            cmp.tgs = {
+                "a_mean": ma,
+                "b_mean": mb,
+                "a_stdev": statistics.pstdev(ga),
+                "b_stdev": statistics.pstdev(gb),
+                "delta_pct": 100 * (mb - ma) / ma if ma else None,
+            }
+        la = {p.step: p.loss for p in pa if p.loss is not None}
+        lb = {p.step: p.loss for p in pb if p.loss is not None}
+        common = sorted(set(la) & set(lb))
+        if common:
+            same = sum(1 for s in common if abs((la[s] or 0) - (lb[s] or 0)) <= 0.002)
+            cmp.tgs["loss_identical_steps"] = f"{same}/{len(common)}"
+        sa = await sweep(cmp.a, intervals(ta, pa))
+        sb = await sweep(cmp.b, intervals(tb, pb))
+        analyse(cmp, sa, sb, settings)
+        cmp.queries = sum(s.client.query_count for s in sides if s.client is not None)
+        return cmp
+
+
+def to_json(c: Comparison) -> dict[str, Any]:
+    return {
+        "analysis_type": "multi-job-comparison",
+        "jobs": {"a": c.a.ctx.label, "b": c.b.ctx.label},
+        "access": {"a": c.a.note, "b": c.b.note},
+        "start": {
+            "a": f"restored from step {c.a.ctx.restored_from_step}"
+            if c.a.ctx.restored_from_step is not None
+            else "fresh",
+            "b": f"restored from step {c.b.ctx.restored_from_step}"
+            if c.b.ctx.restored_from_step is not None
+            else "fresh",
+        },
+        "config_diff": [{"parameter": k, "a": a, "b": b} for k, a, b in c.config_diff],
+        "overlap": list(c.overlap) if c.overlap else None,
+        "tgs": c.tgs,
+        "metrics": [
+            {"metric": r[0], "a": r[1], "b": r[2], "delta": r[3], "likely_cause": r[4]} for r in c.rows
+        ],
+        "procs_running": c.procs,
+        "verdict": c.verdict,
+        "anomalous_hosts": sorted(c.procs.get("per_host_delta", {}))
+        if c.verdict == "restore-resource-leak"
+        else [],
+        "root_cause": c.root_cause,
+        "notes": c.notes,
+        "log_evidence": {"nccl_init_waves": {"a": c.waves[0], "b": c.waves[1]}},
+        "queries": c.queries,
+    }
+
+
+def to_markdown(c: Comparison) -> str:
+    A, B = c.a.ctx.label, c.b.ctx.label
+    out = [f"## Multi-Job Comparison: {A} vs {B}", ""]
+    for tag, s in (("A", c.a), ("B", c.b)):
+        start = (
+            f"restored from step {s.ctx.restored_from_step}"
+            if s.ctx.restored_from_step is not None
+            else "fresh start"
+        )
+        rng = f"steps {s.timeline.first_step}-{s.timeline.last_step}" if not s.timeline.empty else "no steps"
+        out.append(f"- Job {tag} = {s.ctx.label}: {start}, {rng}; {s.note}")
+    out += ["", "### Config differences", "| Parameter | Job A | Job B |", "|-----------|-------|-------|"]
+    out += [f"| {k} | {a} | {b} |" for k, a, b in c.config_diff] or ["| (none) | | |"]
+    out += [
+        "",
+        f"### Overlapping step range: {c.overlap[0]} to {c.overlap[1]}"
+        if c.overlap
+        else "### Overlapping step range: none",
+    ]
+    out += [f"> {n}" for n in c.notes]
+    out += [
+        "",
+        "### Metric comparison (steady-state averages over overlapping steps)",
+        "| Metric | Job A | Job B | Delta | Likely cause |",
+        "|--------|-------|-------|-------|--------------|",
+    ]
+    if c.tgs.get("a_mean") is not None:
+        out.append(
+            f"| tb_perf_per_device_tokens_per_sec | {c.tgs['a_mean']:.1f} (sd {c.tgs['a_stdev']:.1f}) | {c.tgs['b_mean']:.1f} (sd {c.tgs['b_stdev']:.1f}) | {c.tgs['delta_pct']:+.2f}% | TGS |"
+        )
+    if "loss_identical_steps" in c.tgs:
+        out.append(
+            f"| tb_learning_loss (identical steps) | | | {c.tgs['loss_identical_steps']} | training-level identical if all |"
+        )
+    out += [f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | {r[4]} |" for r in c.rows]
+    if c.procs:
+        out += [
+            "",
+            "hw_procs_running delta per host (B - A): "
+            + ", ".join(f"{h} {d:+.1f}" for h, d in sorted(c.procs["per_host_delta"].items()))
+            + f" -> {'uniform' if c.procs['uniform'] else 'per-node'} (cv {c.procs['cv']:.2f})",
+        ]
+    out += ["", f"**Verdict:** {c.verdict}", "", "### Root cause", c.root_cause or "n/a", ""]
+    wa, wb = c.waves
+    if wa is not None or wb is not None:
+        out += [
+            "### Log evidence",
+            f"NCCL/RCCL communicator-init waves in the head node's worker logs: {A} {wa}, {B} {wb}.",
+        ]
+        if wa is not None and wb is not None and wa != wb:
+            more = B if wb > wa else A
+            out.append(
+                f"{more} created an extra communicator wave (restore broadcast), confirming the leaked communicators."
+            )
+        out.append("")
+    return "\n".join(out)

@@ -1,0 +1,187 @@
+"""What the diagnosis needs to know about a job (from triage), and the one adapter from the triage document."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+LIVE_STATUSES = frozenset({"running", "hanging"})
+
+
+@dataclass(frozen=True)
+class HeartbeatInfo:
+    time: float | None
+    timeout_s: float | None
+    accused_tasks: tuple[int, ...] = ()
+    accused_hosts: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class LogStep:
+    """One `completed step:` record from the log (triage's authoritative per-step list)."""
+
+    step: int
+    seconds: float | None = None
+    loss: float | None = None
+    tgs: float | None = None
+    time: float | None = None
+
+
+@dataclass(frozen=True)
+class FailureRef:
+    cls: str
+    host: str | None = None
+    task: int | None = None
+    time: float | None = None
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class DiagnosisContext:
+    """Triage facts that shape a diagnosis; tests build it directly, the CLI adapts the triage document."""
+
+    job_dir: Path | None
+    nodes: tuple[str, ...]
+    job_id: str | None = None
+    job_name: str | None = None
+    log_path: Path | None = None
+    nnodes: int | None = None
+    ray: bool | None = True
+    status: str | None = None
+    primary_class: str | None = None
+    head_node: str | None = None
+    port: int | None = None
+    tunnel: str | None = None
+    incident_time: float | None = None
+    first_step: int | None = None
+    last_step: int | None = None
+    last_step_time: float | None = None
+    restored_from_step: int | None = None
+    checkpoint_period: int | None = None
+    step_time_s: float | None = None
+    heartbeat: HeartbeatInfo | None = None
+    config: Mapping[str, str] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict)
+    steps: tuple[LogStep, ...] = ()
+    failures: tuple[FailureRef, ...] = ()
+    platform: str | None = None
+    next_steps: tuple[str, ...] = ()
+
+    @property
+    def live(self) -> bool:
+        return (self.status or "").lower() in LIVE_STATUSES
+
+    @property
+    def prometheus_dir(self) -> Path | None:
+        return self.job_dir / "prometheus" if self.job_dir is not None else None
+
+    @property
+    def label(self) -> str:
+        return self.job_id or (self.job_dir.name if self.job_dir else "job")
+
+    @property
+    def async_checkpointing(self) -> bool:
+        return self.config.get("async_checkpointing", "").lower() in ("true", "1")
+
+
+def _f(x: Any) -> float | None:
+    if x is None or isinstance(x, bool):
+        return None
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _i(x: Any) -> int | None:
+    v = _f(x)
+    return int(v) if v is not None else None
+
+
+def _str_map(x: Any) -> dict[str, str]:
+    return {str(k): str(v) for k, v in x.items()} if isinstance(x, Mapping) else {}
+
+
+def context_from_triage(doc: Mapping[str, Any]) -> DiagnosisContext:
+    """The single coupling point with `jobdiagd.triage.engine.triage(...).to_dict()`."""
+    job = doc.get("job") or {}
+    progress = doc.get("progress") or {}
+    live = doc.get("live") or {}
+    config = _str_map(doc.get("config"))
+    failures_raw: Sequence[Mapping[str, Any]] = doc.get("failures") or []
+    failures = tuple(
+        FailureRef(
+            cls=str(f.get("class", "")),
+            host=f.get("host") or None,
+            task=_i(f.get("task")),
+            time=_f(f.get("time")),
+            text=str(f.get("text") or ""),
+        )
+        for f in failures_raw
+    )
+    primary = doc.get("primary_failure")
+    primary_class = str(primary) if primary else None
+    hb_raw = doc.get("heartbeat")
+    heartbeat = None
+    if isinstance(hb_raw, Mapping):
+        heartbeat = HeartbeatInfo(
+            time=_f(hb_raw.get("time")),
+            timeout_s=_f(hb_raw.get("timeout_s")),
+            accused_tasks=tuple(int(t) for t in hb_raw.get("accused_tasks") or []),
+            accused_hosts=tuple(str(h) for h in hb_raw.get("accused_hosts") or []),
+        )
+    steps = tuple(
+        LogStep(
+            step=int(s["step"]),
+            seconds=_f(s.get("seconds")),
+            loss=_f(s.get("loss")),
+            tgs=_f(s.get("tgs")),
+            time=_f(s.get("time")),
+        )
+        for s in (doc.get("steps") or [])
+        if _i(s.get("step")) is not None
+    )
+    incident = None
+    if primary_class:
+        times = [f.time for f in failures if f.cls == primary_class and f.time is not None]
+        incident = min(times) if times else None
+    if heartbeat is not None and heartbeat.time is not None and primary_class == "heartbeat-timeout":
+        incident = heartbeat.time
+    ckpt = _i(progress.get("checkpoint_period"))
+    if ckpt is None:
+        ckpt = _i(config.get("checkpoint_period"))
+    job_dir = job.get("job_dir")
+    log = job.get("log")
+    ray = job.get("ray")
+    return DiagnosisContext(
+        job_dir=Path(job_dir) if job_dir else None,
+        nodes=tuple(str(n) for n in job.get("nodes") or []),
+        job_id=str(job["id"]) if job.get("id") is not None else None,
+        job_name=str(job["name"]) if job.get("name") else None,
+        log_path=Path(log) if log else None,
+        nnodes=_i(job.get("nnodes")),
+        ray=bool(ray) if ray is not None else None,
+        status=str(doc.get("status")) if doc.get("status") else None,
+        primary_class=primary_class,
+        head_node=str(live["head_node"]) if live.get("head_node") else None,
+        port=_i(live.get("prometheus_port")),
+        tunnel=str(live["tunnel"]) if live.get("tunnel") else None,
+        incident_time=incident,
+        first_step=_i(progress.get("first_step")),
+        last_step=_i(progress.get("last_step")),
+        last_step_time=_f(progress.get("last_step_time")),
+        restored_from_step=_i(progress.get("restored_from_step")),
+        checkpoint_period=ckpt,
+        step_time_s=_f(progress.get("step_time_s")),
+        heartbeat=heartbeat,
+        config=config,
+        env=_str_map(doc.get("env")),
+        steps=steps,
+        failures=failures,
+        platform=str(job["platform"]) if job.get("platform") else None,
+        next_steps=tuple(str(s) for s in doc.get("next_steps") or []),
+    )

@@ -1,0 +1,116 @@
+"""Diagnosis orchestration: access -> discovery (+ log cross-check) -> playbook -> earliest anomaly."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from jobdiagd.tsdb.access import NoTsdb, SshTunnelPool, TsdbHandle, open_tsdb
+from jobdiagd.tsdb.anomaly import AnomalyReport, earliest_anomaly
+from jobdiagd.tsdb.context import DiagnosisContext
+from jobdiagd.tsdb.discovery import Discovery, WrongDatabase, discover
+from jobdiagd.tsdb.playbooks import PLAYBOOKS, playbook_name_for_class
+from jobdiagd.tsdb.playbooks.base import PlaybookEnv, PlaybookResult, hang_window
+from jobdiagd.tsdb.playbooks.heartbeat import heartbeat_times
+from jobdiagd.tsdb.settings import TsdbSettings
+
+
+@dataclass
+class Diagnosis:
+    ctx: DiagnosisContext
+    playbook: str
+    result: PlaybookResult | None = None
+    discovery: Discovery | None = None
+    anomaly: AnomalyReport | None = None
+    access_mode: str = ""
+    server: str = ""
+    notes: list[str] = field(default_factory=list)
+    no_tsdb: str | None = None
+    queries: int = 0
+    elapsed_s: float = 0.0
+
+
+def incident_time(env: PlaybookEnv, res: PlaybookResult) -> float | None:
+    """When the incident happened, for the earliest-anomaly sweep."""
+    ctx = env.ctx
+    if res.incident is not None:
+        return res.incident
+    if res.playbook == "hang":
+        return hang_window(env)[0]
+    if res.playbook == "heartbeat":
+        stop = heartbeat_times(env)[2]
+        if res.verdict == "hang-then-heartbeat":
+            # The hang, not the heartbeat kill, is the incident whose first anomaly matters.
+            before = [p.t for p in env.disc.timeline.points if p.t <= stop]
+            return before[-1] if before else stop
+        return stop
+    if ctx.incident_time is not None:
+        return ctx.incident_time
+    if res.playbook in ("oom", "hardware") and res.verdict != "healthy":
+        # A crash: the last real training step is the best estimate of when it happened.
+        return env.disc.timeline.last_time or res.window[1]
+    # Steady-state findings (constant RDMA load, a restore leak) have no incident to sweep around.
+    return None
+
+
+def stalled(disc: Discovery) -> bool:
+    """Training stopped well before the data ends (a hang), rather than at the end of the job."""
+    tl = disc.timeline
+    if tl.empty or tl.last_time is None:
+        return True  # no step at all: a pre-training hang is possible
+    st = tl.median_step_time() or 30.0
+    return disc.max_time - tl.last_time > max(5 * st, 300.0)
+
+
+def check_database(disc: Discovery, handle: TsdbHandle) -> None:
+    if disc.crosscheck.status == "mismatch":
+        raise WrongDatabase(f"wrong TSDB at {handle.client.label}: {disc.crosscheck.detail}")
+
+
+async def diagnose(
+    ctx: DiagnosisContext,
+    settings: TsdbSettings,
+    *,
+    now: float,
+    playbook: str | None = None,
+    tunnels: SshTunnelPool | None = None,
+    with_anomaly: bool = True,
+) -> Diagnosis:
+    name = playbook or playbook_name_for_class(ctx.primary_class)
+    if name not in PLAYBOOKS:
+        raise ValueError(f"unknown playbook {name!r}; known: {', '.join(PLAYBOOKS)}")
+    out = Diagnosis(ctx, name)
+    t0 = time.perf_counter()
+    try:
+        async with open_tsdb(ctx, settings, now=now, tunnels=tunnels) as handle:
+            out.access_mode, out.server = handle.mode, handle.client.label
+            out.notes.extend(handle.notes)
+            disc = await discover(handle, ctx, settings)
+            out.discovery = disc
+            out.notes.extend(disc.notes)
+            check_database(disc, handle)
+            if (
+                playbook is None
+                and name == "hang"
+                and ctx.primary_class in ("cancelled", "train-timeout")
+                and not stalled(disc)
+            ):
+                # Cancellation is only the mechanism; without a stall before it there was no hang to explain.
+                name = out.playbook = "training-stability"
+                out.notes.append(
+                    f"{ctx.primary_class} without a stall before the end of the data: training-stability playbook"
+                )
+            env = PlaybookEnv(handle.client, ctx, disc, settings, now)
+            res = await PLAYBOOKS[name].run(env)
+            out.result = res
+            if with_anomaly:
+                t = incident_time(env, res)
+                if t is not None:
+                    out.anomaly = await earliest_anomaly(
+                        handle.client, disc, t, settings.thresholds, checkpoint_period=ctx.checkpoint_period
+                    )
+            out.queries = handle.client.query_count
+    except NoTsdb as exc:
+        out.no_tsdb = str(exc)
+    out.elapsed_s = time.perf_counter() - t0
+    return out

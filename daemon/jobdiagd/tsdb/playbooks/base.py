@@ -1,0 +1,251 @@
+"""The playbook interface, the result/evidence model every playbook returns, and shared numeric helpers."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from jobdiagd.tsdb.client import PromClient, Sample, multi_arm, split_arms
+from jobdiagd.tsdb.context import DiagnosisContext
+from jobdiagd.tsdb.discovery import Discovery
+from jobdiagd.tsdb.settings import GpuProfile, Thresholds, TsdbSettings
+
+VERDICTS = (
+    "healthy",
+    "rccl-busy-wait-hang",
+    "dead-node",
+    "network-partition",
+    "heartbeat-false-positive",
+    "hang-then-heartbeat",
+    "host-oom-ramp",
+    "checkpoint-oom",
+    "hardware-fault",
+    "rdma-degradation",
+    "restore-resource-leak",
+    "thermal-throttle",
+    "io-contention",
+)
+
+
+@dataclass
+class EvidenceTable:
+    """Per-host (per-GPU) values straight from query results."""
+
+    title: str
+    query: str
+    columns: tuple[str, ...]
+    rows: list[tuple[str, ...]] = field(default_factory=list)
+
+
+@dataclass
+class Finding:
+    title: str
+    summary: str
+    severity: str = "info"  # info | warning | critical
+    hosts: tuple[str, ...] = ()
+    evidence: list[EvidenceTable] = field(default_factory=list)
+
+
+@dataclass
+class PlaybookResult:
+    playbook: str
+    analysis_type: str
+    verdict: str
+    window: tuple[float, float]
+    findings: list[Finding] = field(default_factory=list)
+    anomalous_hosts: list[str] = field(default_factory=list)
+    root_cause: str = ""
+    chain: list[str] = field(default_factory=list)
+    next_steps: list[str] = field(default_factory=list)
+    triage_correlation: str = ""
+    incident: float | None = (
+        None  # when the problem began, if the playbook located it (earliest-anomaly sweep)
+    )
+
+    def __post_init__(self) -> None:
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"unknown verdict {self.verdict!r}")
+
+
+@dataclass
+class PlaybookEnv:
+    client: PromClient
+    ctx: DiagnosisContext
+    disc: Discovery
+    settings: TsdbSettings
+    now: float
+
+    @property
+    def th(self) -> Thresholds:
+        return self.settings.thresholds
+
+    @property
+    def profile(self) -> GpuProfile:
+        return self.settings.profile(self.disc.gpu_model)
+
+    async def arms(self, arms: Mapping[str, str], at: float) -> dict[str, list[Sample]]:
+        """Evaluate several expressions in one request."""
+        if not arms:
+            return {}
+        res = split_arms(await self.client.query_vector(multi_arm(arms), at))
+        return {k: res.get(k, []) for k in arms}
+
+
+class Playbook(Protocol):
+    name: str
+    analysis_type: str
+
+    async def run(self, env: PlaybookEnv) -> PlaybookResult: ...
+
+
+# --- helpers -------------------------------------------------------------------------------------------
+
+
+def host_of(labels: Mapping[str, str]) -> str:
+    """Host of a series. Ray exporters of some versions label by `ip` only; their scrape target
+    (`instance`, e.g. node001:55080 in the job scripts) still names the host."""
+    if labels.get("host"):
+        return labels["host"]
+    inst = labels.get("instance", "").rsplit(":", 1)[0]
+    if inst and not inst.replace(".", "").isdigit():
+        return inst
+    return labels.get("ip") or inst or "?"
+
+
+def gpu_of(labels: Mapping[str, str]) -> str:
+    return labels.get("gpu") or labels.get("GpuIndex") or ""
+
+
+def by_host(samples: Iterable[Sample]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for s in samples:
+        if not math.isnan(s.v):
+            h = host_of(s.labels)
+            out[h] = out.get(h, 0.0) + s.v
+    return out
+
+
+def by_gpu(samples: Iterable[Sample]) -> dict[tuple[str, str], float]:
+    return {(host_of(s.labels), gpu_of(s.labels)): s.v for s in samples if not math.isnan(s.v)}
+
+
+def dur(seconds: float) -> str:
+    """A PromQL duration of at least one second."""
+    return f"{max(1, int(math.ceil(seconds)))}s"
+
+
+def median(vals: Iterable[float]) -> float:
+    v = [x for x in vals if not math.isnan(x)]
+    return statistics.median(v) if v else 0.0
+
+
+def outliers_high(values: Mapping[str, float], *, factor: float, floor: float) -> list[str]:
+    """Keys whose value exceeds both an absolute floor and `factor` x the median of the others."""
+    out: list[str] = []
+    for k, v in values.items():
+        others = [x for kk, x in values.items() if kk != k]
+        base = median(others) if others else 0.0
+        if v > floor and v > factor * max(base, floor / factor if factor else 0.0):
+            out.append(k)
+    return sorted(out)
+
+
+def fmt(v: float | None, unit: str = "", digits: int = 1) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "n/a"
+    if abs(v) >= 1e6 and not unit:
+        return f"{v:.3g}"
+    return f"{v:.{digits}f}{unit}"
+
+
+def gpu_state(util: float | None, power: float | None, prof: GpuProfile, th: Thresholds) -> str:
+    """Classify one GPU from mean utilization and power (Playbook 1's signature table)."""
+    if power is None and util is None:
+        return "absent"
+    p = power if power is not None else float("nan")
+    u = util if util is not None else float("nan")
+    if not math.isnan(p) and p >= prof.train_power_min_w * 0.9:
+        return "training"
+    if not math.isnan(u) and u >= th.busy_util_pct:
+        if not math.isnan(p) and p <= prof.busy_wait_power_max_w * 1.15:
+            return "busy-wait"
+        return "busy"
+    if not math.isnan(p) and p <= prof.idle_power_max_w and (math.isnan(u) or u <= th.idle_util_pct):
+        return "idle"
+    if not math.isnan(p) and prof.busy_wait_power_min_w * 0.85 <= p <= prof.busy_wait_power_max_w * 1.15:
+        return "busy-wait" if math.isnan(u) else "low-util"
+    return "partial"
+
+
+def linear_fit(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """Slope (per second) and R^2 of a least-squares line."""
+    n = len(points)
+    if n < 3:
+        return 0.0, 0.0
+    xs = [p[0] for p in points]
+    ys = [p[1] for p in points]
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    syy = sum((y - my) ** 2 for y in ys)
+    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
+    if sxx == 0 or syy == 0:
+        return 0.0, 0.0
+    slope = sxy / sxx
+    return slope, (sxy * sxy) / (sxx * syy)
+
+
+def iso(t: float) -> str:
+    import datetime as _dt
+
+    return _dt.datetime.fromtimestamp(t, tz=_dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+# --- windows and per-host/per-GPU collections shared by several playbooks --------------------------------
+
+
+def scrape_interval(env: PlaybookEnv) -> float:
+    return 10.0  # node_hw scrape interval of the job scripts; only used for tolerances
+
+
+def hang_window(env: PlaybookEnv) -> tuple[float, float, float]:
+    """(last step time, hang start, end): the hang window starts a couple of step times after the last step."""
+    tl = env.disc.timeline
+    last = tl.last_time or env.ctx.last_step_time or env.disc.min_time
+    st = tl.median_step_time() or env.ctx.step_time_s or 30.0
+    end = env.disc.max_time
+    start = last + max(2 * st, 60.0)
+    if end - start < 60:
+        start = max(last, end - 60)
+    return last, start, end
+
+
+def training_span(env: PlaybookEnv) -> tuple[float, float]:
+    """Wall-clock span of steady training (after warmup), or the whole TSDB range."""
+    tl = env.disc.timeline
+    if tl.empty or tl.first_time is None or tl.last_time is None:
+        return env.disc.min_time, env.disc.max_time
+    warm = tl.time_of_step((tl.first_step or 0) + env.th.warmup_steps) or tl.first_time
+    if tl.last_time - warm < 120:
+        warm = tl.first_time
+    return warm, tl.last_time
+
+
+def per_gpu_rows(  # noqa: D103
+    keys: Iterable[tuple[str, str]],
+    cols: Sequence[Mapping[tuple[str, str], float]],
+    fmts: Sequence[str],
+    note: Mapping[tuple[str, str], str],
+) -> list[tuple[str, ...]]:
+    rows = []
+    for k in sorted(keys, key=lambda x: (x[0], int(x[1]) if x[1].isdigit() else 0)):
+        vals = tuple(fmt(c.get(k), u) for c, u in zip(cols, fmts, strict=True))
+        rows.append((k[0], k[1], *vals, note.get(k, "")))
+    return rows
+
+
+def present(env: PlaybookEnv, arms: Mapping[str, str], needs: Mapping[str, str]) -> dict[str, str]:
+    """Keep the arms whose metric exists in this TSDB (needs: arm -> metric name)."""
+    return {k: v for k, v in arms.items() if env.disc.has(needs.get(k, "")) or k not in needs}

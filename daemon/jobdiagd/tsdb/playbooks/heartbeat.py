@@ -1,0 +1,237 @@
+"""Playbook 2: heartbeat false positive -- state of the accused hosts at (crash time - heartbeat timeout)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from jobdiagd.tsdb.playbooks.base import (
+    EvidenceTable,
+    Finding,
+    PlaybookEnv,
+    PlaybookResult,
+    by_gpu,
+    by_host,
+    dur,
+    fmt,
+    gpu_state,
+    iso,
+    present,
+)
+
+
+def heartbeat_times(env: PlaybookEnv) -> tuple[float, float, float]:
+    """(crash time, timeout, heartbeat-stop time) from triage, falling back to the end of the data."""
+    hb = env.ctx.heartbeat
+    crash = (hb.time if hb and hb.time else None) or env.ctx.incident_time or env.disc.max_time
+    timeout = hb.timeout_s if hb and hb.timeout_s else None
+    if timeout is None:
+        raw = env.ctx.config.get("jax_distributed_heartbeat_timeout_seconds")
+        timeout = (
+            float(raw) if raw and raw.replace(".", "", 1).isdigit() else env.th.heartbeat_timeout_default_s
+        )
+    return crash, timeout, crash - timeout
+
+
+def accused_hosts(env: PlaybookEnv) -> list[str]:
+    hb = env.ctx.heartbeat
+    if hb is None:
+        return []
+    hosts = list(hb.accused_hosts)
+    nodes = env.ctx.nodes
+    for t in hb.accused_tasks:
+        # One task per node in these jobs: task i runs on the i-th node of the expanded list.
+        if 0 <= t < len(nodes) and nodes[t] not in hosts:
+            hosts.append(nodes[t])
+    return hosts
+
+
+class HeartbeatPlaybook:
+    name = "heartbeat"
+    analysis_type = "heartbeat"
+
+    async def run(self, env: PlaybookEnv) -> PlaybookResult:
+        crash, timeout, stop = heartbeat_times(env)
+        w = 120.0
+        full = dur(stop - env.disc.min_time + 60)
+        at = min(stop, env.disc.max_time)
+        arms = present(
+            env,
+            {
+                "util": f"avg_over_time(ray_node_gpus_utilization[{dur(w)}])",
+                "power": f"avg_over_time(hw_gpu_power_watts[{dur(w)}])",
+                "tcp": f"rate(hw_tcp_retransmits_total[{dur(w)}])",
+                "io": f"avg_over_time(hw_io_pressure_full_pct[{dur(w)}])",
+                "mem": f"max_over_time(ray_node_mem_used[{dur(w)}]) / max_over_time(ray_node_mem_total[{dur(w)}])",
+                "oom": f"increase(hw_oom_kills_total[{full}])",
+                "dmesg": f"increase(hw_dmesg_gpu_errors_total[{full}])",
+                "samples": f"count_over_time(hw_procs_running[{dur(w)}])",
+            },
+            {
+                "util": "ray_node_gpus_utilization",
+                "power": "hw_gpu_power_watts",
+                "tcp": "hw_tcp_retransmits_total",
+                "io": "hw_io_pressure_full_pct",
+                "mem": "ray_node_mem_used",
+                "oom": "hw_oom_kills_total",
+                "dmesg": "hw_dmesg_gpu_errors_total",
+                "samples": "hw_procs_running",
+            },
+        )
+        r = await env.arms(arms, at)
+        util, power = by_gpu(r.get("util", [])), by_gpu(r.get("power", []))
+        tcp, io, mem = by_host(r.get("tcp", [])), by_host(r.get("io", [])), by_host(r.get("mem", []))
+        oom, dmesg, samples = (
+            by_host(r.get("oom", [])),
+            by_host(r.get("dmesg", [])),
+            by_host(r.get("samples", [])),
+        )
+        prof, th = env.profile, env.th
+        states = {k: gpu_state(util.get(k), power.get(k), prof, th) for k in set(util) | set(power)}
+        accused = accused_hosts(env)
+        hosts = sorted(set(env.disc.hosts))
+
+        def host_summary(h: str) -> str:
+            c = Counter(s for (hh, _), s in states.items() if hh == h)
+            return ", ".join(f"{n} {s}" for s, n in c.most_common()) or "no GPU samples"
+
+        table = EvidenceTable(
+            f"Host state at heartbeat-stop time {iso(stop)} (crash {iso(crash)} - timeout {timeout:.0f} s)",
+            f"avg_over_time(...[{dur(w)}]) at {iso(at)}",
+            (
+                "Host",
+                "accused",
+                "GPU states",
+                "mean util %",
+                "mean power W",
+                "TCP retx/s",
+                "IO full %",
+                "mem used",
+                "OOM kills",
+                "dmesg GPU errs",
+            ),
+        )
+        for h in hosts:
+            hu = [v for (hh, _), v in util.items() if hh == h]
+            hp = [v for (hh, _), v in power.items() if hh == h]
+            table.rows.append(
+                (
+                    h,
+                    "yes" if h in accused else "",
+                    host_summary(h),
+                    fmt(sum(hu) / len(hu) if hu else None),
+                    fmt(sum(hp) / len(hp) if hp else None),
+                    fmt(tcp.get(h), digits=2),
+                    fmt(io.get(h)),
+                    fmt(100 * mem[h], "%") if h in mem else "n/a",
+                    fmt(oom.get(h), digits=0),
+                    fmt(dmesg.get(h), digits=0),
+                )
+            )
+
+        tl = env.disc.timeline
+        last_before = None
+        if not tl.empty:
+            pts = [p for p in tl.points if p.t <= stop]
+            last_before = pts[-1] if pts else None
+        stall = (stop - last_before.t) if last_before else None
+        st = tl.median_step_time() or 30.0
+        progressing = stall is not None and stall <= max(5 * st, 300.0)
+        dead = [
+            h
+            for h in (accused or hosts)
+            if samples.get(h, 0) == 0 or oom.get(h, 0) > 0.5 or dmesg.get(h, 0) > 0.5
+        ]
+        idle_accused = [
+            h
+            for h in accused
+            if states
+            and all(s == "idle" for (hh, _), s in states.items() if hh == h)
+            and any(hh == h for hh, _ in states)
+        ]
+        acc_states = Counter(s for (hh, _), s in states.items() if not accused or hh in accused)
+        n_acc = max(1, sum(acc_states.values()))
+
+        anomalous: list[str] = []
+        chain: list[str] = []
+        if dead or idle_accused:
+            verdict = "dead-node"
+            anomalous = sorted(set(dead) | set(idle_accused))
+            why = []
+            for h in anomalous:
+                if oom.get(h, 0) > 0.5:
+                    why.append(f"{h}: OOM kill")
+                elif dmesg.get(h, 0) > 0.5:
+                    why.append(f"{h}: GPU driver errors in dmesg")
+                elif samples.get(h, 0) == 0:
+                    why.append(f"{h}: no metrics")
+                else:
+                    why.append(f"{h}: GPUs idle")
+            root = "The heartbeat timeout was a true positive: " + "; ".join(why) + "."
+            chain = ["accused task really died", "heartbeats stop", "coordinator kills the job"]
+        elif (
+            not progressing
+            and stall is not None
+            and stall >= th.stall_min_s
+            and acc_states.get("busy-wait", 0) / n_acc >= 0.5
+        ):
+            verdict = "hang-then-heartbeat"
+            root = (
+                f"Training had stalled {stall / 60:.0f} min before the heartbeats stopped (last step {last_before.step if last_before else '?'}), "
+                "and the GPUs were spinning at busy-wait power: an RCCL hang came first; the heartbeat timeout (gRPC deadlock after a long hang) was only the kill mechanism."
+            )
+            chain = [
+                "RCCL/NCCL collective hang",
+                "GPUs busy-wait, no step progress",
+                "gRPC channel deadlock after a long hang",
+                "heartbeat timeout kills the job",
+            ]
+        else:
+            verdict = "heartbeat-false-positive"
+            if last_before is None:
+                root = "No training step had completed: init-phase kill -- the heartbeat timeout is shorter than XLA compilation + initial checkpoint time. Increase it."
+            else:
+                root = (
+                    f"At the heartbeat-stop time the accused hosts ({', '.join(accused) or 'all'}) were alive and training "
+                    f"({acc_states.get('training', 0)}/{n_acc} GPUs at training power; last step {last_before.step} {int(stall or 0)} s earlier), "
+                    "TCP retransmits near zero and no I/O pressure. Root cause: the shared gRPC channel bug (docs/jax-heartbeat-false-positive-postmortem.md)."
+                )
+            chain = [
+                "gRPC channel blocks heartbeat RPCs",
+                "coordinator declares healthy tasks dead",
+                "job killed",
+            ]
+        findings = [
+            Finding(
+                "Accused hosts at heartbeat-stop time",
+                root,
+                "critical" if verdict != "heartbeat-false-positive" else "warning",
+                tuple(accused),
+                [table],
+            )
+        ]
+        nxt = {
+            "heartbeat-false-positive": [
+                "Increase jax_distributed_heartbeat_timeout_seconds to several hours (e.g. 14400).",
+                "Rely on step-progress hang detection (jobdiagd) rather than heartbeats.",
+            ],
+            "hang-then-heartbeat": [
+                "Treat as a hang: run --playbook hang for the stall window.",
+                "Raising the heartbeat timeout only delays the kill; fix the hang.",
+            ],
+            "dead-node": [
+                f"Investigate {', '.join(anomalous)} (dmesg, --playbook oom / --playbook hardware)."
+            ],
+        }[verdict]
+        corr = f"Triage reported heartbeat-timeout accusing {', '.join(accused) or 'unknown tasks'}; TSDB verdict: {verdict}."
+        return PlaybookResult(
+            self.name,
+            self.analysis_type,
+            verdict,
+            (stop - w, stop),
+            findings,
+            anomalous,
+            root,
+            chain,
+            nxt,
+            corr,
+        )

@@ -1,0 +1,253 @@
+"""Playbook 6: network health -- TCP retransmits, RDMA retransmits/ACK timeouts/CNP/retry exhaustion, port state, correlation with step time."""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from jobdiagd.tsdb.client import regex_union
+from jobdiagd.tsdb.playbooks.base import (
+    EvidenceTable,
+    Finding,
+    PlaybookEnv,
+    PlaybookResult,
+    by_host,
+    dur,
+    fmt,
+    host_of,
+    outliers_high,
+    present,
+    training_span,
+)
+
+RDMA_COUNTERS = {
+    "retx": "hw_rdma_tx_retx_pkts_total",
+    "ack": "hw_rdma_tx_ack_timeout_total",
+    "cnp_rx": "hw_rdma_rx_cnp_pkts_total",
+    "cnp_tx": "hw_rdma_tx_cnp_pkts_total",
+    "ecn": "hw_rdma_rx_ecn_pkts_total",
+    "excd": "hw_rdma_req_tx_retry_excd_err_total",
+    "cqe": "hw_rdma_req_rx_cqe_err_total",
+}
+
+
+def pearson(xs: list[float], ys: list[float]) -> float | None:
+    if len(xs) < 5 or statistics.pstdev(xs) == 0 or statistics.pstdev(ys) == 0:
+        return None
+    return statistics.correlation(xs, ys)
+
+
+class NetworkPlaybook:
+    name = "network-health"
+    analysis_type = "network-health"
+
+    async def run(self, env: PlaybookEnv) -> PlaybookResult:
+        start, end = training_span(env)
+        w = end - start
+        W = dur(w)
+        arms: dict[str, str] = {
+            "tcp": f"increase(hw_tcp_retransmits_total[{W}])",
+            "port": f"min by (host, device, port) (min_over_time(hw_rdma_port_state[{W}]))",
+            "neterr": f"sum by (host) (increase(hw_net_rx_errors_total[{W}])) + sum by (host) (increase(hw_net_tx_errors_total[{W}]))",
+            "netdrop": f"sum by (host) (increase(hw_net_rx_drop_total[{W}])) + sum by (host) (increase(hw_net_tx_drop_total[{W}]))",
+        }
+        needs = {
+            "tcp": "hw_tcp_retransmits_total",
+            "port": "hw_rdma_port_state",
+            "neterr": "hw_net_rx_errors_total",
+            "netdrop": "hw_net_rx_drop_total",
+        }
+        for k, name in RDMA_COUNTERS.items():
+            arms[k] = f"sum by (host, device, port) (increase({name}[{W}]))"
+            needs[k] = name
+        r = await env.arms(present(env, arms, needs), end)
+        th = env.th
+
+        def per_dev(arm: str) -> dict[tuple[str, str], float]:
+            return {
+                (host_of(s.labels), f"{s.labels.get('device', '?')}:{s.labels.get('port', '?')}"): s.v
+                for s in r.get(arm, [])
+                if not math.isnan(s.v)
+            }
+
+        tcp = by_host(r.get("tcp", []))
+        retx, ack, excd, cqe = per_dev("retx"), per_dev("ack"), per_dev("excd"), per_dev("cqe")
+        cnp = dict(per_dev("cnp_rx"))
+        for dk, v in per_dev("cnp_tx").items():
+            cnp[dk] = cnp.get(dk, 0.0) + v
+        ports = per_dev("port")
+        neterr, netdrop = by_host(r.get("neterr", [])), by_host(r.get("netdrop", []))
+
+        floor = th.rdma_retx_min_per_s * w
+        bad_dev = sorted(
+            set(
+                outliers_high(
+                    {f"{h}|{d}": v for (h, d), v in retx.items()}, factor=th.rate_outlier_factor, floor=floor
+                )
+            )
+            | {f"{h}|{d}" for (h, d), v in ack.items() if v > max(1.0, 0.01 * w)}
+        )
+        excd_dev = sorted(f"{h}|{d}" for (h, d), v in excd.items() if v > 0)
+        down = sorted(f"{h}|{d}" for (h, d), v in ports.items() if v < 1)
+        cnp_hosts = sorted({h for (h, _), v in cnp.items() if v > floor})
+        tcp_out = outliers_high(tcp, factor=th.rate_outlier_factor, floor=max(100.0, 0.5 * w))
+        hosts = sorted(set(env.disc.hosts))
+
+        dev_table = EvidenceTable(
+            "RDMA counters per device over the window",
+            f"sum by (host, device, port) (increase(hw_rdma_*_total[{W}]))",
+            (
+                "Host",
+                "device:port",
+                "retx pkts",
+                "retx/s",
+                "ACK timeouts",
+                "CNP",
+                "retry exhausted",
+                "CQE errors",
+                "port state (min)",
+                "interpretation",
+            ),
+        )
+        for dk in sorted(set(retx) | set(ports)):
+            key = f"{dk[0]}|{dk[1]}"
+            interp = []
+            if key in bad_dev:
+                interp.append("retransmit/ACK-timeout outlier: bad cable, port or switch")
+            if key in excd_dev:
+                interp.append("retry exhaustion: hard link failure")
+            if key in down:
+                interp.append("link DOWN")
+            dev_table.rows.append(
+                (
+                    dk[0],
+                    dk[1],
+                    fmt(retx.get(dk), digits=0),
+                    fmt(retx.get(dk, 0) / w if w else None, digits=2),
+                    fmt(ack.get(dk), digits=0),
+                    fmt(cnp.get(dk), digits=0),
+                    fmt(excd.get(dk), digits=0),
+                    fmt(cqe.get(dk), digits=0),
+                    fmt(ports.get(dk), digits=0),
+                    "; ".join(interp),
+                )
+            )
+        host_table = EvidenceTable(
+            "TCP and Ethernet per host",
+            f"increase(hw_tcp_retransmits_total[{W}]), hw_net_*_{{errors,drop}}_total",
+            ("Host", "TCP retx", "TCP retx/s", "net errors", "net drops"),
+            [
+                (
+                    h,
+                    fmt(tcp.get(h), digits=0),
+                    fmt(tcp.get(h, 0) / w if w else None, digits=2),
+                    fmt(neterr.get(h), digits=0),
+                    fmt(netdrop.get(h), digits=0),
+                )
+                for h in hosts
+            ],
+        )
+        findings: list[Finding] = []
+        verdict = "healthy"
+        anomalous: set[str] = set()
+        chain: list[str] = []
+        root_parts: list[str] = []
+        if down:
+            verdict = "hardware-fault"
+            anomalous |= {k.split("|")[0] for k in down}
+            root_parts.append(
+                "RDMA link down on " + ", ".join(k.replace("|", " ") for k in down) + " (physical layer)"
+            )
+        if bad_dev or excd_dev:
+            verdict = "rdma-degradation" if verdict == "healthy" else verdict
+            anomalous |= {k.split("|")[0] for k in bad_dev + excd_dev}
+            root_parts.append(
+                "RDMA retransmits/ACK timeouts concentrated on "
+                + ", ".join(k.replace("|", " ") for k in sorted(set(bad_dev + excd_dev)))
+            )
+            chain = [
+                "degraded RDMA link",
+                "retransmits slow every collective",
+                "step time up / TGS down on all nodes",
+            ]
+        if cnp_hosts and len(cnp_hosts) >= max(2, len(hosts) // 2):
+            findings.append(
+                Finding(
+                    "Congestion",
+                    f"Congestion notifications on {len(cnp_hosts)}/{len(hosts)} nodes: switch-level congestion (ECN tuning / traffic engineering).",
+                    "warning",
+                    tuple(cnp_hosts),
+                )
+            )
+        if tcp_out and not (bad_dev or down):
+            findings.append(
+                Finding(
+                    "TCP-only retransmits",
+                    f"TCP retransmit outliers on {', '.join(tcp_out)} with no RDMA errors: IP/TCP path (NFS, coordinator gRPC), not the RCCL data path.",
+                    "warning",
+                    tuple(tcp_out),
+                )
+            )
+
+        # Phase correlation: do retransmit bursts line up with slow steps?
+        corr_txt = ""
+        tl = env.disc.timeline
+        if anomalous and not tl.empty and env.disc.has("hw_rdma_tx_retx_pkts_total"):
+            sel = regex_union(sorted(anomalous))
+            step = max(30.0, w / 300)
+            series = await env.client.query_range(
+                f'sum(rate(hw_rdma_tx_retx_pkts_total{{host=~"{sel}"}}[2m]))', start, end, step
+            )
+            if series:
+                pts = series[0].points
+                xs, ys = [], []
+                for p in tl.points:
+                    if p.step_time is None or not (start <= p.t <= end):
+                        continue
+                    j = min(range(len(pts)), key=lambda i: abs(pts[i][0] - p.t))
+                    xs.append(pts[j][1])
+                    ys.append(p.step_time)
+                mean_rate = sum(v for _, v in pts) / len(pts)
+                rates = [v for _, v in pts]
+                steady_rate = mean_rate > 0 and statistics.pstdev(rates) / mean_rate < 0.2
+                rho = None if steady_rate else pearson(xs, ys)
+                corr_txt = (
+                    f"retransmit rate {mean_rate:.1f}/s throughout the window (constant degradation: every step pays it)"
+                    if rho is None
+                    else f"Pearson r={rho:.2f} between per-step step time and retransmit rate"
+                )
+                findings.append(Finding("Correlation with training", corr_txt, "info"))
+        root = (
+            "; ".join(root_parts)
+            if root_parts
+            else "Network healthy: no RDMA retransmit/ACK-timeout outliers, links up, TCP retransmits at background level."
+        )
+        findings.insert(
+            0,
+            Finding(
+                "Network health",
+                root,
+                "critical" if verdict != "healthy" else "info",
+                tuple(sorted(anomalous)),
+                [dev_table, host_table],
+            ),
+        )
+        nxt = []
+        if verdict == "rdma-degradation":
+            nxt = [
+                f"Resubmit with --exclude={','.join(sorted(anomalous))} (RDMA retry exhaustion first, then sustained retransmits).",
+                "Report the device/port to the network team (cable/switch port).",
+            ]
+        elif verdict == "hardware-fault":
+            nxt = ["Check cable and switch port of the down link; drain the node."]
+        return PlaybookResult(
+            self.name,
+            self.analysis_type,
+            verdict,
+            (start, end),
+            findings,
+            sorted(anomalous),
+            root,
+            chain,
+            nxt,
+        )

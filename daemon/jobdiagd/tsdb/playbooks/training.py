@@ -1,0 +1,403 @@
+"""Playbook 7: training stability -- loss/grad/LR/MoE, step time and throughput, and the contention checklist."""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from jobdiagd.tsdb.align import StepPoint, checkpoint_steps, steady_state
+from jobdiagd.tsdb.playbooks.base import (
+    EvidenceTable,
+    Finding,
+    PlaybookEnv,
+    PlaybookResult,
+    by_host,
+    dur,
+    fmt,
+    iso,
+    linear_fit,
+    median,
+    outliers_high,
+    present,
+    training_span,
+)
+
+# (arm, label, PromQL template over window {w}, metric needed, unit)
+CHECKLIST: tuple[tuple[str, str, str, str, str], ...] = (
+    ("procs", "CPU: runnable processes", "avg_over_time(hw_procs_running[{w}])", "hw_procs_running", ""),
+    ("blocked", "CPU: blocked processes", "avg_over_time(hw_procs_blocked[{w}])", "hw_procs_blocked", ""),
+    (
+        "cpu",
+        "CPU utilization (Ray)",
+        "avg_over_time(ray_node_cpu_utilization[{w}])",
+        "ray_node_cpu_utilization",
+        "%",
+    ),
+    (
+        "tcp",
+        "Network: TCP retransmits/s",
+        "rate(hw_tcp_retransmits_total[{w}])",
+        "hw_tcp_retransmits_total",
+        "",
+    ),
+    (
+        "rdma",
+        "Network: RDMA retransmits/s",
+        "sum by (host) (rate(hw_rdma_tx_retx_pkts_total[{w}]))",
+        "hw_rdma_tx_retx_pkts_total",
+        "",
+    ),
+    (
+        "io",
+        "Storage: IO pressure full %",
+        "avg_over_time(hw_io_pressure_full_pct[{w}])",
+        "hw_io_pressure_full_pct",
+        "%",
+    ),
+    (
+        "dirty",
+        "Storage: dirty pages",
+        "avg_over_time(hw_mem_dirty_bytes[{w}]) / 1e9",
+        "hw_mem_dirty_bytes",
+        " GB",
+    ),
+    (
+        "mem",
+        "Memory: host RAM used",
+        "max_over_time(ray_node_mem_used[{w}]) / max_over_time(ray_node_mem_total[{w}]) * 100",
+        "ray_node_mem_used",
+        "%",
+    ),
+    (
+        "temp",
+        "GPU thermal: max temp",
+        "max by (host) (max_over_time(hw_gpu_temperature_celsius[{w}]))",
+        "hw_gpu_temperature_celsius",
+        "C",
+    ),
+    (
+        "sclk",
+        "GPU: core clock",
+        'avg by (host) (avg_over_time(hw_gpu_clock_mhz{{type="sclk"}}[{w}]))',
+        "hw_gpu_clock_mhz",
+        "MHz",
+    ),
+    (
+        "power",
+        "GPU: power",
+        "avg by (host) (avg_over_time(hw_gpu_power_watts[{w}]))",
+        "hw_gpu_power_watts",
+        "W",
+    ),
+    (
+        "errs",
+        "GPU hardware: RAS UE (lifetime)",
+        "sum by (host) (max_over_time(hw_gpu_ras_umc_ue_total[{w}]))",
+        "hw_gpu_ras_umc_ue_total",
+        "",
+    ),
+)
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+class TrainingStabilityPlaybook:
+    name = "training-stability"
+    analysis_type = "training-stability"
+
+    async def checklist(self, env: PlaybookEnv, start: float, end: float) -> dict[str, dict[str, float]]:
+        w = dur(end - start)
+        arms = present(
+            env, {a: q.format(w=w) for a, _, q, _, _ in CHECKLIST}, {a: m for a, _, _, m, _ in CHECKLIST}
+        )
+        return {k: by_host(v) for k, v in (await env.arms(arms, end)).items()}
+
+    async def run(self, env: PlaybookEnv) -> PlaybookResult:
+        ctx, th, tl = env.ctx, env.th, env.disc.timeline
+        start, end = training_span(env)
+        steady = steady_state(
+            tl,
+            checkpoint_period=ctx.checkpoint_period,
+            async_ckpt=ctx.async_checkpointing,
+            warmup_steps=th.warmup_steps,
+        )
+        findings: list[Finding] = []
+        issues: list[str] = []
+
+        # --- training metrics (real samples only) ---
+        after_warm = [p for p in tl.points if p.step >= (tl.first_step or 0) + th.warmup_steps]
+        nan_steps = [p.step for p in tl.points if p.loss is not None and math.isnan(p.loss)]
+        diverge: StepPoint | None = None
+        run_min = math.inf
+        for i, p in enumerate(after_warm):
+            if p.loss is None or math.isnan(p.loss):
+                continue
+            ahead = [q.loss for q in after_warm[i : i + 4] if q.loss is not None]
+            if len(ahead) == 4 and all(x > 1.5 * run_min for x in ahead):
+                diverge = p
+                break
+            run_min = min(run_min, p.loss)
+        gn = [p.grad_norm for p in steady if p.grad_norm is not None]
+        gmed = median(gn)
+        grad_spikes = [p for p in steady if p.grad_norm is not None and gmed > 0 and p.grad_norm > 5 * gmed]
+        ratios = [p.raw_grad_norm / p.grad_norm for p in steady if p.raw_grad_norm and p.grad_norm]
+        moe = [p.moe_lb_loss for p in steady if p.moe_lb_loss is not None]
+        moe_spikes = [
+            p for p in steady if p.moe_lb_loss is not None and moe and p.moe_lb_loss > 3 * median(moe)
+        ]
+        if nan_steps:
+            issues.append(f"loss NaN at steps {nan_steps[:5]}")
+        if diverge:
+            issues.append(
+                f"loss divergence from step {diverge.step} ({fmt(diverge.loss, digits=3)} > 1.5x running minimum)"
+            )
+        if grad_spikes:
+            issues.append(
+                f"gradient-norm spikes (> 5x median {gmed:.3g}) at steps {[p.step for p in grad_spikes[:5]]}"
+            )
+        if ratios and median(ratios) > 1.5:
+            issues.append(
+                f"raw_grad_norm is {median(ratios):.1f}x grad_norm: gradient clipping active (maybe too aggressive)"
+            )
+        if moe_spikes:
+            issues.append(
+                f"MoE load-balance loss spikes at steps {[p.step for p in moe_spikes[:5]]}: routing shift -> uneven GPU use"
+            )
+        lrs = [p.lr for p in steady if p.lr is not None]
+
+        # --- step time and throughput ---
+        sts = [p.step_time for p in steady if p.step_time]
+        st_med = median(sts)
+        ck = checkpoint_steps((p.step for p in tl.points), ctx.checkpoint_period, ctx.async_checkpointing)
+        spikes = [p for p in after_warm if p.step_time and st_med and p.step_time > 2 * st_med]
+        ck_spikes = [p for p in spikes if p.step in ck]
+        odd_spikes = [p for p in spikes if p.step not in ck]
+        tgs = [(p.t, p.tgs) for p in steady if p.tgs]
+        n5 = max(1, len(tgs) // 5)
+        early, late = _mean([v for _, v in tgs[:n5]]), _mean([v for _, v in tgs[-n5:]])
+        drop_pct = 100 * (early - late) / early if tgs and early else 0.0
+        slope, r2 = linear_fit([(float(i), p.step_time) for i, p in enumerate(steady) if p.step_time])
+        growth_pct = 100 * slope * len(sts) / st_med if st_med else 0.0
+        if drop_pct >= th.tgs_regression_pct:
+            issues.append(
+                f"throughput regression: steady TGS {early:.0f} -> {late:.0f} ({drop_pct:.1f}% drop)"
+            )
+        elif growth_pct >= th.tgs_regression_pct and r2 >= 0.5:
+            issues.append(
+                f"step time grows {growth_pct:.0f}% over the run (R^2={r2:.2f}): contention worsening"
+            )
+        if odd_spikes:
+            issues.append(f"{len(odd_spikes)} step-time spikes outside checkpoint steps")
+        perf_rows: list[tuple[str, ...]] = [
+            (
+                "steady steps analysed",
+                str(len(steady)),
+                f"excluding warmup ({th.warmup_steps}) and checkpoint steps (period {ctx.checkpoint_period})",
+            ),
+            ("median step time", fmt(st_med, " s", 2), ""),
+            ("checkpoint-step spikes", str(len(ck_spikes)), "expected (checkpoint saves)"),
+            (
+                "non-checkpoint spikes",
+                str(len(odd_spikes)),
+                ", ".join(f"step {p.step}: {p.step_time:.1f}s" for p in odd_spikes[:5] if p.step_time),
+            ),
+            (
+                "TGS early -> late",
+                f"{fmt(early, digits=0)} -> {fmt(late, digits=0)}",
+                f"{drop_pct:+.1f}% drop",
+            ),
+            ("step-time trend", f"{growth_pct:+.1f}% over run", f"R^2={r2:.2f}"),
+            (
+                "loss first -> last",
+                f"{fmt(tl.points[0].loss if tl.points else None, digits=3)} -> {fmt(tl.points[-1].loss if tl.points else None, digits=3)}",
+                "",
+            ),
+            (
+                "learning rate range",
+                f"{fmt(min(lrs), digits=6) if lrs else 'n/a'} .. {fmt(max(lrs), digits=6) if lrs else 'n/a'}",
+                "",
+            ),
+        ]
+        findings.append(
+            Finding(
+                "Training metrics",
+                "; ".join(issues) if issues else "Loss, gradient norms and learning rate behave normally.",
+                "critical" if (nan_steps or diverge) else ("warning" if issues else "info"),
+                evidence=[
+                    EvidenceTable(
+                        "Training and throughput (tb_* real samples, staleness fills dropped)",
+                        "tb_* raw samples with tb_metrics_plugin_staleness_fill == 0",
+                        ("Metric", "Value", "Note"),
+                        perf_rows,
+                    )
+                ],
+            )
+        )
+
+        # --- contention checklist ---
+        degraded: tuple[float, float] | None = None
+        baseline: tuple[float, float] | None = None
+        if tgs and (drop_pct >= th.tgs_regression_pct or (growth_pct >= th.tgs_regression_pct and r2 >= 0.5)):
+            baseline = (tgs[0][0], tgs[n5 - 1][0] if n5 > 1 else tgs[0][0] + 120)
+            degraded = (tgs[-n5][0], tgs[-1][0])
+        elif odd_spikes and tgs:
+            worst = max(odd_spikes, key=lambda p: p.step_time or 0)
+            baseline = (tgs[0][0], tgs[n5 - 1][0] if n5 > 1 else tgs[0][0] + 120)
+            degraded = (worst.t - (worst.step_time or 60), worst.t)
+        whole = await self.checklist(env, start, end)
+        verdict = "healthy"
+        anomalous: list[str] = []
+        chain: list[str] = []
+        root = ""
+        rdma_out: list[str] = outliers_high(
+            whole.get("rdma", {}), factor=th.rate_outlier_factor, floor=th.rdma_retx_min_per_s
+        )
+        rows: list[tuple[str, ...]] = []
+        cmp: dict[str, tuple[dict[str, float], dict[str, float]]] = {}
+        if degraded and baseline:
+            if degraded[1] - degraded[0] < 60:
+                degraded = (degraded[1] - 60, degraded[1])
+            if baseline[1] - baseline[0] < 60:
+                baseline = (baseline[0], baseline[0] + 60)
+            b = await self.checklist(env, *baseline)
+            d = await self.checklist(env, *degraded)
+            for arm, label, _, _, unit in CHECKLIST:
+                if arm in b or arm in d:
+                    bv, dv = median(b.get(arm, {}).values()), median(d.get(arm, {}).values())
+                    cmp[arm] = (b.get(arm, {}), d.get(arm, {}))
+                    dmax = max(d.get(arm, {}).items(), key=lambda kv: kv[1], default=("", float("nan")))
+                    rows.append(
+                        (
+                            label,
+                            fmt(bv, unit, 2),
+                            fmt(dv, unit, 2),
+                            f"{fmt(dmax[1], unit, 2)} ({dmax[0]})",
+                            f"{dv - bv:+.2f}",
+                        )
+                    )
+            title = f"Contention checklist: baseline {iso(baseline[0])}..{iso(baseline[1])} vs degraded {iso(degraded[0])}..{iso(degraded[1])}"
+            cols: tuple[str, ...] = (
+                "Source",
+                "baseline (median host)",
+                "degraded (median host)",
+                "degraded (max host)",
+                "change (median)",
+            )
+        else:
+            for arm, label, _, _, unit in CHECKLIST:
+                if arm in whole:
+                    vals = whole[arm]
+                    out = (
+                        outliers_high(vals, factor=th.rate_outlier_factor, floor=th.rdma_retx_min_per_s)
+                        if arm in ("rdma", "tcp")
+                        else []
+                    )
+                    rows.append(
+                        (
+                            label,
+                            fmt(median(vals.values()), unit, 2),
+                            fmt(max(vals.values(), default=float("nan")), unit, 2),
+                            ", ".join(out) or "none",
+                        )
+                    )
+            title = f"Contention checklist over steady training {iso(start)}..{iso(end)}"
+            cols = ("Source", "median host", "max host", "outlier hosts")
+        findings.append(
+            Finding(
+                "Contention checklist",
+                "",
+                "info",
+                evidence=[EvidenceTable(title, "per-host avg/rate over the window (see Source)", cols, rows)],
+            )
+        )
+
+        def worse(arm: str, factor: float, floor: float) -> bool:
+            if arm not in cmp:
+                return False
+            bv, dv = median(cmp[arm][0].values()), median(cmp[arm][1].values())
+            return dv >= floor and dv >= factor * max(bv, 1e-9)
+
+        prof = env.profile
+        if degraded:
+            if worse("io", 2.0, th.io_pressure_full_pct):
+                anomalous = sorted(h for h, v in cmp["io"][1].items() if v >= th.io_pressure_full_pct)
+                verdict, root = (
+                    "io-contention",
+                    "I/O pressure rose in the degraded window (checkpoint/NFS writes stall the data path).",
+                )
+                chain = ["storage I/O pressure", "host threads blocked on I/O", "step time up", "TGS down"]
+            elif hot := sorted(
+                h
+                for h, v in cmp.get("temp", ({}, {}))[1].items()
+                if v >= prof.temp_limit_c and cmp["temp"][0].get(h, 0.0) < prof.temp_limit_c
+            ):
+                verdict, anomalous = "thermal-throttle", hot
+                clk = (
+                    {h: (cmp["sclk"][0].get(h), cmp["sclk"][1].get(h)) for h in hot} if "sclk" in cmp else {}
+                )
+                drops = ", ".join(f"{h} {a:.0f}->{b:.0f} MHz" for h, (a, b) in clk.items() if a and b)
+                root = (
+                    f"GPU temperatures on {', '.join(hot)} crossed {prof.temp_limit_c:.0f}C in the degraded window"
+                    + (f" and clocks dropped ({drops})" if drops else "")
+                    + "; every collective waits for the throttled node."
+                )
+                chain = ["GPU over thermal limit", "clock throttling", "step time up", "TGS down"]
+            elif worse("rdma", th.rate_outlier_factor, th.rdma_retx_min_per_s):
+                verdict, root = "rdma-degradation", "RDMA retransmits rose in the degraded window."
+                chain = ["RDMA retransmits", "slower collectives", "TGS down"]
+            elif "procs" in cmp:
+                bvals, dvals = cmp["procs"]
+                deltas = [dvals[h] - bvals[h] for h in dvals if h in bvals]
+                if deltas and median(deltas) >= th.procs_leak_min_delta:
+                    cv = statistics.pstdev(deltas) / abs(median(deltas))
+                    uniform = cv <= th.procs_uniform_max_cv
+                    if uniform and ctx.restored_from_step is not None:
+                        verdict, root = (
+                            "restore-resource-leak",
+                            f"hw_procs_running up ~{median(deltas):.1f} on every host after the restore: leaked RCCL communicator threads.",
+                        )
+                        chain = [
+                            "single-replica restore",
+                            "leaked RCCL communicators + polling threads",
+                            "CPU contention",
+                            "TGS down",
+                        ]
+                    else:
+                        root = f"CPU contention: runnable processes +{median(deltas):.1f} per host ({'uniform' if uniform else 'per-node'})."
+            if not root:
+                root = f"Throughput dropped {drop_pct:.1f}% but no contention source moved clearly; compare with a baseline job (jobdiagd compare)."
+        elif rdma_out:
+            verdict, anomalous = "rdma-degradation", rdma_out
+            root = f"Constant RDMA retransmit load on {', '.join(rdma_out)}: every collective pays for it (constant TGS drop). Run --playbook network-health for device/port."
+            chain = [
+                f"degraded RDMA link on {', '.join(rdma_out)}",
+                "retransmits in every collective",
+                "uniformly slower steps",
+            ]
+        else:
+            root = (
+                "Training stable: step time consistent apart from checkpoint steps; no contention source stands out."
+                if not issues
+                else "; ".join(issues)
+            )
+        findings[1].summary = root
+        nxt = {
+            "io-contention": [
+                "Check NFS/storage health; consider async checkpointing or a longer checkpoint_period."
+            ],
+            "thermal-throttle": ["Check cooling on the hot nodes."],
+            "rdma-degradation": [
+                "Run --playbook network-health to find the device/port; exclude the node if it persists."
+            ],
+            "restore-resource-leak": [
+                "Known Orbax single-replica restore leak: use the dispatcher path (jax.device_put) or restart fresh."
+            ],
+            "healthy": [],
+        }[verdict]
+        res = PlaybookResult(
+            self.name, self.analysis_type, verdict, (start, end), findings, anomalous, root, chain, nxt
+        )
+        res.incident = degraded[0] if degraded else None
+        return res

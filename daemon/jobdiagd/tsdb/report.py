@@ -1,0 +1,212 @@
+"""Rendering of the runbook's "TSDB Diagnosis" report (markdown) and its JSON form."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jobdiagd.tsdb.engine import Diagnosis
+from jobdiagd.tsdb.playbooks.base import EvidenceTable, iso
+
+
+def _dur(s: float) -> str:
+    s = int(s)
+    h, m = divmod(s, 3600)
+    m, sec = divmod(m, 60)
+    return f"{h}h {m}m {sec}s" if h else (f"{m}m {sec}s" if m else f"{sec}s")
+
+
+def table_dict(t: EvidenceTable) -> dict[str, Any]:
+    return {"title": t.title, "query": t.query, "columns": list(t.columns), "rows": [list(r) for r in t.rows]}
+
+
+def to_json(d: Diagnosis) -> dict[str, Any]:
+    ctx = d.ctx
+    job = {
+        "id": ctx.job_id,
+        "name": ctx.job_name,
+        "job_dir": str(ctx.job_dir) if ctx.job_dir else None,
+        "status": ctx.status,
+        "primary_failure": ctx.primary_class,
+    }
+    if d.no_tsdb is not None or d.result is None:
+        return {
+            "analysis_type": "log-only",
+            "tsdb": "no TSDB",
+            "reason": d.no_tsdb,
+            "time_window": None,
+            "nodes": {"count": len(ctx.nodes), "hosts": list(ctx.nodes)},
+            "verdict": None,
+            "anomalous_hosts": [],
+            "findings": [
+                {
+                    "title": "Log-only diagnosis",
+                    "summary": f"{d.no_tsdb}. Triage: status {ctx.status}, primary failure {ctx.primary_class or 'none'}.",
+                    "severity": "info",
+                    "hosts": [],
+                    "evidence": [],
+                }
+            ],
+            "root_cause": f"No TSDB to confirm the log diagnosis ({ctx.primary_class or 'no failure'}); re-run with RAY=1 for metrics.",
+            "next_steps": list(ctx.next_steps) + ["Re-run with RAY=1 to collect a Prometheus TSDB."],
+            "job": job,
+        }
+    r, disc = d.result, d.discovery
+    assert disc is not None
+    anomaly = None
+    if d.anomaly is not None:
+        anomaly = {
+            "incident": iso(d.anomaly.incident),
+            "window": [iso(d.anomaly.window[0]), iso(d.anomaly.window[1])],
+            "families_checked": d.anomaly.families_checked,
+            "first": [
+                {
+                    "family": x.family,
+                    "host": x.host,
+                    "onset": iso(x.onset),
+                    "onset_ts": x.onset,
+                    "kind": x.kind,
+                    "baseline": x.baseline,
+                    "value": x.value,
+                    "symptom": x.symptom,
+                }
+                for x in d.anomaly.deviations[:20]
+            ],
+            "chain": d.anomaly.chain(),
+        }
+    chain = r.chain
+    root = r.root_cause
+    return {
+        "analysis_type": r.analysis_type,
+        "playbook": r.playbook,
+        "time_window": {
+            "start": iso(r.window[0]),
+            "end": iso(r.window[1]),
+            "start_ts": r.window[0],
+            "end_ts": r.window[1],
+            "duration_s": r.window[1] - r.window[0],
+        },
+        "nodes": {
+            "count": len(disc.hosts),
+            "hosts": list(disc.hosts),
+            "nnodes": ctx.nnodes,
+            "missing": list(disc.missing_hosts),
+            "extra": list(disc.extra_hosts),
+            "gpus_per_host": disc.gpus_per_host,
+        },
+        "verdict": r.verdict,
+        "anomalous_hosts": r.anomalous_hosts,
+        "findings": [
+            {
+                "title": f.title,
+                "summary": f.summary,
+                "severity": f.severity,
+                "hosts": list(f.hosts),
+                "evidence": [table_dict(t) for t in f.evidence],
+            }
+            for f in r.findings
+        ],
+        "root_cause": root,
+        "chain": chain,
+        "earliest_anomaly": anomaly,
+        "next_steps": r.next_steps,
+        "triage_correlation": r.triage_correlation,
+        "access": {"mode": d.access_mode, "server": d.server, "notes": d.notes},
+        "discovery": {
+            "families": disc.families,
+            "metric_count": len(disc.metric_names),
+            "range": [iso(disc.min_time), iso(disc.max_time)],
+            "range_source": disc.range_source,
+            "targets_up": sum(1 for t in disc.targets if t[2] == 1.0),
+            "targets": len(disc.targets),
+            "gpu_model": disc.gpu_model,
+            "crosscheck": {"status": disc.crosscheck.status, "detail": disc.crosscheck.detail},
+            "steps": [disc.timeline.first_step, disc.timeline.last_step],
+            "step_source": disc.timeline.source,
+        },
+        "queries": d.queries,
+        "job": job,
+    }
+
+
+def md_table(t: EvidenceTable) -> list[str]:
+    out = [
+        f"**{t.title}**",
+        f"`{t.query}`",
+        "",
+        "| " + " | ".join(t.columns) + " |",
+        "|" + "|".join("---" for _ in t.columns) + "|",
+    ]
+    out += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in t.rows]
+    if not t.rows:
+        out.append("| " + " | ".join(["(no data)"] + [""] * (len(t.columns) - 1)) + " |")
+    return out + [""]
+
+
+def to_markdown(d: Diagnosis) -> str:
+    ctx = d.ctx
+    where = str(ctx.job_dir or ctx.log_path or ctx.label)
+    if d.result is None or d.discovery is None:
+        lines = [
+            f"## TSDB Diagnosis: {where}",
+            "",
+            "**Analysis type:** log-only (no TSDB)",
+            f"**Nodes:** {len(ctx.nodes)} ({', '.join(ctx.nodes)})",
+            "",
+            "### Findings",
+            f"no TSDB: {d.no_tsdb}.",
+            f"Log-only diagnosis from triage: status **{ctx.status}**, primary failure **{ctx.primary_class or 'none'}**.",
+            "",
+            "### Recommended next steps",
+        ]
+        steps = list(ctx.next_steps) + [
+            "Re-run with RAY=1 to collect a Prometheus TSDB for metric-level diagnosis."
+        ]
+        lines += [f"{i}. {s}" for i, s in enumerate(steps, 1)]
+        return "\n".join(lines) + "\n"
+    r, disc = d.result, d.discovery
+    lines = [
+        f"## TSDB Diagnosis: {where}",
+        "",
+        f"**Analysis type:** {r.analysis_type}",
+        f"**Time window:** {iso(r.window[0])} to {iso(r.window[1])} ({_dur(r.window[1] - r.window[0])})",
+        f"**Nodes:** {len(disc.hosts)} ({', '.join(disc.hosts)})",
+        f"**Verdict:** {r.verdict}",
+        f"**TSDB:** {d.access_mode} via {d.server}; range {iso(disc.min_time)} to {iso(disc.max_time)} ({disc.range_source}); "
+        f"{len(disc.metric_names)} metrics ({', '.join(f'{k}*: {v}' for k, v in disc.families.items())}); "
+        f"cross-check with log: {disc.crosscheck.status} ({disc.crosscheck.detail}); GPU thresholds: {disc.gpu_model}",
+    ]
+    for n in d.notes:
+        lines.append(f"> Note: {n}")
+    if disc.missing_hosts:
+        lines.append(f"> Hosts in the job but not in the TSDB: {', '.join(disc.missing_hosts)}")
+    lines += ["", "### Findings", r.root_cause or "No anomaly."]
+    for f in r.findings:
+        if f.summary and f.summary != r.root_cause:
+            body = f.summary if "\n" not in f.summary else "\n```\n" + f.summary + "\n```"
+            lines.append(f"- **{f.title}** ({f.severity}): {body}")
+    chain = (d.anomaly.chain() if d.anomaly and d.anomaly.deviations else []) or r.chain
+    if chain:
+        lines += ["", "**Chain (root cause -> effects -> symptoms):**"]
+        lines += [f"{i}. {c}" for i, c in enumerate(chain, 1)]
+    lines += ["", "### Metric evidence", ""]
+    for f in r.findings:
+        for t in f.evidence:
+            lines += md_table(t)
+    lines += ["### Anomalies detected"]
+    lines.append(", ".join(r.anomalous_hosts) if r.anomalous_hosts else "None")
+    noted = [f for f in r.findings if f.hosts and not set(f.hosts) <= set(r.anomalous_hosts)]
+    for f in noted:
+        lines.append(
+            f"- Noted, not acted on: {', '.join(h for h in f.hosts if h not in r.anomalous_hosts)} -- {f.title}"
+        )
+    if d.anomaly and d.anomaly.deviations:
+        lines += [
+            "",
+            f"Earliest deviations around {iso(d.anomaly.incident)} ({d.anomaly.families_checked} families checked):",
+        ]
+        lines += [f"- {x.describe()}" for x in d.anomaly.deviations[:8]]
+    if r.triage_correlation:
+        lines += ["", "### Correlation with triage", r.triage_correlation]
+    lines += ["", "### Recommended next steps"]
+    lines += [f"{i}. {s}" for i, s in enumerate(r.next_steps or ["No action needed."], 1)]
+    return "\n".join(lines) + "\n"

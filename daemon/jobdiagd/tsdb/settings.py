@@ -1,0 +1,164 @@
+"""Diagnosis settings and per-GPU-model thresholds (defaults from the runbook; overridable from TOML).
+
+Example `[tsdb]` table (every key optional; unknown keys are errors that name the key):
+
+    [tsdb]
+    prometheus_binary = "/usr/bin/prometheus"
+    gpu_model = "MI355X"              # default: detected from VRAM size, else MI300X
+    confirm_hang_with_power = true    # page a hang only once the power signature confirms it
+    [tsdb.thresholds]
+    warmup_steps = 10
+    [tsdb.gpu_profiles.H100]
+    train_power_min_w = 500
+    [tsdb.ssh]
+    config_paths = ["~/.ssh/config"]  # default: asyncssh reads ~/.ssh/config itself
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class GpuProfile:
+    """Power/thermal bands for one GPU model. Source: runbook 'Key thresholds' + log-formats power bands."""
+
+    name: str
+    train_power_min_w: float
+    train_power_max_w: float
+    busy_wait_power_min_w: float
+    busy_wait_power_max_w: float
+    idle_power_max_w: float
+    temp_limit_c: float
+    vram_gib: tuple[float, ...] = ()
+
+
+DEFAULT_PROFILES: dict[str, GpuProfile] = {
+    # MI300X: training 600-750 W, busy-wait 250-350 W, idle < 100 W (runbook Playbook 1).
+    "MI300X": GpuProfile("MI300X", 600, 750, 250, 350, 100, 90, (192.0,)),
+    # MI355X: training ~900 W (800-1000), busy-wait ~260-310 W (triage heartbeat checklist).
+    "MI355X": GpuProfile("MI355X", 800, 1000, 240, 350, 120, 90, (288.0,)),
+    # NVIDIA defaults are estimates from TDP (700 W / 1000 W); tune them in [tsdb.gpu_profiles.*].
+    "H100": GpuProfile("H100", 450, 700, 150, 300, 100, 87, (80.0, 94.0)),
+    "H200": GpuProfile("H200", 450, 700, 150, 300, 100, 87, (141.0,)),
+    "B200": GpuProfile("B200", 700, 1000, 200, 400, 150, 90, (180.0, 186.0)),
+}
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Model-independent decision thresholds; each names the runbook rule it implements."""
+
+    busy_util_pct: float = 90.0  # "100% utilization + low watts" (Playbook 1)
+    idle_util_pct: float = 10.0
+    tcp_outlier_factor: float = 100.0  # "orders of magnitude higher than peers (10M vs 10K)"
+    rate_outlier_factor: float = 5.0  # per-host rate vs cluster median
+    rdma_retx_min_per_s: float = 1.0  # below this a retransmit rate is noise
+    ce_warn_count: float = 100.0  # "high correctable errors -> degrading hardware"
+    mem_oom_fraction: float = 0.95  # host memory at/above this fraction of total = at the limit
+    ramp_min_r2: float = 0.8
+    ramp_min_growth_fraction: float = 0.15
+    spike_min_fraction: float = 0.10  # jump of >= 10% of total RAM counts as a spike
+    tgs_regression_pct: float = 10.0  # ">10% drop from steady-state average warrants investigation"
+    io_pressure_full_pct: float = 10.0
+    procs_leak_min_delta: float = 2.0  # restore leak: ~3-8 extra runnable procs per host
+    procs_uniform_max_cv: float = 0.5
+    warmup_steps: int = 5  # "typically 5-10 steps after the later job's first step"
+    heartbeat_timeout_default_s: float = 100.0  # patched MaxText default
+    stall_min_s: float = 600.0  # training stalled this long before a heartbeat kill = hang first
+    anomaly_baseline_s: float = 1800.0
+    anomaly_after_s: float = 300.0
+    anomaly_k: float = 6.0
+
+
+@dataclass(frozen=True)
+class SshSettings:
+    username: str | None = None
+    port: int | None = None
+    config_paths: tuple[str, ...] = ()  # empty: asyncssh reads ~/.ssh/config
+    client_keys: tuple[str, ...] = ()
+    known_hosts: str | None = None
+    connect_timeout_s: float = 10.0
+    max_attempts: int = 4
+    backoff_initial_s: float = 0.5
+    backoff_max_s: float = 8.0
+
+
+@dataclass(frozen=True)
+class TsdbSettings:
+    prometheus_binary: str = "/usr/bin/prometheus"
+    promtool_binary: str = "/usr/bin/promtool"
+    gpu_model: str | None = None  # None: detect from triage platform / VRAM size
+    query_timeout_s: float = 30.0
+    ready_timeout_s: float = 60.0
+    lookback_delta: str = "5m"
+    work_dir: str | None = None  # where temp copies and configs go (default: tempfile)
+    confirm_hang_with_power: bool = False  # page on a hang only once the power signature confirms it
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    ssh: SshSettings = field(default_factory=SshSettings)
+    gpu_profiles: Mapping[str, GpuProfile] = field(default_factory=lambda: dict(DEFAULT_PROFILES))
+
+    def profile(self, model: str | None) -> GpuProfile:
+        key = normalize_model(model or self.gpu_model or "MI300X")
+        return self.gpu_profiles.get(key) or self.gpu_profiles["MI300X"]
+
+
+def normalize_model(name: str) -> str:
+    up = name.upper().replace("-", "").replace(" ", "")
+    for key in ("MI355X", "MI300X", "H200", "H100", "B200"):
+        if key in up:
+            return key
+    return up
+
+
+def _build(cls: type[Any], data: Mapping[str, Any], where: str) -> Any:
+    known = {f.name: f for f in fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in known:
+            raise ValueError(f"unknown setting {where}.{key}")
+        kwargs[key] = tuple(value) if isinstance(value, list) else value
+    return cls(**kwargs)
+
+
+def settings_from_mapping(data: Mapping[str, Any]) -> TsdbSettings:
+    """Build settings from a `[tsdb]` table; unknown keys are errors naming the key."""
+    base = TsdbSettings()
+    plain = {k: v for k, v in data.items() if k not in ("thresholds", "ssh", "gpu_profiles")}
+    s: TsdbSettings = _build(TsdbSettings, plain, "tsdb")
+    s = replace(s, thresholds=_build(Thresholds, data.get("thresholds", {}), "tsdb.thresholds"))
+    s = replace(s, ssh=_build(SshSettings, data.get("ssh", {}), "tsdb.ssh"))
+    profiles = dict(base.gpu_profiles)
+    for name, prof in (data.get("gpu_profiles") or {}).items():
+        key = normalize_model(name)
+        start = profiles.get(key, DEFAULT_PROFILES["MI300X"])
+        merged = {f.name: getattr(start, f.name) for f in fields(GpuProfile)} | {"name": key}
+        for k, v in prof.items():
+            if k not in merged:
+                raise ValueError(f"unknown setting tsdb.gpu_profiles.{name}.{k}")
+            merged[k] = tuple(v) if isinstance(v, list) else v
+        profiles[key] = GpuProfile(**merged)
+    return replace(s, gpu_profiles=profiles)
+
+
+def load_settings(path: Path | None) -> TsdbSettings:
+    if path is None:
+        return TsdbSettings()
+    with path.open("rb") as fh:
+        doc = tomllib.load(fh)
+    return settings_from_mapping(doc.get("tsdb", {}))
+
+
+def model_from_vram(total_bytes: float) -> str | None:
+    gib = total_bytes / 2**30
+    best: tuple[float, str] | None = None
+    for prof in DEFAULT_PROFILES.values():
+        for size in prof.vram_gib:
+            d = abs(size - gib)
+            if d <= 4 and (best is None or d < best[0]):
+                best = (d, prof.name)
+    return best[1] if best else None

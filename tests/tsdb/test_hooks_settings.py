@@ -1,0 +1,111 @@
+"""Daemon hooks (power verdict, class -> playbook), settings loading, anomaly detection on plain data."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from jobdiagd.tsdb.anomaly import detect
+from jobdiagd.tsdb.hooks import Verdict, hang_power_verdict, playbook_for_class, should_page
+from jobdiagd.tsdb.playbooks.base import gpu_state
+from jobdiagd.tsdb.settings import (
+    DEFAULT_PROFILES,
+    Thresholds,
+    TsdbSettings,
+    load_settings,
+    settings_from_mapping,
+)
+
+from .conftest import Fixtures, make_ctx
+
+
+@pytest.mark.parametrize(
+    ("cls", "name"),
+    [
+        ("hang", "hang"),
+        ("heartbeat-timeout", "heartbeat"),
+        ("oom-host", "oom"),
+        ("node-fail", "hardware"),
+        ("signal-kill", "hardware"),
+        ("unknown-death", "hardware"),
+        ("tgs-degradation", "training-stability"),
+        ("nccl-timeout", "network-health"),
+        (None, "training-stability"),
+    ],
+)
+async def test_playbook_for_class(cls: str | None, name: str) -> None:
+    assert await playbook_for_class(cls) == name
+
+
+async def test_power_verdict_on_finished_hang(fixtures: Fixtures, tmp_path: Path) -> None:
+    b = fixtures.copy("rccl-hang", tmp_path)
+    v = await hang_power_verdict(make_ctx(b), time.time(), settings=TsdbSettings(work_dir=str(tmp_path)))
+    assert (
+        v.state == "busy-wait"
+        and v.confirmed_hang
+        and v.mean_power_w is not None
+        and 280 < v.mean_power_w < 320
+    )
+    h = fixtures.copy("healthy", tmp_path / "h")
+    v2 = await hang_power_verdict(make_ctx(h), time.time(), settings=TsdbSettings(work_dir=str(tmp_path)))
+    assert v2.state == "training" and not v2.confirmed_hang  # GPUs working: a "hang" alert would be wrong
+    nt = await hang_power_verdict(make_ctx(h, ray=False), time.time())
+    assert nt.state == "unknown" and "RAY=0" in nt.summary
+
+
+def test_should_page_switch() -> None:
+    unconfirmed = Verdict("training", False, "GPUs busy")
+    assert should_page(unconfirmed, TsdbSettings())
+    assert not should_page(unconfirmed, TsdbSettings(confirm_hang_with_power=True))
+    assert should_page(replace(unconfirmed, confirmed_hang=True), TsdbSettings(confirm_hang_with_power=True))
+
+
+def test_gpu_state_per_model() -> None:
+    th = Thresholds()
+    mi300, mi355 = DEFAULT_PROFILES["MI300X"], DEFAULT_PROFILES["MI355X"]
+    assert gpu_state(100, 300, mi300, th) == "busy-wait"
+    assert gpu_state(100, 680, mi300, th) == "training"
+    assert gpu_state(0, 60, mi300, th) == "idle"
+    assert gpu_state(100, 700, mi355, th) == "busy"  # below MI355X training band, above busy-wait
+    assert gpu_state(100, 900, mi355, th) == "training"
+    assert gpu_state(None, None, mi300, th) == "absent"
+
+
+def test_settings_from_toml(tmp_path: Path) -> None:
+    f = tmp_path / "c.toml"
+    f.write_text(
+        '[tsdb]\nprometheus_binary = "/opt/prom"\ngpu_model = "H100"\n[tsdb.thresholds]\nwarmup_steps = 8\n[tsdb.gpu_profiles.H100]\ntrain_power_min_w = 500\n'
+    )
+    s = load_settings(f)
+    assert s.prometheus_binary == "/opt/prom" and s.thresholds.warmup_steps == 8
+    assert s.profile(None).name == "H100" and s.profile(None).train_power_min_w == 500
+    assert s.profile("MI355X").train_power_min_w == 800
+    with pytest.raises(ValueError, match="tsdb.thresholds.warmup"):
+        settings_from_mapping({"thresholds": {"warmup": 1}})
+    with pytest.raises(ValueError, match="tsdb.nope"):
+        settings_from_mapping({"nope": 1})
+
+
+def test_detect_on_plain_series() -> None:
+    flat = [(float(t), 10.0) for t in range(0, 100, 10)]
+    jump = flat + [(100.0, 30.0), (110.0, 31.0), (120.0, 30.0)]
+    assert detect(jump, 90.0, k=6, counter=False) is not None
+    assert detect(jump, 90.0, k=6, counter=False)[0] == 100.0  # type: ignore[index]
+    blip = flat + [(100.0, 30.0), (110.0, 10.0), (120.0, 10.0)]
+    assert detect(blip, 90.0, k=6, counter=False) is None  # one-sample blip is not persistent
+    ue = [(float(t), 0.0) for t in range(0, 100, 10)] + [(100.0, 2.0), (110.0, 2.0)]
+    assert detect(ue, 90.0, k=6, counter=True, rare=True) is not None  # a single UE increment counts
+    assert detect(ue, 90.0, k=6, counter=True, rare=False) is None
+    # Checkpoint windows are masked.
+    assert detect(jump, 90.0, k=6, counter=False, ignore=lambda t: t >= 100.0) is None
+
+
+def test_host_of_label_variants() -> None:
+    from jobdiagd.tsdb.playbooks.base import host_of
+
+    assert host_of({"host": "node001", "ip": "10.0.0.1"}) == "node001"
+    assert host_of({"ip": "10.0.0.2", "instance": "node002:55080"}) == "node002"
+    assert host_of({"ip": "10.0.0.3", "instance": "10.0.0.3:55080"}) == "10.0.0.3"
