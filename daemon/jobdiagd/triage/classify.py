@@ -42,7 +42,10 @@ CANCEL_EXITS = frozenset({130, 143})
 ALIVE_STATES = frozenset(
     {"RUNNING", "PENDING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING", "STAGE_OUT"}
 )
-SETUP_BUDGET_S = 1800.0  # runbook: setup/compilation overhead ~15–30 min
+# Runbook: "setup/compilation overhead of ~15-30 min"; unaccounted time beyond this (plus the
+# stall budget) is read as a stall when no dated line measures it directly. 20 min is the
+# middle of the runbook's range.
+SETUP_BUDGET_S = 1200.0
 PROGRESS_SLACK = 2
 DEFAULT_HEARTBEAT_TIMEOUT_S = 100.0
 _EXIT_RE = re.compile(r"exit(?:=| code |ed with exit code )(\d+)")
@@ -128,13 +131,14 @@ def _stall(
     gap = _gap(at, progress)
     if gap is None and not steps and barrier_time is not None and at is not None:
         gap = at - barrier_time
-    if gap is not None:
+    # A dated line after the last step measures the stall directly. When the last dated line
+    # *is* the last step (nothing stamped came after it), only the JOB SUMMARY wall time can tell.
+    undated_end = gap is not None and gap <= 1.0 and progress.unaccounted_s is not None
+    if gap is not None and not undated_end:
         return Stall(gap > limit, gap, limit, budget.phase, "timestamps")
     if progress.unaccounted_s is not None and steps:
         over = progress.unaccounted_s - SETUP_BUDGET_S
-        return Stall(
-            over > max(limit - budget.seconds, 0.0) + budget.seconds, over, limit, budget.phase, "wall-time"
-        )
+        return Stall(over > limit, over, limit, budget.phase, "wall-time")
     return Stall(False, None, limit, budget.phase, "none")
 
 

@@ -6,6 +6,7 @@ import json
 import time
 from typing import TYPE_CHECKING
 
+from jobdiagd.triage.classify import SETUP_BUDGET_S
 from jobdiagd.triage.signatures import BY_CLASS
 
 if TYPE_CHECKING:
@@ -189,7 +190,11 @@ def _progress_rows(r: TriageResult) -> list[tuple[str, str]]:
     if p.wall_time_s is not None:
         rows.append(("Wall time (JOB SUMMARY)", fmt_duration(p.wall_time_s)))
     if p.unaccounted_s is not None:
-        flag = " — exceeds ~30 min setup overhead: investigate" if p.unaccounted_s > 1800 else ""
+        flag = (
+            f" — exceeds the ~{SETUP_BUDGET_S / 60:.0f} min setup/compilation overhead: investigate"
+            if p.unaccounted_s > SETUP_BUDGET_S
+            else ""
+        )
         rows.append(("Unaccounted time", f"{fmt_duration(p.unaccounted_s)}{flag}"))
     return rows
 
