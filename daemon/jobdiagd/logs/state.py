@@ -125,9 +125,17 @@ class StampClock:
     def __init__(self, ref_time: float) -> None:
         self.ref_time = ref_time
         self.ref_year = time.localtime(ref_time).tm_year
+        self._learned_year = False
         self._midnights: dict[tuple[int, int, int], float] = {}
 
     def epoch(self, stamp: Stamp) -> float | None:
+        if not self._learned_year:
+            # If the log's first stamp is dated (NCCL, Ray), it tells the log's year, so an old
+            # log's absl stamps are not put in the current year. Only the first stamp may set it:
+            # one log must never jump a year mid-way.
+            self._learned_year = True
+            if stamp.year is not None and 1970 < stamp.year <= self.ref_year:
+                self.ref_year = stamp.year
         year = stamp.year if stamp.year is not None else self.ref_year
         value = self._at(year, stamp)
         if value is not None and stamp.year is None and value > self.ref_time + 2 * 86400:

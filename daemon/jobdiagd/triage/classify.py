@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass, field
 
 from jobdiagd.logs.job import JobLogs
-from jobdiagd.logs.prefixes import parse_full_stamp
+from jobdiagd.logs.prefixes import Stamp, parse_full_stamp
 from jobdiagd.logs.state import LogState
 from jobdiagd.model.records import Evidence, StepRecord
 from jobdiagd.triage.progress import CheckpointConfig, Progress
@@ -481,8 +481,12 @@ def _soft_variant(main: LogState, exit_code: int) -> str:
 
 
 def _cancel_time(at: str, main: LogState) -> float | None:
+    """The slurmstepd CANCELLED AT time, on the same calendar as the log's absl stamps (which
+    have no year; comparing them with a dated line must not jump a year)."""
     stamp = parse_full_stamp(at[:19])
-    return main.clock.epoch(stamp) if stamp is not None else None
+    if stamp is None:
+        return None
+    return main.clock.epoch(Stamp(stamp.month, stamp.day, stamp.seconds))
 
 
 def _evidence_order(
