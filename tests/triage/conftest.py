@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from jobdiagd.sim import scenarios
+from tests.helpers.slurm_cluster import slurm_cluster  # noqa: F401  (session fixture for test_real_slurm)
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ import pytest
 
 from jobdiagd.cli import main
 from jobdiagd.sim import live
-from tests.helpers.slurm_cluster import SlurmCluster, slurm_cluster  # noqa: F401
+from tests.helpers.slurm_cluster import SlurmCluster
 
 SCRIPT = Path(live.__file__).with_name("slurm_job.sh")
 NAME = "JAX-llama3.1-8b-triage"
@@ -31,7 +31,7 @@ def _wait(path: Path, pattern: bytes, timeout: float = 60) -> None:
 def test_triage_asks_slurm_for_the_state(
     slurm_cluster: SlurmCluster,
     tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     job_id = slurm_cluster.sbatch(
         f"--export=ALL,SIM_PYTHON={sys.executable}",

@@ -11,17 +11,28 @@ def _job(tmp: Path, steps: int, wall: str, tail: list[str]) -> Path:
     out = tmp / "outputs"
     out.mkdir()
     name = "4242-JAX-llama2-70b"
-    lines = ["JOB_ID=4242", "JOB_NAME=JAX-llama2-70b", "NNODES=2", "JOB_NODELIST=node[001-002]",
-             'PASSTHROUGH_ARGS="steps=1000"']
+    lines = [
+        "JOB_ID=4242",
+        "JOB_NAME=JAX-llama2-70b",
+        "NNODES=2",
+        "JOB_NODELIST=node[001-002]",
+        'PASSTHROUGH_ARGS="steps=1000"',
+    ]
     for s in range(steps):
         t = 10 * 3600 + s * 5
         stamp = f"I0612 {t // 3600:02d}:{t % 3600 // 60:02d}:{t % 60:02d}.000000 1 metric_logger.py:232] "
         for task in (0, 1):
-            lines.append(f"{task}: {stamp}completed step: {s}, seconds: 5.000, Tokens/s/device: 3000.0, loss: 2.0")
+            lines.append(
+                f"{task}: {stamp}completed step: {s}, seconds: 5.000, Tokens/s/device: 3000.0, loss: 2.0"
+            )
     lines += tail
-    lines += ["========================== JOB SUMMARY ==========================", "  Job:    4242 (JAX-llama2-70b)",
-              f"  Wall:   {wall}", "  Status: FAILED (exit 143) — CANCELLED (scancel / SIGTERM)",
-              "================================================================="]
+    lines += [
+        "========================== JOB SUMMARY ==========================",
+        "  Job:    4242 (JAX-llama2-70b)",
+        f"  Wall:   {wall}",
+        "  Status: FAILED (exit 143) — CANCELLED (scancel / SIGTERM)",
+        "=================================================================",
+    ]
     (out / f"{name}.log").write_text("\n".join(lines) + "\n")
     (out / name).mkdir()
     (out / name / "log").symlink_to(f"../{name}.log")
