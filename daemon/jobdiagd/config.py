@@ -15,14 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from jobdiagd.tsdb.settings import TsdbSettings, settings_from_mapping
+
 DEFAULT_CONFIG_PATH = Path("/etc/jobdiagd/config.toml")
 
 # sun_path is 108 bytes on Linux, including the terminating NUL.
 _MAX_SOCKET_PATH = 107
 _NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 _CREDENTIAL_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
-_HOST_RE = re.compile(r"^[A-Za-z0-9_]([A-Za-z0-9_.@-]{0,252})?(:[0-9]{1,5})?$")
-_SSH_OPTION_RE = re.compile(r"^[A-Za-z]+=[^\s]+$")
 _SLACK_ID_RE = re.compile(r"^[A-Z0-9]{2,32}$")
 
 
@@ -104,15 +104,6 @@ def _socket_path(value: Any) -> str | None:
 
 def _credential(value: Any) -> str | None:
     return None if not value or _CREDENTIAL_RE.match(value) else f"not a valid credential name: {value!r}"
-
-
-def _host(value: Any) -> str | None:
-    return None if not value or _HOST_RE.match(value) else f"not a valid [user@]host[:port]: {value!r}"
-
-
-def _ssh_options(value: Any) -> str | None:
-    bad = [v for v in value if not _SSH_OPTION_RE.match(v)]
-    return f"each must look like Key=value without spaces: {bad!r}" if bad else None
 
 
 def _slack_ids(value: Any) -> str | None:
@@ -244,26 +235,6 @@ class NotifiersConfig:
 
 
 @dataclass(frozen=True)
-class SshConfig:
-    user: str = field(default="root", metadata=_v(lambda v: _names((v,))))
-    port: int = field(default=22, metadata=_v(_port))
-    identity_file: Path | None = None
-    known_hosts_file: Path | None = None
-    proxy_jump: str = field(default="", metadata=_v(_host))
-    connect_timeout_seconds: float = field(default=10.0, metadata=_v(_positive))
-    extra_options: tuple[str, ...] = field(default=(), metadata=_v(_ssh_options))
-
-
-@dataclass(frozen=True)
-class TsdbConfig:
-    prometheus_binary: Path = field(default=Path("/usr/bin/prometheus"))
-    gpu_model: str = field(default="MI300X", metadata=_v(lambda v: _names((v,))))
-    # Only call a hang "confirmed" when GPU power confirms the busy-wait signature.
-    require_power_confirmation: bool = False
-    ssh: SshConfig = field(default_factory=SshConfig)
-
-
-@dataclass(frozen=True)
 class Config:
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
@@ -271,7 +242,8 @@ class Config:
     incidents: IncidentsConfig = field(default_factory=IncidentsConfig)
     delivery: DeliveryConfig = field(default_factory=DeliveryConfig)
     notifiers: NotifiersConfig = field(default_factory=NotifiersConfig)
-    tsdb: TsdbConfig = field(default_factory=TsdbConfig)
+    # One schema for [tsdb], shared with `jobdiagd diagnose --config` (jobdiagd.tsdb.settings).
+    tsdb: TsdbSettings = field(default_factory=TsdbSettings, metadata={"table_parser": settings_from_mapping})
     source: str = field(default="<defaults>", compare=False)
 
 
@@ -358,6 +330,16 @@ class _Ctx:
                 continue
             tp = hints[name]
             value = raw[name]
+            parser = f.metadata.get("table_parser")
+            if parser is not None:
+                if not isinstance(value, dict):
+                    self.error(section, name, f"must be a table [{'.'.join((*section, name))}]")
+                    continue
+                try:
+                    kwargs[name] = parser(value)
+                except (ValueError, TypeError) as exc:  # the parser's message names the table and key
+                    self.errors.append(f"{self.source}: {exc}")
+                continue
             if dataclasses.is_dataclass(tp):
                 if not isinstance(value, dict):
                     self.error(section, name, f"must be a table [{'.'.join((*section, name))}]")

@@ -70,7 +70,7 @@ def test_empty_file_gives_defaults() -> None:
     assert (cfg.detectors.tgs.baseline_first_step, cfg.detectors.tgs.baseline_last_step) == (5, 15)
     assert cfg.detectors.tgs.recent_steps == 10
     assert cfg.daemon.metrics_port == 0
-    assert cfg.tsdb.require_power_confirmation is False
+    assert cfg.tsdb.confirm_hang_with_power is False
     assert cfg.detectors.enabled() == {"hang": True, "tgs": True, "failure_signature": True, "job_end": True}
 
 
@@ -99,6 +99,7 @@ def test_nested_section_error() -> None:
         ),
         ("[detectors.hang]\nmin_stall = 3\n", "config.toml: [detectors.hang] min_stall: unknown key"),
         ("[tsdb.ssh]\nhostt = 'x'\n", "config.toml: [tsdb.ssh] hostt: unknown key"),
+        ("[tsdb.thresholds]\nwarmup = 3\n", "config.toml: [tsdb.thresholds] warmup: unknown key"),
         ("[deamon]\n", "config.toml: [deamon]: unknown section (did you mean 'daemon'?)"),
         ("[detectors.hangs]\n", "config.toml: [detectors.hangs]: unknown section (did you mean 'hang'?)"),
         ("[notifiers.email]\nenabled = true\n", "config.toml: [notifiers.email]: unknown section"),
@@ -170,14 +171,10 @@ def test_unknown_keys_rejected_at_every_level(text: str, expected: str) -> None:
             "credential",
         ),
         ("[notifiers.slack]\nchannel_ids = ['general']\n", "[notifiers.slack] channel_ids", "Slack ids"),
-        ("[tsdb]\ngpu_model = 'MI 300'\n", "[tsdb] gpu_model", "not valid names"),
-        ("[tsdb.ssh]\nproxy_jump = '-oProxyCommand=evil'\n", "[tsdb.ssh] proxy_jump", "host"),
-        (
-            "[tsdb.ssh]\nextra_options = ['StrictHostKeyChecking no']\n",
-            "[tsdb.ssh] extra_options",
-            "Key=value",
-        ),
-        ("[tsdb]\nssh = 3\n", "[tsdb] ssh", "must be a table"),
+        ("[tsdb]\ngpu_model = 'MI 300'\n", "[tsdb] gpu_model", "unknown GPU model"),
+        ("[tsdb]\nconfirm_hang_with_power = 'yes'\n", "[tsdb] confirm_hang_with_power", "true or false"),
+        ("[tsdb.ssh]\nconnect_timeout_s = 'soon'\n", "[tsdb.ssh] connect_timeout_s", "a number"),
+        ("[tsdb]\nssh = 3\n", "[tsdb.ssh]", "must be a table"),
     ],
 )
 def test_every_error_names_file_and_key(text: str, key: str, fragment: str | None) -> None:

@@ -115,12 +115,41 @@ def normalize_model(name: str) -> str:
     return up
 
 
+def _check_type(where: str, key: str, value: Any, default: Any) -> None:
+    """Values must have the default's type (ints are fine for floats); None defaults take strings."""
+    if default is None:
+        ok = isinstance(value, str | int) and not isinstance(value, bool)
+        want = "a string or a number"
+    elif isinstance(default, bool):
+        ok, want = isinstance(value, bool), "true or false"
+    elif isinstance(default, float):
+        ok, want = isinstance(value, int | float) and not isinstance(value, bool), "a number"
+    elif isinstance(default, int):
+        ok, want = isinstance(value, int) and not isinstance(value, bool), "an integer"
+    elif isinstance(default, str):
+        ok, want = isinstance(value, str), "a string"
+    elif isinstance(default, tuple):
+        ok, want = isinstance(value, list), "a list"
+    else:
+        ok, want = isinstance(value, dict), "a table"
+    if not ok:
+        raise ValueError(f"[{where}] {key}: must be {want}, got {value!r}")
+
+
 def _build(cls: type[Any], data: Mapping[str, Any], where: str) -> Any:
-    known = {f.name: f for f in fields(cls)}
+    """Unknown keys and wrongly typed values are errors that name the table and the key."""
+    if not isinstance(data, Mapping):
+        raise ValueError(f"[{where}]: must be a table, got {data!r}")
+    defaults = cls()
+    known = {f.name for f in fields(cls)}
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
         if key not in known:
-            raise ValueError(f"unknown setting {where}.{key}")
+            raise ValueError(f"[{where}] {key}: unknown key")
+        default = getattr(defaults, key)
+        if default is None and value == "":
+            continue  # TOML has no null: "" means "not set"
+        _check_type(where, key, value, default)
         kwargs[key] = tuple(value) if isinstance(value, list) else value
     return cls(**kwargs)
 
@@ -139,10 +168,16 @@ def settings_from_mapping(data: Mapping[str, Any]) -> TsdbSettings:
         merged = {f.name: getattr(start, f.name) for f in fields(GpuProfile)} | {"name": key}
         for k, v in prof.items():
             if k not in merged:
-                raise ValueError(f"unknown setting tsdb.gpu_profiles.{name}.{k}")
+                raise ValueError(f"[tsdb.gpu_profiles.{name}] {k}: unknown key")
             merged[k] = tuple(v) if isinstance(v, list) else v
         profiles[key] = GpuProfile(**merged)
-    return replace(s, gpu_profiles=profiles)
+    s = replace(s, gpu_profiles=profiles)
+    if s.gpu_model is not None and normalize_model(s.gpu_model) not in profiles:
+        raise ValueError(
+            f"[tsdb] gpu_model: unknown GPU model {s.gpu_model!r} (known: {', '.join(sorted(profiles))}; "
+            "add one under [tsdb.gpu_profiles])"
+        )
+    return s
 
 
 def load_settings(path: Path | None) -> TsdbSettings:
