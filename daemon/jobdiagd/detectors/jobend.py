@@ -1,0 +1,41 @@
+"""Job-end detector: when a watched job ends, the full triage report (the same one `jobdiagd triage` prints).
+
+A job ends when it leaves the Slurm queue (final state from scontrol/sacct) or, without Slurm,
+when its log gets a JOB SUMMARY. The engine re-reads the job's files once at that moment
+(`load_job`, all worker logs: exact parity with `jobdiagd triage`) and stores the result on
+the view as `final`; without it the tailed states are analysed.
+"""
+
+from __future__ import annotations
+
+from jobdiagd.config import Config
+from jobdiagd.detectors.base import NoData, Outcome, Report, register
+from jobdiagd.model.jobview import JobView
+from jobdiagd.triage.report import render_markdown
+
+NAME = "job_end"
+KIND = "job-end"
+
+
+class JobEndDetector:
+    name = NAME
+
+    def check(self, view: JobView, now: float) -> Outcome:
+        if not view.ended:
+            return NoData("job still running")
+        res = view.final if view.final is not None else view.analysis(now)
+        primary = res.primary
+        state = view.end_state or res.status
+        title = f"job {view.key} ended: {res.status}"
+        if primary and primary != res.status:
+            title += f" (primary {primary})"
+        if view.slurm is not None:
+            title += f" [Slurm {state}]"
+        return [Report(view.key, KIND, "end", title, render_markdown(res))]
+
+
+def _factory(cfg: Config) -> JobEndDetector:
+    return JobEndDetector()
+
+
+register(NAME, True, _factory, "when a watched job ends: the full triage report")

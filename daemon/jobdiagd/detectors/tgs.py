@@ -1,0 +1,153 @@
+"""TGS-trend detector: triage's TGS analysis (`triage.tgs.analyze_tgs`) run online, one incident per episode.
+
+An episode opens when the recent TGS (last 10 clean steps) is more than `drop_pct` below the
+steps-5–15 baseline, with the pattern, step range and magnitude triage would report; it
+stays open (re-emitted every tick) until the recent TGS is back within half the threshold
+(hysteresis, so a job hovering at the threshold is one episode, not many). Checkpoint
+spikes are excluded by the analysis itself. The analysis is recomputed every
+`RECOMPUTE_STEPS` new steps but at most every `RECOMPUTE_S` per job (staggered), on the first
+64 and last 512 steps: a trend over 10-step windows cannot change faster than that, and
+200 long jobs must fit in one tick.
+"""
+
+from __future__ import annotations
+
+import statistics
+import zlib
+from dataclasses import dataclass
+
+from jobdiagd.detectors.base import NoData, Outcome, register
+from jobdiagd.model.alerts import Finding
+from jobdiagd.model.jobview import JobView
+from jobdiagd.model.records import StepRecord
+from jobdiagd.triage.tgs import BASELINE_FROM, RECENT, TgsAnalysis, analyze_tgs
+
+NAME = "tgs"
+KIND = "tgs-degradation"
+RECOMPUTE_STEPS = 5
+# ... and at most this often per job (staggered per job so 200 jobs do not all recompute in one tick).
+RECOMPUTE_S = 120.0
+MAX_PER_TICK = 10
+
+
+EARLY = 64  # the baseline lives in steps 5-15 after the first
+LATE = 512
+
+
+def window(steps: list[StepRecord]) -> list[StepRecord]:
+    """Online, the analysis sees the first `EARLY` and the last `LATE` steps: the baseline and the
+    recent window are exact, an episode's range is clipped to the last 512 steps (the job-end
+    report re-runs triage on everything)."""
+    if len(steps) <= EARLY + LATE:
+        return steps
+    return steps[:EARLY] + steps[-LATE:]
+
+
+@dataclass
+class _Memo:
+    last_step: int
+    analysis: TgsAnalysis
+    episode: bool
+    at: float
+
+
+def _confirmed(steps: list[StepRecord], view: JobView, a: TgsAnalysis, drop_pct: float) -> bool:
+    """Online guard: the *median* of the recent window must be low too.
+
+    Triage's recent mean is right for a finished job, but live, one or two slow steps (a
+    recompilation, a profiler step) inside the last 10 drag the mean down for a while and
+    would open an episode that vanishes a few steps later.
+    """
+    if a.baseline is None:
+        return False
+    ckpt = view.checkpoint()
+    first = steps[0].step if steps else 0
+    if a.metric == "tokens/s/device":
+        vals = [
+            s.tgs for s in steps if s.tgs and s.step - first >= BASELINE_FROM and not ckpt.adjacent(s.step)
+        ]
+    else:
+        vals = [
+            1.0 / s.seconds
+            for s in steps
+            if s.seconds and s.step - first >= BASELINE_FROM and not ckpt.adjacent(s.step)
+        ]
+    recent = [v for v in vals[-RECENT:] if v is not None]
+    return bool(recent) and statistics.median(recent) < a.baseline * (1 - drop_pct / 100.0)
+
+
+class TgsDetector:
+    name = NAME
+
+    def __init__(self, drop_pct: float = 10.0) -> None:
+        self.drop_pct = drop_pct
+        self._tick: float | None = None
+        self._spent = 0
+
+    def _due(self, memo: _Memo, last: int, now: float, ended: bool) -> bool:
+        if ended:
+            return last != memo.last_step
+        if last - memo.last_step < RECOMPUTE_STEPS or now - memo.at < RECOMPUTE_S:
+            return False
+        # Optional work: at most MAX_PER_TICK recomputes per tick (the engine rotates job order).
+        if now != self._tick:
+            self._tick, self._spent = now, 0
+        if self._spent >= MAX_PER_TICK:
+            return False
+        self._spent += 1
+        return True
+
+    def check(self, view: JobView, now: float) -> Outcome:
+        last = view.last_step
+        if last is None:
+            return NoData("no steps yet")
+        memo: _Memo | None = view.memo.get(NAME)
+        if memo is None or self._due(memo, last, now, view.ended):
+            steps = window(view.sorted_steps())
+            if not steps:
+                return NoData("no step record")
+            a = analyze_tgs(steps, view.checkpoint(), threshold_pct=self.drop_pct)
+            episode = memo.episode if memo is not None else False
+            if a.degraded and _confirmed(steps, view, a, self.drop_pct):
+                episode = True
+            elif a.change_pct is None or a.change_pct > -self.drop_pct / 2:
+                episode = False
+            # First analysis: back-date it by a per-job offset to spread later recomputes.
+            at = now if memo is not None else now - zlib.crc32(view.key.encode()) % int(RECOMPUTE_S)
+            memo = _Memo(last, a, episode, at)
+            view.memo[NAME] = memo
+        a = memo.analysis
+        if a.baseline is None:
+            return NoData(a.note or "no TGS baseline yet")
+        if not memo.episode:
+            return [
+                Finding(
+                    NAME,
+                    view.key,
+                    KIND,
+                    "info",
+                    f"TGS back to {a.recent:g} {a.metric} ({a.change_pct:+.0f}% vs baseline) at step {memo.last_step}",
+                    at_step=memo.last_step,
+                    resolved=True,
+                )
+            ]
+        rng = a.range or f"…–{memo.last_step}"
+        summary = f"TGS {a.magnitude or f'{a.change_pct:+.0f}%'} over steps {rng} ({a.pattern})"
+        details = {
+            "pattern": a.pattern,
+            "step range": rng,
+            "magnitude": a.magnitude,
+            "baseline (steps 5–15)": f"{a.baseline:g} {a.metric}",
+            "recent (last 10 steps)": f"{a.recent:g} {a.metric}",
+            "change": f"{a.change_pct:+.1f}%",
+            "runbook": "tgs-degradation: extract the TGS timeline, check TSDB Playbook 6 (network) / 7 (contention)",
+        }
+        return [Finding(NAME, view.key, KIND, "warning", summary, details, at_step=memo.last_step)]
+
+
+register(
+    NAME,
+    True,
+    lambda cfg: TgsDetector(cfg.detectors.tgs.drop_pct),
+    "TGS (tokens/s/device) slide vs the steps 5–15 baseline: pattern, step range, magnitude",
+)

@@ -1,0 +1,117 @@
+"""Daemon subcommands: `run`, `status`, `detectors`, `backtest`, `demo` (argument parsing only)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+from jobdiagd.config import DEFAULT_CONFIG_PATH, ConfigError, default_config, load
+from jobdiagd.service import status_cli
+
+
+def _run(args: argparse.Namespace) -> int:
+    from jobdiagd.service.runner import run_daemon
+
+    try:
+        asyncio.run(
+            run_daemon(args.config, discover=args.discover, watch=[Path(w) for w in args.watch or []])
+        )
+    except ConfigError as exc:
+        print(f"jobdiagd run: {exc}", file=sys.stderr)
+        return 2
+    except ExceptionGroup as eg:
+        for e in eg.exceptions:
+            print(f"jobdiagd run: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def _detectors(args: argparse.Namespace) -> int:
+    from jobdiagd.detectors import registered
+
+    try:
+        cfg = load(args.config) if args.config else default_config()
+    except ConfigError as exc:
+        print(f"jobdiagd detectors: {exc}", file=sys.stderr)
+        return 2
+    flags = cfg.detectors.enabled()
+    print(f"{'name':<18} {'default':<8} {'enabled':<8} description")
+    for d in registered():
+        on = flags.get(d.name, d.default)
+        print(f"{d.name:<18} {'on' if d.default else 'off':<8} {'yes' if on else 'no':<8} {d.description}")
+    return 0
+
+
+def _backtest(args: argparse.Namespace) -> int:
+    from jobdiagd.backtest import main as backtest_main
+
+    return backtest_main(args)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from jobdiagd.service.demo import main as demo_main
+
+    return demo_main(args)
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "run",
+        help="run the watch daemon",
+        description="Discover jobs (squeue, or job dirs under outputs roots), tail their logs, detect hangs, "
+        "TGS slides and failure signatures every tick, alert, and answer `jobdiagd status`. "
+        "SIGTERM drains and exits; SIGHUP reloads the config.",
+    )
+    p.add_argument(
+        "--config", default=str(DEFAULT_CONFIG_PATH), help=f"config file (default {DEFAULT_CONFIG_PATH})"
+    )
+    p.add_argument(
+        "--discover",
+        choices=("auto", "slurm", "outputs"),
+        default="auto",
+        help="slurm: squeue; outputs: job dirs appearing under --watch / [slurm] outputs_roots; "
+        "auto: slurm when squeue is installed and no --watch is given",
+    )
+    p.add_argument(
+        "--watch", action="append", metavar="DIR", help="outputs root to watch without Slurm (repeatable)"
+    )
+    p.set_defaults(func=_run)
+
+    status_cli.register(sub)
+
+    p = sub.add_parser("detectors", help="list the registered detectors and whether the config enables them")
+    p.add_argument("--config", help="config file (default: built-in defaults)")
+    p.set_defaults(func=_detectors)
+
+    p = sub.add_parser(
+        "backtest",
+        help="replay finished jobs through the detectors on the log's own clock",
+        description="Replay job logs through the same detectors the daemon runs, on a virtual clock built from "
+        "the log (step k completes at the summed `seconds:` since the first step line; absl timestamps where "
+        "present), and print the alerts that would have fired. at_s = seconds since the first `completed step:`.",
+    )
+    p.add_argument(
+        "paths", nargs="+", metavar="PATH", help="job dir, .log file, or an outputs root (every job in it)"
+    )
+    p.add_argument("--config", help="config file for detector settings (default: built-in defaults)")
+    p.add_argument("--tick", type=float, default=None, help="tick seconds (default: [daemon] tick_seconds)")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help='{"jobs": [{"job", "alerts": [{"kind", "at_step", "at_s", "class"}]}]}',
+    )
+    p.set_defaults(func=_backtest)
+
+    p = sub.add_parser(
+        "demo",
+        help="live demo: a simulated job trains, hangs; the daemon pages with triage, then reports the job end",
+    )
+    p.add_argument("--dir", type=Path, default=None, help="work dir (default: a fresh temp dir)")
+    p.add_argument("--step-time", type=float, default=1.0)
+    p.add_argument("--hang-after", type=int, default=25, metavar="N")
+    p.add_argument("--timeout", type=float, default=240.0, help="give up after this many seconds")
+    p.set_defaults(func=_demo)

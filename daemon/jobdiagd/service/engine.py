@@ -1,0 +1,735 @@
+"""The daemon's tick: gather sources -> update job views -> run detectors -> update incidents -> deliver.
+
+A full tick (every `tick_seconds`) asks discovery (squeue every `squeue_interval_seconds`, or
+the outputs roots), reads every watched file, and runs every detector. A watchfiles event
+wakes a *partial* tick for the jobs whose files changed: it reads them (so step arrival
+times are precise) and runs only the detectors that react to new lines (failure signature,
+job end) — absence-of-data checks (hang) and trends (TGS) wait for the full tick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from jobdiagd import clock
+from jobdiagd.alerts.pipeline import AlertPipeline
+from jobdiagd.config import Config
+from jobdiagd.detectors import Detector, NoData, Report, keep_resolution
+from jobdiagd.detectors.hang import NAME as HANG
+from jobdiagd.detectors.hang import BudgetMemo, policy_from_config
+from jobdiagd.detectors.tgs import NAME as TGS
+from jobdiagd.logs.job import load_job
+from jobdiagd.model.alerts import Finding
+from jobdiagd.model.jobview import JobView
+from jobdiagd.service.health import Health
+from jobdiagd.service.logging import EdgeTrigger, get_logger
+from jobdiagd.service.metrics import DaemonMetrics
+from jobdiagd.sources.slurm import SlurmError, SlurmJob, SlurmWatcher, resolve_job_paths
+from jobdiagd.sources.tail import ChangeWatcher, FileTail, OffsetStore
+from jobdiagd.triage.engine import analyze
+from jobdiagd.triage.hostlist import expand_hostlist
+from jobdiagd.triage.resolve import JobRef, ResolveError, parse_dirname, resolve
+
+# Detectors that react to new lines run on partial (event-driven) ticks too.
+ON_DATA = frozenset({"failure_signature", "job_end"})
+MIN_PARTIAL_GAP_S = 2.5
+GC_EVERY_S = 300.0
+PERSIST_EVERY_S = 60.0
+WORKER_RESCAN_S = 30.0
+MAX_WORKER_FILES = 16
+# Outputs-root discovery: a job dir already there at start is watched only if its log was
+# written this recently (older ones are finished or dead; a dir created later is always watched).
+STATIC_RECENT_S = 3600.0
+
+
+@dataclass
+class Watched:
+    view: JobView
+    main: FileTail | None
+    workers: dict[str, FileTail] = field(default_factory=dict)
+    worker_scan_at: float = float("-inf")
+    slurm_mode: bool = False
+    known_before: bool = False  # watched before a restart: its end is still owed a report
+
+    def tails(self) -> list[FileTail]:
+        return ([self.main] if self.main is not None else []) + list(self.workers.values())
+
+
+@dataclass(frozen=True)
+class NewJob:
+    key: str
+    ref: JobRef
+    slurm: SlurmJob | None = None
+    restart_known: bool = False  # the offsets table knew it: report its end even if already over
+
+
+@dataclass
+class Discovered:
+    new: list[NewJob] = field(default_factory=list)
+    slurm: dict[str, SlurmJob] = field(default_factory=dict)  # current records of queued jobs
+    ended: dict[str, tuple[str, SlurmJob | None]] = field(default_factory=dict)  # key -> (state, final)
+
+
+class Discovery(Protocol):
+    name: str
+
+    async def poll(self, now: float, watched: set[str]) -> Discovered | None:
+        """News since the last poll, or None when it is not time to ask again."""
+        ...
+
+    def dirs(self) -> list[Path]: ...
+
+
+class SlurmDiscovery:
+    """squeue through `SlurmWatcher`, at most every `interval` seconds; jobs mapped to files."""
+
+    name = "squeue"
+
+    def __init__(
+        self,
+        watcher: SlurmWatcher,
+        outputs_roots: Sequence[Path],
+        interval: float,
+        known: set[str] | None = None,
+    ) -> None:
+        self.watcher = watcher
+        self.roots = list(outputs_roots)
+        self.interval = interval
+        self.next_at = float("-inf")
+        self._known_before_restart = set(known or ())
+
+    async def poll(self, now: float, watched: set[str]) -> Discovered | None:
+        if now < self.next_at:
+            return None
+        self.next_at = now + self.interval
+        p = await self.watcher.poll()
+        out = Discovered()
+        for job in p.jobs:
+            if job.is_finished:
+                continue
+            out.slurm[job.job_id] = job
+            if job.job_id not in watched:
+                out.new.append(NewJob(job.job_id, self.ref_for(job), job))
+        for job in p.finished:
+            out.ended[job.job_id] = (job.state, job)
+        for job_id in p.lost:
+            out.ended[job_id] = ("UNKNOWN", None)
+        # Jobs watched before a restart that ended meanwhile: their report is still owed.
+        current = {j.job_id for j in p.jobs}
+        for job_id in sorted(self._known_before_restart - current - watched):
+            try:
+                final = await self.watcher.backend.job_info(job_id)
+            except (SlurmError, ValueError):
+                final = None
+            if final is not None and final.is_finished:
+                out.new.append(NewJob(job_id, self.ref_for(final), final, restart_known=True))
+                out.ended[job_id] = (final.state, final)
+        self._known_before_restart.clear()
+        return out
+
+    def ref_for(self, job: SlurmJob) -> JobRef:
+        try:
+            log, job_dir = resolve_job_paths(job, self.roots)
+        except ValueError:
+            log, job_dir = None, None
+        if job_dir is not None and (job_dir / "log").is_symlink():
+            log = job_dir / "log"
+        return JobRef(job.job_id, job.name or None, job_dir, log, "slurm")
+
+    def dirs(self) -> list[Path]:
+        return []
+
+
+class OutputsDiscovery:
+    """No Slurm: job directories (with a `log` link) appearing under the outputs roots."""
+
+    name = "outputs"
+
+    def __init__(
+        self, roots: Sequence[Path], known: set[str] | None = None, recent_s: float = STATIC_RECENT_S
+    ):
+        self.roots = list(roots)
+        self.known = set(known or ())
+        self.recent_s = recent_s
+        self.seen: set[str] = set()
+        self.first_scan = True
+
+    async def poll(self, now: float, watched: set[str]) -> Discovered:
+        out = Discovered()
+        for root in self.roots:
+            try:
+                entries = sorted(root.iterdir())
+            except OSError:
+                continue
+            for d in entries:
+                if d.name in self.seen or not d.is_dir() or d.name.startswith("."):
+                    continue
+                link = d / "log"
+                if not link.is_symlink():
+                    continue  # shared checkpoint dir, or the job has not linked its log yet
+                self.seen.add(d.name)
+                job_id, name, _platform = parse_dirname(d.name)
+                key = job_id or d.name
+                if key in watched:
+                    continue
+                known = key in self.known
+                if self.first_scan and not known and not _recent(link, now, self.recent_s):
+                    continue
+                try:
+                    ref = resolve(str(d), [])
+                except (ResolveError, OSError):
+                    continue
+                ref = replace(ref, log=link)  # follow the link: a rename repoints it
+                out.new.append(NewJob(key, ref, None, restart_known=known))
+        self.first_scan = False
+        return out
+
+    def dirs(self) -> list[Path]:
+        return list(self.roots)
+
+
+def _recent(path: Path, now: float, window: float) -> bool:
+    # Discovery only (which old dirs to skip); never used to judge a hang.
+    try:
+        return now - os.stat(path).st_mtime < window
+    except OSError:
+        return False
+
+
+def _followed(ref: JobRef) -> JobRef:
+    """The ref with its `log` link resolved (triage wants the file, e.g. for the report title)."""
+    return replace(ref, log=Path(os.path.realpath(ref.log))) if ref.log is not None else ref
+
+
+def _summary_state(view: JobView) -> str:
+    s = view.main.summary if view.main is not None else None
+    if s is None or s.exit_code is None:
+        return "UNKNOWN"
+    if s.exit_code == 0:
+        return "COMPLETED"
+    if s.exit_code in (130, 143):
+        return "CANCELLED"
+    return "FAILED"
+
+
+@dataclass
+class TickStats:
+    jobs: int = 0
+    findings: int = 0
+    notifications: int = 0
+    ok: bool = True
+
+
+class Engine:
+    """Owns the job views; `tick(now)` is one pass of the pipeline. Detectors are injected."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        pipeline: AlertPipeline,
+        detectors: Sequence[Detector],
+        discovery: Discovery | None,
+        *,
+        metrics: DaemonMetrics | None = None,
+        health: Health | None = None,
+        offsets: OffsetStore | None = None,
+        watcher: ChangeWatcher | None = None,
+        read_final: bool = True,
+    ) -> None:
+        self.cfg = cfg
+        self.pipeline = pipeline
+        self.detectors = list(detectors)
+        self.discovery = discovery
+        self.metrics = metrics if metrics is not None else DaemonMetrics()
+        self.health = health
+        self.offsets = offsets
+        self.watcher = watcher
+        self.read_final = read_final
+        self.jobs: dict[str, Watched] = {}
+        self._path_jobs: dict[str, str] = {}
+        self._edges: dict[str, EdgeTrigger] = {}
+        self._log = get_logger(component="engine")
+        # Recent tick wall times (seconds) for `jobdiagd status` and the benchmark.
+        self.durations: dict[str, deque[float]] = {
+            "startup": deque(maxlen=1),
+            "full": deque(maxlen=2000),
+            "partial": deque(maxlen=2000),
+            "gc": deque(maxlen=100),
+        }
+        self._full_ticks = 0
+        self._persisted_at = float("-inf")
+
+    def reconfigure(self, cfg: Config, detectors: Sequence[Detector]) -> None:
+        """SIGHUP: new detector settings apply from the next tick, to jobs already watched too."""
+        self.cfg = cfg
+        self.detectors = list(detectors)
+        policy = policy_from_config(cfg)
+        for w in self.jobs.values():
+            w.view.policy = policy
+            w.view.memo.clear()  # cached budgets/analyses were computed under the old settings
+
+    # -- job set -----------------------------------------------------------
+
+    def add_job(self, new: NewJob, now: float) -> Watched:
+        view = JobView(
+            key=new.key, ref=new.ref, first_seen=now, slurm=new.slurm, policy=policy_from_config(self.cfg)
+        )
+        link = new.ref.log
+        main = FileTail(link, ref_time=now) if link is not None else None
+        w = Watched(view, main, slurm_mode=new.slurm is not None, known_before=new.restart_known)
+        if main is not None and self.offsets is not None:
+            main.saved = self.offsets.load(main.key)
+            if main.saved is not None:
+                main.blind_since = main.saved.blind_since
+        self.jobs[new.key] = w
+        self._log.info("job_watched", job_id=new.key, log=str(link) if link else None, slurm=w.slurm_mode)
+        self._update_watch_dirs()
+        return w
+
+    def _update_watch_dirs(self) -> None:
+        if self.watcher is None:
+            return
+        dirs: set[Path] = set(self.discovery.dirs()) if self.discovery is not None else set()
+        self._path_jobs.clear()
+        for key, w in self.jobs.items():
+            for ft in w.tails():
+                for p in (ft.link, Path(os.path.realpath(ft.link))):
+                    dirs.add(p.parent)
+                    self._path_jobs[str(p)] = key
+            if w.view.ref.job_dir is not None:
+                dirs.add(w.view.ref.job_dir)
+        self.watcher.set_dirs(dirs)
+
+    def jobs_for_paths(self, paths: set[str]) -> set[str]:
+        out = {self._path_jobs[p] for p in paths if p in self._path_jobs}
+        return out
+
+    # -- the tick ------------------------------------------------------------
+
+    async def tick(self, now: float, only: set[str] | None = None) -> TickStats:
+        """One pass. `only`: a partial tick for these jobs (file events); None: a full tick."""
+        started = clock.monotonic()
+        stats = TickStats()
+        full = only is None
+        if full:
+            await self._discover(now)
+        keys = list(self.jobs) if only is None else [k for k in only if k in self.jobs]
+        if full and keys:
+            # Rotate the order: detectors that ration optional work per tick serve every job in turn.
+            shift = self._full_ticks % len(keys)
+            keys = keys[shift:] + keys[:shift]
+        for key in keys:
+            await self._read(self.jobs[key], now)
+        findings: list[Finding] = []
+        reports: list[Report] = []
+        durations: dict[str, float] = {}
+        ok_by: dict[str, bool] = {}
+        ending = [k for k in keys if self.jobs[k].view.ended]
+        stale = [k for k in ending if self._over_before_watched(self.jobs[k], now)]
+        for key in stale:
+            # A dir found with its JOB SUMMARY already written: finished before we watched it.
+            ending.remove(key)
+            keys.remove(key)
+            del self.jobs[key]
+            self._log.info("job_already_ended", job_id=key)
+        if stale:
+            self._update_watch_dirs()
+        for key in ending:
+            await self._finalize(self.jobs[key], now)
+        for key in keys:
+            w = self.jobs[key]
+            for det in self.detectors:
+                if not full and det.name not in ON_DATA and key not in ending:
+                    continue
+                t0 = time.perf_counter()
+                try:
+                    out = det.check(w.view, now)
+                except Exception as exc:
+                    ok_by[det.name] = False
+                    self._edge(f"detector:{det.name}:{key}", "detector").failure(exc, now)
+                    continue
+                finally:
+                    durations[det.name] = durations.get(det.name, 0.0) + time.perf_counter() - t0
+                ok_by.setdefault(det.name, True)
+                edge = self._edges.get(f"detector:{det.name}:{key}")
+                if edge is not None and edge.failing:
+                    edge.success(now)
+                if isinstance(out, NoData):
+                    continue
+                for item in out:
+                    if isinstance(item, Report):
+                        reports.append(item)
+                    else:
+                        findings.append(item)
+        for name, secs in durations.items():
+            self.metrics.observe_detector(name, secs, ok_by.get(name, True))
+        findings = [f for f in findings if keep_resolution(self.pipeline.book, f)]
+        stats.findings = len(findings)
+        try:
+            notes = self.pipeline.observe(findings, now)
+            for r in reports:
+                notes += self.pipeline.report(r.job_id, r.kind, r.key, r.title, r.body, now)
+            for key in ending:
+                w = self.jobs.pop(key)
+                state = w.view.end_state or "UNKNOWN"
+                notes += self.pipeline.job_ended(key, state, now)
+                if self.offsets is not None:
+                    self.offsets.forget_job(key)
+                self._log.info("job_ended", job_id=key, state=state)
+            self.metrics.record_notifications(notes)
+            stats.notifications = len(notes)
+        except Exception as exc:
+            stats.ok = False
+            self._log.error("incident_update_failed", error=f"{type(exc).__name__}: {exc}")
+        if ending:
+            self._update_watch_dirs()
+        # The first full tick catches up with every file (a restart re-reads them): kept apart.
+        kind = "partial" if not full else ("full" if self._full_ticks else "startup")
+        self.durations[kind].append(clock.monotonic() - started)
+        if full:
+            self._full_ticks += 1
+            # Offsets and arrival times are re-derivable (a restart re-reads the files); write them
+            # once a minute, and at once when this tick told people something.
+            if stats.notifications or now - self._persisted_at >= PERSIST_EVERY_S:
+                self._persist(now)
+                self._persisted_at = now
+            self.metrics.set_incidents_open(self.pipeline.open_counts())
+            self.metrics.outbox_pending.set(self.pipeline.outbox.pending_count())
+            self.metrics.jobs_watched.set(len(self.jobs))
+            elapsed = clock.monotonic() - started
+            stats.ok = stats.ok and all(ok_by.values())
+            if self.health is not None:
+                self.health.tick_done(now, stats.ok)
+            self.metrics.observe_tick(elapsed, stats.ok, now)
+        stats.jobs = len(keys)
+        return stats
+
+    async def _discover(self, now: float) -> None:
+        d = self.discovery
+        if d is None:
+            return
+        edge = self._source(d.name)
+        try:
+            news = await d.poll(now, set(self.jobs))
+        except (SlurmError, OSError, ValueError) as exc:
+            edge.failure(exc, now)
+            self.metrics.observe_source(d.name, False)
+            return
+        if news is None:
+            return
+        edge.success(now)
+        self.metrics.observe_source(d.name, True)
+        for new in news.new:
+            if new.key not in self.jobs:
+                self.add_job(new, now)
+        relinked = False
+        for key, job in news.slurm.items():
+            w = self.jobs.get(key)
+            if w is None:
+                continue
+            w.view.slurm = job
+            if w.view.ref.job_dir is None and isinstance(d, SlurmDiscovery):
+                # The batch script creates the job dir after the job starts: pick it up (RAY=1
+                # worker logs live there) and follow its `log` link from now on.
+                ref = d.ref_for(job)
+                if ref.job_dir is not None:
+                    w.view.ref = ref
+                    if w.main is not None and ref.log is not None:
+                        w.main.link = ref.log
+                    relinked = True
+        if relinked:
+            self._update_watch_dirs()
+        for key, (state, final) in news.ended.items():
+            w2 = self.jobs.get(key)
+            if w2 is None:
+                continue
+            w2.view.ended = True
+            w2.view.end_state = state
+            if final is not None:
+                w2.view.slurm = final
+
+    def _source(self, name: str) -> EdgeTrigger:
+        if self.health is not None:
+            return self.health.source(name)
+        return self._edge(f"source:{name}", "source")
+
+    def _edge(self, key: str, kind: str) -> EdgeTrigger:
+        e = self._edges.get(key)
+        if e is None:
+            e = self._edges[key] = EdgeTrigger(key, kind=kind, logger=self._log)
+        return e
+
+    async def _read(self, w: Watched, now: float) -> None:
+        view = w.view
+        if w.main is not None:
+            await self._poll_file(w, w.main, now, main=True)
+        if view.main is not None and now - w.worker_scan_at >= WORKER_RESCAN_S:
+            w.worker_scan_at = now
+            self._scan_workers(w, now)
+        for ft in list(w.workers.values()):
+            await self._poll_file(w, ft, now, main=False)
+        view.note_read(now)
+        if w.main is not None and w.main.saved is not None and view.last_step is not None:
+            saved = w.main.saved
+            if saved.last_step is not None and saved.last_step_at is not None:
+                view.restore_arrival(saved.last_step, saved.last_step_at)
+            w.main.saved = None
+        if not w.slurm_mode and not view.ended and view.summary_seen:
+            view.ended = True
+            view.end_state = _summary_state(view)
+
+    async def _poll_file(self, w: Watched, ft: FileTail, now: float, *, main: bool) -> None:
+        view = w.view
+        try:
+            if ft.reader is None:
+                await asyncio.to_thread(ft.poll)
+                replaced = False
+            else:
+                _, replaced = ft.poll()
+        except OSError as exc:
+            ft.error = f"{type(exc).__name__}: {exc.strerror or exc}"
+            if ft.ever_read and ft.blind_since is None:
+                ft.blind_since = now
+                ft.dirty = True
+                view.blind[ft.key] = ft.error
+                self._blind_notice(view, ft, now)
+            return
+        if ft.blind_since is not None:
+            self._log.info("monitoring_restored", job_id=view.key, path=ft.key)
+            self.pipeline.notice(
+                f"unblind:{view.key}:{ft.key}:{int(now)}",
+                f"monitoring restored: job {view.key}",
+                f"`{ft.key}` is readable again; detection resumed.",
+                now,
+            )
+            ft.blind_since = None
+            ft.dirty = True
+        view.blind.pop(ft.key, None)
+        state = ft.state
+        if main:
+            if replaced:
+                view.reset_steps()
+            view.main = state
+        elif state is not None and view.head_host is not None:
+            sts = view.workers.setdefault(view.head_host, [])
+            if state not in sts:
+                # A replaced worker file: drop the old state of the same path.
+                sts[:] = [s for s in sts if s.source != state.source and s.source != ft.key] + [state]
+
+    def _blind_notice(self, view: JobView, ft: FileTail, now: float) -> None:
+        self._log.warning("monitoring_blind", job_id=view.key, path=ft.key, error=ft.error)
+        try:
+            notes = self.pipeline.notice(
+                f"blind:{view.key}:{ft.key}:{int(now)}",
+                f"monitoring blind: job {view.key}",
+                f"`{ft.key}` cannot be read ({ft.error}). Hang and failure detection for this job are "
+                "paused until it is readable again; the daemon will say when it is.",
+                now,
+                severity="warning",
+            )
+            self.metrics.record_notifications(notes)
+        except Exception as exc:
+            self._log.error("notice_failed", error=f"{type(exc).__name__}: {exc}")
+
+    def _scan_workers(self, w: Watched, now: float) -> None:
+        """RAY=1: follow the head node's worker logs (the authoritative step record)."""
+        view = w.view
+        main = view.main
+        d = view.ref.job_dir
+        if main is None or d is None or len(w.workers) >= MAX_WORKER_FILES:
+            return
+        ray_dir = d / "ray_logs"
+        if not ray_dir.is_dir():
+            return
+        head = main.ray_head or main.tunnel_host
+        if head is None:
+            nodes = main.header.get("JOB_NODELIST")
+            expanded = expand_hostlist(nodes) if nodes else []
+            head = expanded[0] if expanded else None
+        if head is None or not (ray_dir / head).is_dir():
+            return
+        view.head_host = head
+        files = sorted((ray_dir / head).glob("worker-*.out")) + sorted((ray_dir / head).glob("worker-*.err"))
+        added = False
+        for f in files[:MAX_WORKER_FILES]:
+            if str(f) not in w.workers:
+                w.workers[str(f)] = FileTail(f, ref_time=now)
+                added = True
+        if added:
+            self._update_watch_dirs()
+
+    @staticmethod
+    def _over_before_watched(w: Watched, now: float) -> bool:
+        return not w.slurm_mode and not w.known_before and w.view.first_seen == now
+
+    async def _finalize(self, w: Watched, now: float) -> None:
+        """Last read, then the full triage (all files re-read: parity with `jobdiagd triage`)."""
+        view = w.view
+        if not self.read_final:
+            return
+        ref = _followed(view.ref)
+        state = view.slurm.state if view.slurm is not None and w.slurm_mode else None
+        try:
+            logs = await asyncio.to_thread(load_job, ref, ref_time=now)
+            view.final = analyze(logs, now=now, slurm_state=state, policy=view.policy)
+        except Exception as exc:
+            self._log.error("final_triage_failed", job_id=view.key, error=f"{type(exc).__name__}: {exc}")
+
+    def _persist(self, now: float) -> None:
+        if self.offsets is None:
+            return
+        rows = []
+        for key, w in self.jobs.items():
+            for ft in w.tails():
+                if ft.dirty or w.view.last_step_at is not None:
+                    rows.append(ft.row(key, w.view.last_step, w.view.last_step_at))
+                    ft.dirty = False
+        try:
+            self.offsets.save(rows, now)
+        except Exception as exc:
+            self._log.error("offsets_save_failed", error=f"{type(exc).__name__}: {exc}")
+
+    # -- status ----------------------------------------------------------------
+
+    def tick_stats(self) -> dict[str, dict[str, float | int | None]]:
+        """p50/p99/max wall time in ms of recent ticks (startup, full, partial) and scheduled GCs."""
+        out: dict[str, dict[str, float | int | None]] = {}
+        for kind, vals in self.durations.items():
+            xs = sorted(vals)
+            n = len(xs)
+
+            def q(p: float, xs: list[float] = xs, n: int = n) -> float | None:
+                return round(xs[min(n - 1, int(p * n))] * 1000, 2) if n else None
+
+            out[kind] = {
+                "n": n,
+                "p50_ms": q(0.5),
+                "p99_ms": q(0.99),
+                "max_ms": round(xs[-1] * 1000, 2) if n else None,
+            }
+        return out
+
+    def snapshot_jobs(self, now: float) -> list[dict[str, Any]]:
+        open_by_job: dict[str, list[str]] = {}
+        for inc in self.pipeline.book.open_incidents():
+            open_by_job.setdefault(inc.job_id, []).append(inc.kind)
+        out: list[dict[str, Any]] = []
+        for key, w in sorted(self.jobs.items()):
+            v = w.view
+            hang: BudgetMemo | None = v.memo.get(HANG)
+            step_time = hang.step_time if hang else None
+            phase = (
+                hang.budget.phase
+                if hang and v.last_step is not None
+                else ("startup" if v.main else "waiting")
+            )
+            expected = None
+            if v.last_step is not None and v.last_step_at is not None and step_time:
+                expected = v.last_step + int((now - v.last_step_at) // step_time)
+            tgs = v.memo.get(TGS)
+            ta = tgs.analysis if tgs is not None else None
+            out.append(
+                {
+                    "job_id": key,
+                    "state": v.slurm_state
+                    or ("LIVE" if not v.ended else v.end_state),  # LIVE: no Slurm, no JOB SUMMARY yet
+                    "name": v.ref.name,
+                    "log": str(v.ref.log) if v.ref.log else None,
+                    "last_step": v.last_step,
+                    "last_step_at": v.last_step_at,
+                    "total_steps": v.total_steps(),
+                    "step_time_s": round(step_time, 3) if step_time else None,
+                    "expected_step": expected,
+                    "phase": phase,
+                    "tgs": None
+                    if tgs is None or ta is None or ta.baseline is None
+                    else {"degraded": tgs.episode, "pattern": ta.pattern, "change_pct": ta.change_pct},
+                    "open_incidents": open_by_job.get(key, []),
+                    "blind": sorted(v.blind),
+                }
+            )
+        return out
+
+    # -- the loop ----------------------------------------------------------------
+
+    async def run(
+        self, sleep: Callable[[float], Awaitable[bool]], tick_seconds: float | Callable[[], float]
+    ) -> None:
+        """Full ticks every `tick_seconds`; file events wake partial ticks in between.
+
+        `sleep(s)` returns True when the service is stopping (Lifecycle.sleep).
+        """
+
+        def period() -> float:
+            return tick_seconds() if callable(tick_seconds) else tick_seconds
+
+        next_full = clock.wall()
+        last_gc = clock.monotonic()
+        while True:
+            now = clock.wall()
+            if now >= next_full:
+                await self._safe_tick(now, None)
+                next_full = now + period()
+                if clock.monotonic() - last_gc >= GC_EVERY_S:
+                    last_gc = self._collect()
+            elif self.watcher is not None:
+                changed, added = self.watcher.take()
+                roots = {str(d) for d in self.discovery.dirs()} if self.discovery is not None else set()
+                if any(str(Path(p).parent) in roots and p not in self._path_jobs for p in added):
+                    await self._safe_tick(now, None)  # something new under an outputs root: discover now
+                    next_full = now + period()
+                else:
+                    keys = self.jobs_for_paths(changed)
+                    if keys:
+                        await self._safe_tick(now, keys)
+            timeout = max(0.0, next_full - clock.wall())
+            if self.watcher is None:
+                if await sleep(timeout):
+                    return
+                continue
+            if await self._wait(sleep, timeout):
+                return
+            # Woken by a file event: let a burst of writes settle into one partial tick.
+            rest = next_full - clock.wall()
+            if rest > 0 and await sleep(min(MIN_PARTIAL_GAP_S, rest)):
+                return
+
+    def _collect(self) -> float:
+        """A full garbage collection between ticks, on our schedule (the runner turns off the
+        automatic oldest-generation collections, whose 50+ ms pauses would land inside ticks)."""
+        started = clock.monotonic()
+        gc.collect()
+        done = clock.monotonic()
+        self.durations["gc"].append(done - started)
+        return done
+
+    async def _wait(self, sleep: Callable[[float], Awaitable[bool]], seconds: float) -> bool:
+        assert self.watcher is not None
+        sleeper = asyncio.ensure_future(sleep(seconds))
+        waker = asyncio.ensure_future(self.watcher.wake.wait())
+        try:
+            done, _ = await asyncio.wait({sleeper, waker}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for t in (sleeper, waker):
+                if not t.done():
+                    t.cancel()
+            await asyncio.gather(sleeper, waker, return_exceptions=True)
+        return sleeper in done and not sleeper.cancelled() and bool(sleeper.result())
+
+    async def _safe_tick(self, now: float, only: set[str] | None) -> None:
+        try:
+            await self.tick(now, only)
+        except Exception as exc:
+            self._log.exception("tick_failed", error=f"{type(exc).__name__}: {exc}")
+            if only is None:
+                if self.health is not None:
+                    self.health.tick_done(now, False)
+                self.metrics.observe_tick(0.0, False, now)

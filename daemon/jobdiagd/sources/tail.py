@@ -1,0 +1,307 @@
+"""Log tailing for the daemon: incremental reads per file, offsets persisted, watchfiles wake-ups.
+
+Restart policy (decided here): the offset table says how far each file had been read and
+when its last step line was read; on restart the file is re-read from the start with the
+same pre-filtered reader triage uses (`read_file`) — so the rebuilt `LogState` is exactly
+what triage would build — and the saved arrival time is restored for the steps already
+seen before, so a hang in progress keeps its clock. Alerts are never re-sent: incidents
+and the outbox live in the alert store, whose ids make a repeat a no-op.
+
+Files are followed through truncation, rotation (new inode), a rename or a repointed job
+`log` link (same inode: the reader keeps its offset) and deletion (OSError -> the engine's
+"monitoring blind" notice, once per episode).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sqlite3
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from jobdiagd.alerts.store import DB_NAME
+from jobdiagd.logs.reader import HEAD_FULL, TailReader, feed_buffer, read_file, scanner
+from jobdiagd.logs.state import LogState
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS tail_offsets (
+    path TEXT PRIMARY KEY,
+    job_id TEXT NOT NULL,
+    inode INTEGER,
+    offset INTEGER NOT NULL,
+    last_step INTEGER,
+    last_step_at REAL,
+    blind_since REAL,
+    updated_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS tail_offsets_job ON tail_offsets (job_id);
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Saved:
+    path: str
+    job_id: str
+    inode: int | None
+    offset: int
+    last_step: int | None
+    last_step_at: float | None
+    blind_since: float | None
+
+
+class OffsetStore:
+    """The `tail_offsets` table in the state dir's SQLite file (own connection, own table)."""
+
+    def __init__(self, path: str | Path) -> None:
+        if str(path) != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._conn = sqlite3.connect(str(path), isolation_level=None, timeout=5.0)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        # NORMAL: a power cut may lose the last commits, which only makes a restart re-read more.
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        self._conn.executescript(_SCHEMA)
+
+    @classmethod
+    def in_state_dir(cls, state_dir: str | Path) -> OffsetStore:
+        return cls(Path(state_dir) / DB_NAME)
+
+    def load(self, path: str) -> Saved | None:
+        row = self._conn.execute(
+            "SELECT path, job_id, inode, offset, last_step, last_step_at, blind_since"
+            " FROM tail_offsets WHERE path = ?",
+            (path,),
+        ).fetchone()
+        return Saved(*row) if row else None
+
+    def known_jobs(self) -> set[str]:
+        return {r[0] for r in self._conn.execute("SELECT DISTINCT job_id FROM tail_offsets")}
+
+    def save(self, rows: Iterable[Saved], now: float) -> None:
+        rows = list(rows)
+        if not rows:
+            return
+        self._conn.execute("BEGIN")
+        try:
+            self._conn.executemany(
+                "INSERT INTO tail_offsets (path, job_id, inode, offset, last_step, last_step_at, blind_since,"
+                " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (path) DO UPDATE SET"
+                " job_id = excluded.job_id, inode = excluded.inode, offset = excluded.offset,"
+                " last_step = excluded.last_step, last_step_at = excluded.last_step_at,"
+                " blind_since = excluded.blind_since, updated_at = excluded.updated_at",
+                [
+                    (r.path, r.job_id, r.inode, r.offset, r.last_step, r.last_step_at, r.blind_since, now)
+                    for r in rows
+                ],
+            )
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        self._conn.execute("COMMIT")
+
+    def forget_job(self, job_id: str) -> None:
+        """A job that ended and was reported: its rows go (the report's id prevents a repeat anyway)."""
+        self._conn.execute("DELETE FROM tail_offsets WHERE job_id = ?", (job_id,))
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+class PrefilterTailReader(TailReader):
+    """`TailReader` that reads like `read_file`: the head in full (header, env dumps, config —
+    everything before training starts, at most `HEAD_FULL` bytes), then only the lines the
+    triage pre-filter (`logs.scan`) marks as candidates: NCCL/Ray chatter, the bulk of a live
+    log, is skipped before decoding. Same parser; the final job-end triage re-reads the files
+    with `read_file` (tail in full), exactly as `jobdiagd triage` does."""
+
+    def poll(self, max_bytes: int = 64 << 20) -> int:
+        st = os.stat(self.path)
+        if self.inode is not None and st.st_ino != self.inode:
+            self.reset()  # rotated / replaced: the new file starts from zero
+        if st.st_size < self.offset:
+            self.reset()  # truncated in place
+        self.inode = st.st_ino
+        with open(self.path, "rb") as fh:
+            first = fh.read(len(self.head) or 64)
+            if self.head and not first.startswith(self.head):
+                self.reset()  # replaced by a new file that happens to reuse the inode
+            if not self.head:
+                self.head = first
+            if st.st_size == self.offset:
+                return 0
+            fh.seek(self.offset)
+            data = fh.read(min(max_bytes, st.st_size - self.offset))
+        body_start = self.offset - len(self._carry)
+        buf = self._carry + data
+        cut = buf.rfind(b"\n") + 1
+        body, self._carry = buf[:cut], buf[cut:]
+        if body:
+            self.lineno += feed_buffer(
+                self.state,
+                body,
+                base_offset=body_start,
+                first_lineno=self.lineno,
+                full=body_start < HEAD_FULL and not self.state.training_started,
+                scan=scanner(),
+            )
+        self.offset += len(data)
+        self.state.lines = self.lineno - 1
+        self.state.bytes = self.offset
+        self.state.ends_with_newline = not self._carry
+        return len(data)
+
+
+def _target(link: Path) -> Path:
+    """Where a (possibly symlinked) log path points; one readlink instead of a full realpath."""
+    try:
+        dest = os.readlink(link)
+    except OSError:
+        return link  # not a link (or gone: the poll reports that)
+    return Path(os.path.normpath(os.path.join(link.parent, dest)))
+
+
+@dataclass
+class FileTail:
+    """One followed file. `link` may be a job dir's `log` symlink: it is re-resolved every poll."""
+
+    link: Path
+    ref_time: float
+    reader: TailReader | None = None
+    ever_read: bool = False
+    blind_since: float | None = None
+    error: str | None = None
+    saved: Saved | None = None
+    dirty: bool = False  # something worth persisting changed since the last save
+
+    @property
+    def state(self) -> LogState | None:
+        return self.reader.state if self.reader is not None else None
+
+    @property
+    def key(self) -> str:
+        return str(self.link)
+
+    def poll(self) -> tuple[int, bool]:
+        """(bytes read, replaced): replaced means the old state was dropped (new file / truncation).
+
+        Raises OSError when the file cannot be read.
+        """
+        target = _target(self.link)
+        if self.reader is None:
+            self.reader = self._initial(target)
+            self.ever_read = True
+            self.dirty = True
+            return self.reader.offset, False
+        replaced = False
+        if target != self.reader.path:
+            st = os.stat(target)
+            if st.st_ino == self.reader.inode:
+                self.reader.path = target  # renamed (e.g. the TGS tagger): same file, keep the offset
+            else:
+                self.reader = PrefilterTailReader(target, LogState(str(target), ref_time=self.ref_time))
+                replaced = True
+        before = self.reader.state
+        n = self.reader.poll()
+        if self.reader.state is not before:
+            replaced = True
+        if n or replaced:
+            self.dirty = True
+        self.ever_read = True
+        return n, replaced
+
+    def _initial(self, target: Path) -> TailReader:
+        """Catch up with the file as it is now (the pre-filtered reader triage uses)."""
+        state = LogState(str(target), ref_time=self.ref_time)
+        with open(target, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            head = fh.read(64)
+        read_file(target, state)
+        # Continue after the last complete line; a partial last line is read again once finished
+        # (its prefix cannot create a new step record: step numbers only grow).
+        offset = state.bytes
+        if not state.ends_with_newline:
+            with open(target, "rb") as fh:
+                fh.seek(max(0, offset - (1 << 16)))
+                chunk = fh.read(offset - fh.tell())
+            cut = chunk.rfind(b"\n")
+            offset = offset - (len(chunk) - cut - 1) if cut >= 0 else offset
+        reader = PrefilterTailReader(
+            target, state, offset=offset, lineno=state.lines + 1, inode=st.st_ino, head=head
+        )
+        if not state.ends_with_newline:
+            reader.lineno = max(1, state.lines)
+        return reader
+
+    def row(self, job_id: str, last_step: int | None, last_step_at: float | None) -> Saved:
+        r = self.reader
+        return Saved(
+            self.key,
+            job_id,
+            r.inode if r is not None else None,
+            r.offset if r is not None else 0,
+            last_step,
+            last_step_at,
+            self.blind_since,
+        )
+
+
+@dataclass
+class ChangeWatcher:
+    """watchfiles on the directories holding watched logs; a change sets `wake` and names the path.
+
+    The set of directories changes as jobs come and go: the watch restarts then. A missed event
+    costs nothing but latency — every tick polls every file anyway.
+    """
+
+    debounce_ms: int = 1000
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    changed: set[str] = field(default_factory=set)
+    added: set[str] = field(default_factory=set)
+    _dirs: frozenset[str] = frozenset()
+    _restart: asyncio.Event = field(default_factory=asyncio.Event)
+    errors: int = 0
+
+    def set_dirs(self, dirs: Iterable[Path]) -> None:
+        new = frozenset(str(d) for d in dirs if d.is_dir())
+        if new != self._dirs:
+            self._dirs = new
+            self._restart.set()
+
+    def take(self) -> tuple[set[str], set[str]]:
+        """(changed paths, newly added paths) since the last call."""
+        out, self.changed = self.changed, set()
+        added, self.added = self.added, set()
+        self.wake.clear()
+        return out, added
+
+    async def run(self) -> None:
+        from watchfiles import Change, awatch
+
+        while True:
+            self._restart.clear()
+            dirs = sorted(self._dirs)
+            if not dirs:
+                await self._restart.wait()
+                continue
+            try:
+                async for changes in awatch(
+                    *dirs,
+                    stop_event=self._restart,
+                    recursive=False,
+                    debounce=self.debounce_ms,
+                    step=200,
+                    yield_on_timeout=False,
+                    ignore_permission_denied=True,
+                ):
+                    for change, path in changes:
+                        self.changed.add(path)
+                        if change == Change.added:
+                            self.added.add(path)
+                    self.wake.set()
+            except (OSError, RuntimeError):
+                # A directory vanished under the watcher; polling covers until the next restart.
+                self.errors += 1
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._restart.wait(), 5.0)
