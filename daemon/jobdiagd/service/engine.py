@@ -32,6 +32,7 @@ from jobdiagd.model.jobview import JobView
 from jobdiagd.service.health import Health
 from jobdiagd.service.logging import EdgeTrigger, get_logger
 from jobdiagd.service.metrics import DaemonMetrics
+from jobdiagd.service.tsdb_enrich import TsdbEnricher
 from jobdiagd.sources.slurm import SlurmError, SlurmJob, SlurmWatcher, resolve_job_paths
 from jobdiagd.sources.tail import ChangeWatcher, FileTail, OffsetStore
 from jobdiagd.triage.engine import analyze
@@ -243,6 +244,7 @@ class Engine:
         offsets: OffsetStore | None = None,
         watcher: ChangeWatcher | None = None,
         read_final: bool = True,
+        enricher: TsdbEnricher | None = None,
     ) -> None:
         self.cfg = cfg
         self.pipeline = pipeline
@@ -253,6 +255,7 @@ class Engine:
         self.offsets = offsets
         self.watcher = watcher
         self.read_final = read_final
+        self.enricher = enricher
         self.jobs: dict[str, Watched] = {}
         self._path_jobs: dict[str, str] = {}
         self._edges: dict[str, EdgeTrigger] = {}
@@ -372,6 +375,12 @@ class Engine:
         for name, secs in durations.items():
             self.metrics.observe_detector(name, secs, ok_by.get(name, True))
         findings = [f for f in findings if keep_resolution(self.pipeline.book, f)]
+        if self.enricher is not None:
+            # RAY=1 jobs: hang alerts carry the GPU power verdict, failed jobs' end reports the
+            # class playbook; both are held (a tick, a playbook run) rather than sent without it.
+            views = {k: w.view for k, w in self.jobs.items()}
+            findings = self.enricher.enrich_findings(findings, views, now)
+            reports = self.enricher.hold_reports(reports, views, now) + self.enricher.ready_reports()
         stats.findings = len(findings)
         try:
             notes = self.pipeline.observe(findings, now)

@@ -21,6 +21,7 @@ from jobdiagd.service.logging import configure_logging, get_logger
 from jobdiagd.service.metrics import DaemonMetrics, MetricsServer
 from jobdiagd.service.sdnotify import SdNotifier
 from jobdiagd.service.status_socket import StatusServer
+from jobdiagd.service.tsdb_enrich import TsdbEnricher
 from jobdiagd.sources.slurm import SlurmError, SlurmWatcher, make_backend
 from jobdiagd.sources.tail import ChangeWatcher, OffsetStore
 
@@ -82,6 +83,7 @@ async def run_daemon(
         pipeline.close()
         raise
     watcher = ChangeWatcher()
+    enricher = TsdbEnricher(cfg.tsdb, tick_s=cfg.daemon.tick_seconds)
     engine = Engine(
         cfg,
         pipeline,
@@ -91,6 +93,7 @@ async def run_daemon(
         health=health,
         offsets=offsets,
         watcher=watcher,
+        enricher=enricher,
     )
     current = {"cfg": cfg}
 
@@ -125,6 +128,7 @@ async def run_daemon(
     )
     lc.add_step("alert store", cleanup=pipeline.close)
     lc.add_step("tail offsets", cleanup=offsets.close)
+    lc.add_step("tsdb connections", cleanup=enricher.close)
     lc.add_step("status socket", status.start, status.stop)
     if cfg.daemon.metrics_port:
         ms = MetricsServer(metrics, cfg.daemon.metrics_host, cfg.daemon.metrics_port)

@@ -1,0 +1,186 @@
+"""The daemon's edge to the per-job Prometheus: a GPU utilization/power verdict on hang alerts
+of live RAY=1 jobs, and the class playbook in the job-end report of failed RAY=1 jobs.
+
+Queries run as tasks beside the tick, never inside it. A hang finding of a RAY=1 job is held
+until its verdict is in — at most one tick, because the verdict query's timeout is shorter
+than a tick — and then goes out carrying it. With `[tsdb] confirm_hang_with_power`, a verdict
+that shows working GPUs (training power) keeps the hang from paging; a verdict that could not
+be obtained (`unknown`: no Prometheus, ssh down) never suppresses a page — lack of data is not
+evidence of health. A failed RAY=1 job's end report is likewise held until its playbook ran
+(bounded by `report_timeout_s`), then sent as one message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from jobdiagd.detectors import Report
+from jobdiagd.model.alerts import Finding
+from jobdiagd.model.jobview import JobView
+from jobdiagd.service.logging import get_logger
+from jobdiagd.tsdb.access import SshTunnelPool
+from jobdiagd.tsdb.context import DiagnosisContext, context_from_triage
+from jobdiagd.tsdb.hooks import Verdict, hang_power_verdict, job_end_diagnosis, should_page
+from jobdiagd.tsdb.settings import TsdbSettings
+
+VerdictFn = Callable[[DiagnosisContext, float], Coroutine[Any, Any, Verdict]]
+DiagnosisFn = Callable[[dict[str, Any], float], Coroutine[Any, Any, dict[str, Any] | None]]
+
+
+@dataclass
+class _Pending:
+    at_step: int | None
+    task: asyncio.Task[Verdict]
+
+
+@dataclass
+class _HeldReport:
+    report: Report
+    task: asyncio.Task[dict[str, Any] | None]
+
+
+class TsdbEnricher:
+    def __init__(
+        self,
+        settings: TsdbSettings,
+        *,
+        tick_s: float,
+        verdict_fn: VerdictFn | None = None,
+        diagnosis_fn: DiagnosisFn | None = None,
+        report_timeout_s: float = 120.0,
+    ) -> None:
+        self.settings = settings
+        self.tunnels = SshTunnelPool(settings.ssh)
+        # The verdict must be back before the next tick, so a held hang alert waits one tick at most.
+        timeout = max(1.0, min(20.0, tick_s * 0.8))
+        self._verdict_fn: VerdictFn = verdict_fn or (
+            lambda ctx, now: hang_power_verdict(
+                ctx, now, settings=settings, tunnels=self.tunnels, timeout_s=timeout
+            )
+        )
+        self._diagnosis_fn: DiagnosisFn = diagnosis_fn or (
+            lambda doc, now: job_end_diagnosis(doc, now, settings=settings, timeout_s=report_timeout_s)
+        )
+        self._verdicts: dict[str, _Pending] = {}
+        self._reports: dict[str, _HeldReport] = {}
+        self._log = get_logger(component="tsdb")
+
+    # -- hang findings ---------------------------------------------------------------------
+    def enrich_findings(
+        self, findings: Sequence[Finding], views: Mapping[str, JobView], now: float
+    ) -> list[Finding]:
+        out: list[Finding] = []
+        for f in findings:
+            view = views.get(f.job_id)
+            if f.kind != "hang" or view is None:
+                out.append(f)
+                continue
+            if f.resolved:
+                self._forget(f.job_id)
+                out.append(f)
+                continue
+            res = view.analysis(now)
+            if not (res.logs.ray and res.live.head_node):
+                out.append(f)  # no per-job Prometheus to ask
+                continue
+            pending = self._verdicts.get(f.job_id)
+            if pending is None or pending.at_step != f.at_step:
+                if pending is not None:
+                    pending.task.cancel()
+                ctx = context_from_triage(res.to_dict())
+                task: asyncio.Task[Verdict] = asyncio.get_running_loop().create_task(
+                    self._verdict_fn(ctx, now)
+                )
+                self._verdicts[f.job_id] = _Pending(f.at_step, task)
+                continue  # held: goes out with its verdict on the next tick
+            if not pending.task.done():
+                continue
+            verdict = _result(pending.task)
+            if not should_page(verdict, self.settings) and verdict.state != "unknown":
+                self._log.info("hang_not_confirmed", job_id=f.job_id, gpu_state=verdict.state)
+                continue
+            out.append(_with_verdict(f, verdict))
+        return out
+
+    # -- job-end reports -------------------------------------------------------------------
+    def hold_reports(
+        self, reports: Sequence[Report], views: Mapping[str, JobView], now: float
+    ) -> list[Report]:
+        """Start the playbook for failed RAY=1 jobs' end reports; return the reports to send now."""
+        out: list[Report] = []
+        for r in reports:
+            view = views.get(r.job_id)
+            res = (view.final or view.analysis(now)) if view is not None else None
+            failed = res is not None and res.status != "completed" and res.primary is not None
+            if r.kind != "job-end" or res is None or not failed or not res.logs.ray:
+                out.append(r)
+                continue
+            held: asyncio.Task[dict[str, Any] | None] = asyncio.get_running_loop().create_task(
+                self._diagnosis_fn(res.to_dict(), now)
+            )
+            self._reports[r.job_id] = _HeldReport(r, held)
+        return out
+
+    def ready_reports(self) -> list[Report]:
+        """Held job-end reports whose playbook finished (or failed), with the diagnosis appended."""
+        out: list[Report] = []
+        for job_id, held in list(self._reports.items()):
+            if not held.task.done():
+                continue
+            del self._reports[job_id]
+            try:
+                doc = held.task.result()
+            except Exception as exc:  # the report must still go out
+                doc = {"error": f"{type(exc).__name__}: {exc}"}
+            out.append(dataclasses.replace(held.report, body=held.report.body + _diagnosis_section(doc)))
+        return out
+
+    def _forget(self, job_id: str) -> None:
+        pending = self._verdicts.pop(job_id, None)
+        if pending is not None:
+            pending.task.cancel()
+
+    async def close(self) -> None:
+        for pending in self._verdicts.values():
+            pending.task.cancel()
+        for held in self._reports.values():
+            held.task.cancel()
+        await self.tunnels.close()
+
+
+def _result(task: asyncio.Task[Verdict]) -> Verdict:
+    try:
+        return task.result()
+    except asyncio.CancelledError:
+        return Verdict("unknown", False, "verdict query cancelled")
+    except Exception as exc:
+        return Verdict("unknown", False, f"verdict query failed: {type(exc).__name__}: {exc}")
+
+
+def _with_verdict(f: Finding, v: Verdict) -> Finding:
+    details = dict(f.details)
+    details["GPU verdict"] = v.summary
+    if v.per_host:
+        details["GPU state per host"] = "; ".join(f"{h}: {s}" for h, s in sorted(v.per_host.items()))
+    return dataclasses.replace(f, details=details)
+
+
+def _diagnosis_section(doc: dict[str, Any] | None) -> str:
+    if doc is None:
+        return ""
+    if "error" in doc:
+        return f"\n### TSDB diagnosis\nThe playbook could not run: {doc['error']}\n"
+    lines = ["", f"### TSDB diagnosis ({doc.get('analysis_type', 'playbook')})"]
+    lines.append(f"**Verdict:** {doc.get('verdict')}; root cause: {doc.get('root_cause') or 'n/a'}")
+    hosts = doc.get("anomalous_hosts") or []
+    if hosts:
+        lines.append(f"**Anomalous hosts:** {', '.join(map(str, hosts))}")
+    for finding in (doc.get("findings") or [])[:6]:
+        text = finding.get("summary") if isinstance(finding, dict) else finding
+        lines.append(f"- {text if isinstance(text, str) else json.dumps(text, default=str)[:300]}")
+    return "\n".join(lines) + "\n"
