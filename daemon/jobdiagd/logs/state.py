@@ -252,6 +252,7 @@ class LogState:
                 if self.last_stamp is None or when > self.last_stamp:
                     self.last_stamp = when
         rest = m.group(10)
+        self.last_text = f"completed step: {step}"
         sm = _SECONDS.search(rest)
         self.step_lines += 1
         if task is not None and step > self.task_last_step.get(task, -1):
