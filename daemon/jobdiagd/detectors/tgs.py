@@ -51,7 +51,9 @@ class _Memo:
     at: float
 
 
-def _confirmed(steps: list[StepRecord], view: JobView, a: TgsAnalysis, drop_pct: float) -> bool:
+def _confirmed(
+    steps: list[StepRecord], view: JobView, a: TgsAnalysis, drop_pct: float, b_from: int, recent_n: int
+) -> bool:
     """Online guard: the *median* of the recent window must be low too.
 
     Triage's recent mean is right for a finished job, but live, one or two slow steps (a
@@ -63,24 +65,29 @@ def _confirmed(steps: list[StepRecord], view: JobView, a: TgsAnalysis, drop_pct:
     ckpt = view.checkpoint()
     first = steps[0].step if steps else 0
     if a.metric == "tokens/s/device":
-        vals = [
-            s.tgs for s in steps if s.tgs and s.step - first >= BASELINE_FROM and not ckpt.adjacent(s.step)
-        ]
+        vals = [s.tgs for s in steps if s.tgs and s.step - first >= b_from and not ckpt.adjacent(s.step)]
     else:
         vals = [
             1.0 / s.seconds
             for s in steps
-            if s.seconds and s.step - first >= BASELINE_FROM and not ckpt.adjacent(s.step)
+            if s.seconds and s.step - first >= b_from and not ckpt.adjacent(s.step)
         ]
-    recent = [v for v in vals[-RECENT:] if v is not None]
+    recent = [v for v in vals[-recent_n:] if v is not None]
     return bool(recent) and statistics.median(recent) < a.baseline * (1 - drop_pct / 100.0)
 
 
 class TgsDetector:
     name = NAME
 
-    def __init__(self, drop_pct: float = 10.0) -> None:
+    def __init__(
+        self,
+        drop_pct: float = 10.0,
+        baseline_steps: tuple[int, int] = (BASELINE_FROM, 15),
+        recent_steps: int = RECENT,
+    ) -> None:
         self.drop_pct = drop_pct
+        self.baseline_steps = baseline_steps
+        self.recent_steps = recent_steps
         self._tick: float | None = None
         self._spent = 0
 
@@ -106,9 +113,17 @@ class TgsDetector:
             steps = window(view.sorted_steps())
             if not steps:
                 return NoData("no step record")
-            a = analyze_tgs(steps, view.checkpoint(), threshold_pct=self.drop_pct)
+            a = analyze_tgs(
+                steps,
+                view.checkpoint(),
+                threshold_pct=self.drop_pct,
+                baseline_steps=self.baseline_steps,
+                recent_steps=self.recent_steps,
+            )
             episode = memo.episode if memo is not None else False
-            if a.degraded and _confirmed(steps, view, a, self.drop_pct):
+            if a.degraded and _confirmed(
+                steps, view, a, self.drop_pct, self.baseline_steps[0], self.recent_steps
+            ):
                 episode = True
             elif a.change_pct is None or a.change_pct > -self.drop_pct / 2:
                 episode = False
@@ -137,8 +152,8 @@ class TgsDetector:
             "pattern": a.pattern,
             "step range": rng,
             "magnitude": a.magnitude,
-            "baseline (steps 5–15)": f"{a.baseline:g} {a.metric}",
-            "recent (last 10 steps)": f"{a.recent:g} {a.metric}",
+            f"baseline (steps {self.baseline_steps[0]}–{self.baseline_steps[1]})": f"{a.baseline:g} {a.metric}",
+            f"recent (last {self.recent_steps} steps)": f"{a.recent:g} {a.metric}",
             "change": f"{a.change_pct:+.1f}%",
             "runbook": "tgs-degradation: extract the TGS timeline, check TSDB Playbook 6 (network) / 7 (contention)",
         }
@@ -148,6 +163,10 @@ class TgsDetector:
 register(
     NAME,
     True,
-    lambda cfg: TgsDetector(cfg.detectors.tgs.drop_pct),
+    lambda cfg: TgsDetector(
+        cfg.detectors.tgs.drop_pct,
+        (cfg.detectors.tgs.baseline_first_step, cfg.detectors.tgs.baseline_last_step),
+        cfg.detectors.tgs.recent_steps,
+    ),
     "TGS (tokens/s/device) slide vs the steps 5–15 baseline: pattern, step range, magnitude",
 )

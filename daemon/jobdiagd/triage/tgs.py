@@ -73,22 +73,29 @@ def _fmt(v: float, metric: str) -> str:
 
 
 def analyze_tgs(
-    steps: list[StepRecord], ckpt: CheckpointConfig, *, threshold_pct: float = 10.0
+    steps: list[StepRecord],
+    ckpt: CheckpointConfig,
+    *,
+    threshold_pct: float = 10.0,
+    baseline_steps: tuple[int, int] = (BASELINE_FROM, BASELINE_TO),
+    recent_steps: int = RECENT,
 ) -> TgsAnalysis:
+    """`baseline_steps` counts from the first step of the run; the runbook's defaults (5–15, 10)."""
+    b_from, b_to = baseline_steps
     series, metric = _series(steps)
     none = TgsAnalysis(None, None, None, False, "none", None, None, None, metric, ())
     if not series:
         return none
     first = steps[0].step
-    steady = [(k, v) for k, v in series if k - first >= BASELINE_FROM]
+    steady = [(k, v) for k, v in series if k - first >= b_from]
     clean = [(k, v) for k, v in steady if not ckpt.adjacent(k)]
-    base_vals = [v for k, v in clean if BASELINE_FROM <= k - first <= BASELINE_TO]
+    base_vals = [v for k, v in clean if b_from <= k - first <= b_to]
     if len(base_vals) < 3:
         return TgsAnalysis(
             None, None, None, False, "none", None, None, None, metric, (), "not enough steps for a baseline"
         )
     baseline = statistics.fmean(base_vals)
-    recent_vals = [v for _, v in clean[-RECENT:]]
+    recent_vals = [v for _, v in clean[-recent_steps:]]
     recent = statistics.fmean(recent_vals)
     change = (recent - baseline) / baseline * 100.0
     degraded = change < -threshold_pct
