@@ -2,7 +2,8 @@
 
 Snapshot keys the daemon's "status" command provides (all optional except tick_seconds; Health.base()
 gives the first line): version, pid, started_at, tick_seconds, last_tick_at, last_tick_ok, ticks, sources,
-  jobs: [{job_id, state?, name?, last_step?, last_step_at?}], open_incidents: [Incident as dict],
+  jobs: [{job_id, state?, name?, last_step?, last_step_at?, total_steps?, step_time_s?, expected_step?,
+         phase?, tgs?: {degraded, pattern, change_pct}, open_incidents?, blind?}], open_incidents: [Incident as dict],
   mutes: [Mute as dict], notifiers: Dispatcher.snapshot(),
   deliveries: Outbox.counts().
 """
@@ -61,10 +62,25 @@ def format_status(status: Mapping[str, Any], now: float) -> str:
             str(j.get("name") or ""),
         ]
         if j.get("last_step") is not None:
+            total = f"/{j['total_steps']}" if j.get("total_steps") else ""
             parts.append(
-                f"step {j['last_step']}"
+                f"step {j['last_step']}{total}"
                 + (f" ({_ago(now, j['last_step_at'])})" if j.get("last_step_at") else "")
             )
+        if j.get("step_time_s"):
+            parts.append(f"{float(j['step_time_s']):.1f} s/step")
+        if j.get("expected_step") is not None and j.get("expected_step") != j.get("last_step"):
+            parts.append(f"expected ≈{j['expected_step']}")
+        if j.get("phase"):
+            parts.append(f"[{j['phase']}]")
+        tgs = j.get("tgs")
+        if isinstance(tgs, Mapping) and tgs.get("change_pct") is not None:
+            flag = f" DEGRADED ({tgs.get('pattern')})" if tgs.get("degraded") else ""
+            parts.append(f"TGS {float(tgs['change_pct']):+.0f}%{flag}")
+        if j.get("open_incidents"):
+            parts.append("open: " + ", ".join(map(str, j["open_incidents"])))
+        if j.get("blind"):
+            parts.append("BLIND: " + ", ".join(map(str, j["blind"])))
         lines.append("  ".join(p for p in parts if p).rstrip())
 
     incidents: Sequence[Mapping[str, Any]] = status.get("open_incidents") or []
