@@ -219,13 +219,21 @@ class TailReader:
         body, self._carry = buf[:cut], buf[cut:]
         if body:
             self.lineno += feed_buffer(
-                self.state, body, base_offset=body_start, first_lineno=self.lineno, full=True
+                self.state,
+                body,
+                base_offset=body_start,
+                first_lineno=self.lineno,
+                full=self.read_fully(body_start),
             )
         self.offset += len(data)
         self.state.lines = self.lineno - 1
         self.state.bytes = self.offset
         self.state.ends_with_newline = not self._carry
         return len(data)
+
+    def read_fully(self, body_start: int) -> bool:
+        """Parse every line of this chunk (True), or only the pre-filter's candidates (False)."""
+        return True
 
     def reset(self) -> None:
         self.state = LogState(self.state.source, ref_time=self.state.clock.ref_time)

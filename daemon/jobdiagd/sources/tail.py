@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jobdiagd.alerts.store import DB_NAME
-from jobdiagd.logs.reader import HEAD_FULL, TailReader, feed_buffer, read_file, scanner
+from jobdiagd.logs.reader import HEAD_FULL, TailReader, read_file
 from jobdiagd.logs.state import LogState
 
 _SCHEMA = """
@@ -116,41 +116,8 @@ class PrefilterTailReader(TailReader):
     log, is skipped before decoding. Same parser; the final job-end triage re-reads the files
     with `read_file` (tail in full), exactly as `jobdiagd triage` does."""
 
-    def poll(self, max_bytes: int = 64 << 20) -> int:
-        st = os.stat(self.path)
-        if self.inode is not None and st.st_ino != self.inode:
-            self.reset()  # rotated / replaced: the new file starts from zero
-        if st.st_size < self.offset:
-            self.reset()  # truncated in place
-        self.inode = st.st_ino
-        with open(self.path, "rb") as fh:
-            first = fh.read(len(self.head) or 64)
-            if self.head and not first.startswith(self.head):
-                self.reset()  # replaced by a new file that happens to reuse the inode
-            if not self.head:
-                self.head = first
-            if st.st_size == self.offset:
-                return 0
-            fh.seek(self.offset)
-            data = fh.read(min(max_bytes, st.st_size - self.offset))
-        body_start = self.offset - len(self._carry)
-        buf = self._carry + data
-        cut = buf.rfind(b"\n") + 1
-        body, self._carry = buf[:cut], buf[cut:]
-        if body:
-            self.lineno += feed_buffer(
-                self.state,
-                body,
-                base_offset=body_start,
-                first_lineno=self.lineno,
-                full=body_start < HEAD_FULL and not self.state.training_started,
-                scan=scanner(),
-            )
-        self.offset += len(data)
-        self.state.lines = self.lineno - 1
-        self.state.bytes = self.offset
-        self.state.ends_with_newline = not self._carry
-        return len(data)
+    def read_fully(self, body_start: int) -> bool:
+        return body_start < HEAD_FULL and not self.state.training_started
 
 
 def _target(link: Path) -> Path:
