@@ -88,6 +88,12 @@ port_busy() {
 }
 
 write_conf() {
+  render_conf
+  mv "$CONF.new" "$CONF"
+}
+
+# slurm.conf for this machine into $CONF.new (a running cluster is reused only if it matches).
+render_conf() {
   local host
   host=$(hostname -s)
   mkdir -p "$DIR/etc"
@@ -124,7 +130,9 @@ JobCompType=jobcomp/filetxt
 JobCompLoc=$DIR/jobcomp.txt
 MinJobAge=300
 ReturnToService=2
-KillWait=5
+# Slurm's default: a cancelled job script gets 30 s to run its EXIT trap (JOB SUMMARY) before
+# SIGKILL. 5 s was too short on a loaded 2-core CI machine: srun outlived it and the summary was lost.
+KillWait=30
 SlurmdTimeout=300
 InactiveLimit=0
 # The node is whatever slurm.conf says, whatever the CI machine's CPU count or memory.
@@ -132,7 +140,6 @@ SlurmdParameters=config_overrides
 NodeName=$NODE_NAME NodeHostname=$host NodeAddr=127.0.0.1 CPUs=2 RealMemory=1000 State=UNKNOWN
 PartitionName=$PARTITION Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOF
-  mv "$CONF.new" "$CONF"
 }
 
 start_munge() {
@@ -250,7 +257,9 @@ case "$cmd" in
   start)
     need_binaries
     with_lock
-    if healthy; then
+    render_conf
+    if healthy && cmp -s "$CONF.new" "$CONF"; then
+      rm -f "$CONF.new"
       log "reusing the healthy cluster in $DIR (node $NODE_NAME $(node_state))"
       exit 0
     fi
