@@ -17,13 +17,19 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
+# `jobdiagd triage` on a big log should not pay for importing aiohttp and the daemon: a
+# command known to live in one module imports only that module.
+COMMAND_MODULE: dict[str, str] = {"triage": "jobdiagd.triage.cli"}
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="jobdiagd",
         description="Monitor and diagnose multi-node MaxText/JAX training jobs.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in SUBCOMMAND_MODULES:
+    only = COMMAND_MODULE.get(command or "")
+    for name in (only,) if only else SUBCOMMAND_MODULES:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
@@ -36,8 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(words[0] if words else None)
+    args = parser.parse_args(words)
     func: Callable[[argparse.Namespace], int] = args.func
     return func(args)
 

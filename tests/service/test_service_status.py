@@ -230,11 +230,27 @@ def test_format_minimal_snapshot() -> None:
 
 def test_format_status_shows_progress_tgs_and_incidents_per_job() -> None:
     job = {
-        "job_id": "4242", "state": "RUNNING", "name": "JAX-llama", "last_step": 317, "last_step_at": NOW - 900,
-        "total_steps": 2000, "step_time_s": 5.0, "expected_step": 497, "phase": "steady",
-        "tgs": {"degraded": True, "pattern": "constant-drop", "change_pct": -23.4}, "open_incidents": ["hang"],
+        "job_id": "4242",
+        "state": "RUNNING",
+        "name": "JAX-llama",
+        "last_step": 317,
+        "last_step_at": NOW - 900,
+        "total_steps": 2000,
+        "step_time_s": 5.0,
+        "expected_step": 497,
+        "phase": "steady",
+        "tgs": {"degraded": True, "pattern": "constant-drop", "change_pct": -23.4},
+        "open_incidents": ["hang"],
     }
-    text = format_status({"tick_seconds": 15, "last_tick_at": NOW - 1, "started_at": NOW - 2, "jobs": [job]}, NOW)
+    text = format_status(
+        {"tick_seconds": 15, "last_tick_at": NOW - 1, "started_at": NOW - 2, "jobs": [job]}, NOW
+    )
     line = next(ln for ln in text.splitlines() if "4242" in ln)
-    for part in ("step 317/2000", "5.0 s/step", "expected ≈497", "TGS -23% DEGRADED (constant-drop)", "open: hang"):
+    for part in (
+        "step 317/2000",
+        "5.0 s/step",
+        "expected ≈497",
+        "TGS -23% DEGRADED (constant-drop)",
+        "open: hang",
+    ):
         assert part in line, (part, line)

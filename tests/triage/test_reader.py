@@ -3,33 +3,38 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jobdiagd.logs import reader
 from jobdiagd.logs.prefixes import strip
-from jobdiagd.logs.scan import TRIGGERS, HyperscanScanner, PythonScanner
+from jobdiagd.logs.scan import HARMLESS_ONLY, TRIGGERS, HyperscanScanner, PythonScanner, candidates
 from jobdiagd.logs.state import LogState, parse_step_fields, parse_wall
 
+_literal = st.sampled_from(TRIGGERS + tuple(h.decode() for h in HARMLESS_ONLY))
 _line = st.one_of(
-    st.sampled_from(TRIGGERS).map(lambda t: f"x {t} y"),
+    _literal.map(lambda t: f"x {t} y"),
+    st.tuples(_literal, _literal).map(lambda ts: f"{ts[0]} {ts[1]}"),
     st.text(alphabet=st.characters(blacklist_characters="\n"), max_size=60),
 )
 
 
 _HS, _PY = HyperscanScanner(), PythonScanner()
-_step = st.sampled_from([" 0: ", " 3: ", "", "P0  0: ", "I0612 10:15:22.481234 1 a.py:2] ", "12: "]).map(
-    lambda p: f"{p}completed step: 7, seconds: 1.0"
-)
+_step = st.tuples(
+    st.sampled_from([" 0: ", " 3: ", "", "P0  0: ", "I0612 10:15:22.481234 1 a.py:2] ", "12: "]),
+    st.sampled_from(["", " MSCCL++: Feature not enabled", " NCCL WARN"]),
+).map(lambda t: f"{t[0]}completed step: 7, seconds: 1.0{t[1]}")
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.one_of(_line, _step), max_size=40))
 def test_scanners_agree(lines: list[str]) -> None:
     buf = "\n".join(lines).encode("utf-8", "replace")
-    assert _HS.candidates(buf) == _PY.candidates(buf)
-    assert _HS.candidates(buf, (b" 0: ", b"P0  0: ")) == _PY.candidates(buf, (b" 0: ", b"P0  0: "))
+    assert candidates(_HS, buf) == candidates(_PY, buf)
+    assert candidates(_HS, buf, (b" 0: ", b"P0  0: ")) == candidates(_PY, buf, (b" 0: ", b"P0  0: "))
 
 
 def test_step_prefilter_takes_task_zero_and_unprefixed_lines() -> None:
@@ -41,9 +46,9 @@ def test_step_prefilter_takes_task_zero_and_unprefixed_lines() -> None:
         "12: completed step: 4, seconds: 1",
     ]
     buf = "\n".join(lines).encode()
-    picked = [buf[s:].split(b"\n", 1)[0].decode() for s in _HS.candidates(buf, (b" 0: ",))]
+    picked = [buf[s:].split(b"\n", 1)[0].decode() for s in candidates(_HS, buf, (b" 0: ",))]
     assert picked == [lines[0]]
-    every = [buf[s:].split(b"\n", 1)[0].decode() for s in _HS.candidates(buf)]
+    every = [buf[s:].split(b"\n", 1)[0].decode() for s in candidates(_HS, buf)]
     assert every == lines
 
 
@@ -159,3 +164,48 @@ def test_tail_reader_incremental_truncation_and_rotation(tmp_path: Path) -> None
     p.write_text("0: completed step: 9, seconds: 1.0\n0: completed step: 10, seconds: 1.0\n")
     t.poll()
     assert 9 in t.state.steps
+
+
+def test_parallel_read_equals_serial_read(
+    corpus: tuple[Path, dict[str, dict[str, object]]], tmp_path: Path
+) -> None:
+    """Forked workers pre-filtering small pieces give the same facts, line numbers and offsets."""
+    root, _ = corpus
+    logs = sorted(root.glob("*.log"), key=lambda p: -p.stat().st_size)[:6]
+    # One long log from several (so pieces cut through steps, events and the summary), and an
+    # unterminated last line.
+    big = tmp_path / "joined.log"
+    big.write_bytes(b"".join(p.read_bytes() for p in logs) + b" 0: Error: no newline at the end")
+    mp = pytest.MonkeyPatch()
+    mp.setattr(reader, "HEAD_FULL", 1000)
+    mp.setattr(reader, "TAIL_FULL", 1000)
+    mp.setattr(reader, "PARALLEL_MIN", 0)
+    mp.setattr(reader, "PIECE", 3000)
+    used: list[int] = []
+    real = reader._parallel_middle
+
+    def spy(*args: Any, **kwargs: Any) -> int:
+        used.append(1)
+        return real(*args, **kwargs)
+
+    mp.setattr(reader, "_parallel_middle", spy)
+    try:
+        for path in [big, *logs]:
+            serial = reader.read_file(path, LogState(str(path), ref_time=2e9), workers=1)
+            parallel = reader.read_file(path, LogState(str(path), ref_time=2e9), workers=2)
+            assert _facts(parallel) == _facts(serial), path
+            offsets = {k: [e.offset for e in v.all()] for k, v in serial.hits.items()}
+            assert {k: [e.offset for e in v.all()] for k, v in parallel.hits.items()} == offsets
+            assert (parallel.lines, parallel.bytes, parallel.ends_with_newline) == (
+                serial.lines,
+                serial.bytes,
+                serial.ends_with_newline,
+            )
+            assert parallel.task_last_step == serial.task_last_step
+            assert (parallel.first_stamp, parallel.last_stamp) == (serial.first_stamp, serial.last_stamp)
+            if path == big:
+                assert serial.lines == big.read_bytes().count(b"\n") + 1
+                assert not serial.ends_with_newline and serial.last_exception is not None
+    finally:
+        mp.undo()
+    assert len(used) == 1 + len(logs)  # the parallel path really ran, once per parallel read

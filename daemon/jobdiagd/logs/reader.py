@@ -2,21 +2,34 @@
 
 The head (header, env dump) and the tail (summary, last words) of a file are parsed
 line by line; the body only where the pre-filter (`logs.scan`) finds a trigger
-literal, which is what makes multi-GB logs cheap. `TailReader` is the incremental
-form the daemon uses: it remembers its offset and feeds only new complete lines.
+literal, which is what makes multi-GB logs cheap. Files are read into one reusable
+buffer (no per-chunk allocations), and a big body can be pre-filtered by forked workers
+(`set_default_workers`, used by the one-shot CLI) while this process folds their results
+into the state in file order. `TailReader` is the incremental form the daemon uses: it
+remembers its offset and feeds only new complete lines.
 """
 
 from __future__ import annotations
 
+import itertools
+import multiprocessing
 import os
 import re
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from jobdiagd.logs.scan import LineScanner, default_scanner
-from jobdiagd.logs.state import LogState
+import numpy as np
+import numpy.typing as npt
 
-CHUNK = 8 << 20
+from jobdiagd.logs.scan import HARMLESS_ONLY, HyperscanScanner, LineScanner, default_scanner
+from jobdiagd.logs.state import FastStep, LogState, parse_fast_step
+
+CHUNK = 2 << 20
+PIECE = 32 << 20  # a worker's unit of work in a parallel read
+PARALLEL_MIN = 128 << 20  # smaller bodies are read serially: forking costs more than it saves
 HEAD_FULL = 512 << 10
 TAIL_FULL = 128 << 10
 MAX_LINE = 64 << 10  # longer lines are cut: a runaway line must not blow memory
@@ -58,6 +71,46 @@ def task0_prefixes(head: bytes) -> tuple[bytes, ...]:
     return tuple(sorted(zero))
 
 
+def prefilter(
+    buf: bytes | bytearray,
+    prefixes: tuple[bytes, ...] = (),
+    scan: LineScanner | None = None,
+    *,
+    end: int | None = None,
+    eq: npt.NDArray[np.bool_] | None = None,
+) -> tuple[int, list[tuple[int, int, bytes]]]:
+    """The lines of `buf[1:end]` worth parsing, as (line index, offset, raw line): the
+    scanner's candidates less the known-harmless lines.
+
+    `buf[0]` is the newline before the region (a sentinel); index and offset count from
+    `buf[1]`. Also returns how many lines the region has (a last line without newline
+    counts). A pure function of the bytes, so it can run in a worker process. `eq` is an
+    optional reusable scratch array of at least `end - 1` booleans."""
+    n = len(buf) if end is None else end
+    sc = scan or scanner()
+    starts = sc.scan_lines(buf, prefixes, 0, n)
+    # Newline positions in one vectorised pass (bytes.count is ~5x slower on GiB logs);
+    # a line's index is the number of newlines before it.
+    region = np.frombuffer(buf, dtype=np.uint8, count=n - 1, offset=1)
+    is_nl = np.equal(region, 10, out=eq[: n - 1]) if eq is not None else region == 10
+    newlines = np.flatnonzero(is_nl)
+    del region, is_nl
+    total = int(newlines.size) + (1 if n > 1 and buf[n - 1] != 10 else 0)
+    if not starts:
+        return total, []
+    rel = np.asarray(starts) - 1
+    index = np.searchsorted(newlines, rel)
+    ends = np.append(newlines, n - 1)[index]
+    out: list[tuple[int, int, bytes]] = []
+    with memoryview(buf) as view:
+        for start, stop, i in zip(rel.tolist(), ends.tolist(), index.tolist(), strict=True):
+            raw = view[start + 1 : stop + 1].tobytes()
+            if b"completed step: " not in raw and any(h in raw for h in HARMLESS_ONLY):
+                continue  # LogState.feed_bytes would drop it too
+            out.append((i, start, raw))
+    return total, out
+
+
 def feed_buffer(
     state: LogState,
     buf: bytes,
@@ -70,114 +123,246 @@ def feed_buffer(
 ) -> int:
     """Feed the complete lines of `buf` (which must end at a line boundary). Returns lines seen."""
     if full:
-        lineno = first_lineno
-        pos = 0
-        n = len(buf)
-        while pos < n:
-            end = buf.find(b"\n", pos)
-            if end == -1:
-                end = n
-            state.feed_bytes(buf[pos:end], lineno, base_offset + pos)
-            lineno += 1
-            pos = end + 1
-        return lineno - first_lineno
-    sc = scan or scanner()
-    count = buf.count
-    lineno = first_lineno
-    prev = 0
-    for start in sc.candidates(buf, prefixes):
-        lineno += count(b"\n", prev, start)
-        end = buf.find(b"\n", start)
-        if end == -1:
-            end = len(buf)
-        state.feed_bytes(buf[start:end], lineno, base_offset + start)
-        prev = start
-    total = count(b"\n")
-    if buf and not buf.endswith(b"\n"):
-        total += 1
+        return _feed_all(state, buf, base_offset, first_lineno)
+    total, lines = prefilter(b"\n" + buf, prefixes, scan)
+    _feed_lines(state, lines, base_offset, first_lineno)
     return total
 
 
-def read_file(
-    path: Path, state: LogState, *, scan: LineScanner | None = None, full: bool = False
-) -> LogState:
-    """Parse a whole file into `state` (head and tail fully, body through the pre-filter)."""
-    with open(path, "rb") as fh:
-        size = os.fstat(fh.fileno()).st_size
-        tail_start = max(0, size - TAIL_FULL)
-        offset = 0
-        lineno = 1
-        carry = b""
-        prefixes: tuple[bytes, ...] | None = None
-        while True:
-            data = fh.read(CHUNK)
-            if not data:
-                break
-            if prefixes is None:
-                prefixes = task0_prefixes(data[: 2 << 20])
-            buf = carry + data if carry else data
-            cut = buf.rfind(b"\n") + 1
-            if cut == 0:
-                if len(buf) > MAX_LINE * 4:
-                    cut = len(buf)  # a gigantic line without newline: treat as complete
-                else:
-                    carry = buf
-                    continue
-            body, carry = buf[:cut], buf[cut:]
-            lineno, offset = _feed_region(state, body, offset, lineno, tail_start, full, scan, prefixes or ())
-        if carry:
-            state.ends_with_newline = False
-            lineno, offset = _feed_region(state, carry, offset, lineno, tail_start, True, scan, ())
+def _feed_all(state: LogState, buf: bytes, base_offset: int, first_lineno: int) -> int:
+    lineno = first_lineno
+    pos = 0
+    n = len(buf)
+    while pos < n:
+        end = buf.find(b"\n", pos)
+        if end == -1:
+            end = n
+        state.feed_bytes(buf[pos:end], lineno, base_offset + pos)
+        lineno += 1
+        pos = end + 1
+    return lineno - first_lineno
+
+
+def _feed_lines(
+    state: LogState, lines: list[tuple[int, int, bytes]], base_offset: int, first_lineno: int
+) -> None:
+    feed = state.feed_bytes
+    for i, start, raw in lines:
+        feed(raw, first_lineno + i, base_offset + start)
+
+
+def _feed_parsed(
+    state: LogState, lines: list[tuple[int, int, bytes, FastStep | None]], first_lineno: int
+) -> None:
+    feed = state.feed_bytes
+    seen = state.steps.seen
+    fast_step = state.fast_step
+    for i, offset, raw, fast in lines:
+        if fast is not None and not seen(fast[0]):
+            fast_step(fast, first_lineno + i)  # what feed_bytes would do, minus re-reading the line
         else:
-            state.ends_with_newline = True
+            feed(raw, first_lineno + i, offset, fast)
+
+
+class _ReadBuffer:
+    """One reusable read buffer: byte 0 is a sentinel newline, complete lines follow.
+
+    Reading into the same memory (instead of a fresh `bytes` per chunk, plus the copies
+    of joining and cutting) is what keeps a GiB log from costing a second of page faults."""
+
+    def __init__(self) -> None:
+        self.buf = bytearray(1 + 2 * CHUNK)
+        self.buf[0] = 10
+        self.view = memoryview(self.buf)
+        self.eq: npt.NDArray[np.bool_] = np.empty(2 * CHUNK, dtype=np.bool_)
+
+    def chunks(self, fd: int, start: int, stop: int) -> Iterator[tuple[int, int]]:
+        """Yield (n, file offset): `buf[1:1+n]` holds complete lines read from [start, stop).
+
+        The last piece may end without a newline (end of file); a line longer than
+        4 x MAX_LINE with no newline in sight is cut, as a runaway line must not blow memory."""
+        buf, view = self.buf, self.view
+        have = 0
+        pos = offset = start
+        while pos < stop:
+            k = os.preadv(fd, [view[1 + have : 1 + have + min(CHUNK, stop - pos)]], pos)
+            if k <= 0:
+                break
+            pos += k
+            n = have + k
+            cut = buf.rfind(b"\n", 1, 1 + n)
+            if cut == -1:
+                if n <= MAX_LINE * 4 and pos < stop:
+                    have = n
+                    continue
+                m = n
+            else:
+                m = cut  # buf[1 : cut + 1] ends with that newline
+            yield m, offset
+            have = n - m
+            if have:
+                buf[1 : 1 + have] = bytes(view[1 + m : 1 + n])
+            offset += m
+        if have:
+            yield have, offset
+
+    def feed(
+        self,
+        state: LogState,
+        n: int,
+        offset: int,
+        lineno: int,
+        full: bool,
+        scan: LineScanner | None,
+        prefixes: tuple[bytes, ...],
+    ) -> int:
+        if full:
+            return _feed_all(state, bytes(self.view[1 : 1 + n]), offset, lineno)
+        total, lines = prefilter(self.buf, prefixes, scan, end=1 + n, eq=self.eq)
+        _feed_lines(state, lines, offset, lineno)
+        return total
+
+
+_worker_buffer: _ReadBuffer | None = None
+_worker_scan: LineScanner | None = None
+_default_workers = 1
+
+
+def set_default_workers(n: int) -> None:
+    """Let `read_file` pre-filter big logs in `n` forked processes (one-shot CLI commands).
+
+    The default stays 1: a long-running daemon with threads must not fork."""
+    global _default_workers
+    _default_workers = max(1, n)
+
+
+def _prefilter_range(
+    path: str, start: int, stop: int, prefixes: tuple[bytes, ...]
+) -> tuple[int, list[tuple[int, int, bytes, FastStep | None]]]:
+    """Worker: the pre-filtered lines of [start, stop) with line indexes from `start`, file
+    offsets and the fast step parse (the parent's share of a step line shrinks to bookkeeping)."""
+    global _worker_buffer
+    if _worker_buffer is None:
+        _worker_buffer = _ReadBuffer()
+    rb = _worker_buffer
+    lines = 0
+    out: list[tuple[int, int, bytes, FastStep | None]] = []
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for n, offset in rb.chunks(fd, start, stop):
+            total, got = prefilter(rb.buf, prefixes, _worker_scan, end=1 + n, eq=rb.eq)
+            out.extend((lines + i, offset + o, raw, parse_fast_step(raw)) for i, o, raw in got)
+            lines += total
+    finally:
+        os.close(fd)
+    return lines, out
+
+
+def _line_boundary(fd: int, pos: int, limit: int) -> int:
+    """The first line start at or after `pos` (>= 1), or `limit`."""
+    while pos < limit:
+        data = os.pread(fd, min(64 << 10, limit - pos + 1), pos - 1)
+        i = data.find(b"\n")
+        if i != -1:
+            return min(pos + i, limit)
+        if not data:
+            break
+        pos += len(data)
+    return limit
+
+
+def _regions(fd: int, size: int) -> tuple[int, int]:
+    """(head end, tail start): the head and tail are parsed fully, the middle pre-filtered.
+    Both are line starts."""
+    if size <= HEAD_FULL:
+        return size, size
+    head_end = _line_boundary(fd, HEAD_FULL + 1, size)
+    tail_start = max(head_end, size - TAIL_FULL)
+    if tail_start > head_end:
+        window = max(head_end, tail_start - (1 << 20))
+        data = os.pread(fd, tail_start - window, window)
+        i = data.rfind(b"\n")
+        tail_start = window + i + 1 if i != -1 else head_end
+    return head_end, tail_start
+
+
+def read_file(
+    path: Path,
+    state: LogState,
+    *,
+    scan: LineScanner | None = None,
+    full: bool = False,
+    workers: int | None = None,
+) -> LogState:
+    """Parse a whole file into `state` (head and tail fully, body through the pre-filter).
+
+    With `workers` > 1 (default: `set_default_workers`) a big body is pre-filtered in
+    forked processes, in pieces, while this process feeds the results in order: the same
+    facts as a serial read, in about half the time on two cores."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        prefixes = task0_prefixes(os.pread(fd, 2 << 20, 0))
+        head_end, tail_start = (size, size) if full else _regions(fd, size)
+        rb = _ReadBuffer()
+        lineno = 1
+        for n, offset in rb.chunks(fd, 0, head_end):
+            lineno += rb.feed(state, n, offset, lineno, True, scan, prefixes)
+        nworkers = _default_workers if workers is None else workers
+        if nworkers > 1 and tail_start - head_end >= PARALLEL_MIN:
+            lineno = _parallel_middle(state, path, head_end, tail_start, lineno, nworkers, scan, prefixes)
+        else:
+            for n, offset in rb.chunks(fd, head_end, tail_start):
+                lineno += rb.feed(state, n, offset, lineno, False, scan, prefixes)
+        for n, offset in rb.chunks(fd, tail_start, size):
+            lineno += rb.feed(state, n, offset, lineno, True, scan, prefixes)
+        state.ends_with_newline = size == 0 or os.pread(fd, 1, size - 1) == b"\n"
         state.lines = lineno - 1
         state.bytes = size
+    finally:
+        os.close(fd)
     return state
 
 
-def _feed_region(
+def _parallel_middle(
     state: LogState,
-    body: bytes,
-    offset: int,
+    path: Path,
+    start: int,
+    stop: int,
     lineno: int,
-    tail_start: int,
-    full: bool,
+    workers: int,
     scan: LineScanner | None,
-    prefixes: tuple[bytes, ...] = (),
-) -> tuple[int, int]:
-    """Split a chunk into full-parse head/tail parts and a pre-filtered middle."""
-    end = offset + len(body)
-    pieces: list[tuple[int, int, bool]] = []
-    head_end = HEAD_FULL
-    if full or end <= head_end or offset >= tail_start:
-        pieces.append((0, len(body), True))
-    else:
-        a = 0
-        if offset < head_end:
-            cut = body.find(b"\n", head_end - offset)
-            a = len(body) if cut == -1 else cut + 1
-            pieces.append((0, a, True))
-        b = len(body)
-        if end > tail_start:
-            cut = body.rfind(b"\n", a, max(a, tail_start - offset))
-            b = a if cut == -1 else cut + 1
-        if b > a:
-            pieces.append((a, b, False))
-        if b < len(body):
-            pieces.append((b, len(body), True))
-    for a, b, is_full in pieces:
-        if b <= a:
-            continue
-        lineno += feed_buffer(
-            state,
-            body[a:b],
-            base_offset=offset + a,
-            first_lineno=lineno,
-            full=is_full,
-            scan=scan,
-            prefixes=prefixes,
-        )
-    return lineno, end
+    prefixes: tuple[bytes, ...],
+) -> int:
+    """Pre-filter [start, stop) in forked workers, PIECE bytes at a time, feeding results in
+    order; at most 2 pieces per worker are in flight, so memory stays bounded."""
+    global _worker_scan
+    sc = scan or scanner()
+    if isinstance(sc, HyperscanScanner):
+        sc.scan_lines(b"\n", prefixes)  # compile the database once, before the fork
+    _worker_scan = sc
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        bounds = [start]
+        while bounds[-1] < stop:
+            bounds.append(_line_boundary(fd, min(bounds[-1] + PIECE, stop), stop))
+    finally:
+        os.close(fd)
+    pieces = list(zip(bounds, bounds[1:], strict=False))
+    ctx = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        pending: deque[Future[tuple[int, list[tuple[int, int, bytes, FastStep | None]]]]] = deque()
+        it = iter(pieces)
+        for a, b in itertools.islice(it, 2 * workers):
+            pending.append(pool.submit(_prefilter_range, str(path), a, b, prefixes))
+        while pending:
+            total, lines = pending.popleft().result()
+            nxt = next(it, None)
+            if nxt is not None:
+                pending.append(pool.submit(_prefilter_range, str(path), nxt[0], nxt[1], prefixes))
+            _feed_parsed(state, lines, lineno)
+            lineno += total
+    return lineno
 
 
 @dataclass

@@ -77,17 +77,37 @@ EVENT_NEEDLES: tuple[str, ...] = (
 
 TRIGGERS: tuple[str, ...] = tuple(sorted(set(EVENT_NEEDLES) | set(SIGNATURE_NEEDLES)))
 STEP_NEEDLES: tuple[str, ...] = ("completed step", "completed profiler")
+# Lines that are harmless whatever else they contain (runbook's known-harmless table); the
+# reader drops them after the scan. (Scanning for them too would cost a callback on every
+# harmless line, most of which carry no trigger at all.)
+HARMLESS_ONLY: tuple[bytes, ...] = (
+    b"MSCCL++: Feature not enabled",
+    b"Failed call to cuInit",
+    b"Cannot read CPU core",
+    b"Token indices sequence length is longer",
+)
+
+Buffer = bytes | bytearray
 
 
 class LineScanner(Protocol):
     name: str
 
-    def candidates(self, buf: bytes, task0_prefixes: tuple[bytes, ...] = ()) -> list[int]:
-        """Sorted, unique start offsets of the lines in `buf` that contain a trigger.
+    def scan_lines(
+        self, buf: Buffer, task0_prefixes: tuple[bytes, ...] = (), start: int = 0, end: int | None = None
+    ) -> list[int]:
+        """Sorted start offsets (indices into `buf`) of the lines worth parsing in `buf[start+1:end]`.
 
-        `buf` must start at a line start. With `task0_prefixes`, step lines count only when
-        the line starts with one of those prefixes."""
+        `buf[start]` must be the newline before the region (or a sentinel newline), so a
+        reused read buffer is scanned in place. A line is worth parsing when it contains a
+        trigger or is a step line; with `task0_prefixes`, step lines count only when the line
+        starts with one of those prefixes."""
         ...
+
+
+def candidates(scan: LineScanner, buf: bytes, task0_prefixes: tuple[bytes, ...] = ()) -> list[int]:
+    """`scan_lines` for a plain buffer that starts at a line start: offsets into `buf`."""
+    return [i - 1 for i in scan.scan_lines(b"\n" + buf, task0_prefixes)]
 
 
 def task0_step_patterns(prefixes: tuple[bytes, ...]) -> list[bytes]:
@@ -95,6 +115,22 @@ def task0_step_patterns(prefixes: tuple[bytes, ...]) -> list[bytes]:
     scanners run them over the buffer with one newline prepended. A bounded repeat keeps
     hyperscan at literal speed (an unbounded `[^\\n]*` costs ~2x)."""
     return [b"\n" + re.escape(p) + rb"[^\n]{0,400}completed (?:step|profiler)" for p in prefixes]
+
+
+def _line_starts(nbuf: bytes, hits: Iterable[int]) -> set[int]:
+    """Start offsets (relative to nbuf[1:]) of the lines containing the hit offsets."""
+    rfind = nbuf.rfind
+    return {rfind(b"\n", 0, i + 1) for i in hits}
+
+
+def _find_all(nbuf: bytes, needle: bytes) -> Iterable[int]:
+    i = nbuf.find(needle)
+    while i != -1:
+        yield i
+        end = nbuf.find(b"\n", i)
+        if end == -1:
+            return
+        i = nbuf.find(needle, end)
 
 
 class PythonScanner:
@@ -106,24 +142,23 @@ class PythonScanner:
         self._needles = [t.encode() for t in triggers]
         self._steps = [t.encode() for t in STEP_NEEDLES]
 
-    def candidates(self, buf: bytes, task0_prefixes: tuple[bytes, ...] = ()) -> list[int]:
-        starts: set[int] = set()
+    def scan_lines(
+        self, buf: Buffer, task0_prefixes: tuple[bytes, ...] = (), start: int = 0, end: int | None = None
+    ) -> list[int]:
+        data = bytes(buf[start:end])
+        steps: set[int] = set()
         if task0_prefixes:
-            nbuf = b"\n" + buf
             for pat in task0_step_patterns(task0_prefixes):
-                starts.update(m.start() for m in re.finditer(pat, nbuf))
-        find = buf.find
-        rfind = buf.rfind
-        for needle in self._needles if task0_prefixes else self._needles + self._steps:
-            i = find(needle)
-            while i != -1:
-                start = rfind(b"\n", 0, i) + 1
-                starts.add(start)
-                end = find(b"\n", i)
-                if end == -1:
-                    break
-                i = find(needle, end)
-        return sorted(starts)
+                steps.update(m.start() for m in re.finditer(pat, data))
+        else:
+            for needle in self._steps:
+                steps |= _line_starts(data, _find_all(data, needle))
+        triggered: set[int] = set()
+        for needle in self._needles:
+            triggered |= _line_starts(data, _find_all(data, needle))
+        # `data` starts with the newline before the region: a line starting at data[i] starts
+        # at buf[start + i].
+        return [start + i + 1 for i in sorted(steps | triggered)]
 
 
 class HyperscanScanner:
@@ -151,27 +186,29 @@ class HyperscanScanner:
             got = self._dbs[prefixes] = (db, self._hs.Scratch(db))
         return got
 
-    def candidates(self, buf: bytes, task0_prefixes: tuple[bytes, ...] = ()) -> list[int]:
-        # Scan with one newline prepended (the step patterns anchor on it): an offset `i` in
-        # `nbuf` is `i - 1` in `buf`, so the newline found before a hit is the line start in `buf`.
-        nbuf = b"\n" + buf
+    def scan_lines(
+        self, buf: Buffer, task0_prefixes: tuple[bytes, ...] = (), start: int = 0, end: int | None = None
+    ) -> list[int]:
+        db, scratch = self._db(task0_prefixes)
         starts: list[int] = []
-        rfind = nbuf.rfind
-        find = nbuf.find
+        n = len(buf) if end is None else end
+        rfind = buf.rfind
+        find = buf.find
         # Hits arrive in order of their end offset; once a line is taken, skip to its end.
         line_end = -1
 
         def on_match(_id: int, _frm: int, to: int, _flags: int, _ctx: object) -> int | None:
             nonlocal line_end
+            to += start
             if to <= line_end:
                 return None
-            starts.append(rfind(b"\n", 0, to))
-            end = find(b"\n", to)
-            line_end = len(nbuf) if end == -1 else end
+            starts.append(rfind(b"\n", start, to) + 1)
+            nl = find(b"\n", to, n)
+            line_end = n if nl == -1 else nl
             return None
 
-        db, scratch = self._db(task0_prefixes)
-        db.scan(nbuf, match_event_handler=on_match, scratch=scratch)
+        with memoryview(buf) as view, view[start:n] as region:
+            db.scan(region, match_event_handler=on_match, scratch=scratch)
         return starts
 
 

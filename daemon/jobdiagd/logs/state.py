@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 
 from jobdiagd.logs.prefixes import Stamp, strip
+from jobdiagd.logs.scan import HARMLESS_ONLY
 from jobdiagd.logs.steps import StepSeries, parse_step_fields
 from jobdiagd.model.records import ClassHits, Evidence, NodeExit, StageEvent, StepRecord, Summary
 from jobdiagd.triage.signatures import match_line
@@ -51,20 +52,14 @@ _NCCL_HOST = re.compile(r"^([\w.-]+):\d+:\d+ \[\d+\]")
 _SRUN_FAIL_HOST = re.compile(r"^([\w.-]+): ")
 
 # A step line as MaxText prints it under `srun -l` / Ray / absl: the fast path of feed_bytes.
-_FAST_STEP = re.compile(
-    rb"^\s*(?:P\d+\s+)?(?:(\d{1,6}): )?(\([\w.:-]+ pid=\d+[^)]*\) )?"
+# Everything a common step line may carry before `completed step: ` (fullmatch up to there).
+_FAST_STEP_PREFIX = re.compile(
+    rb"\s*(?:P\d+\s+)?(?:(\d{1,6}): )?(\([\w.:-]+ pid=\d+[^)]*\) )?"
     rb"(?:([IWEF])(\d\d)(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,6}))?\s+\d+ [^\]\s]+\] )?"
-    rb"(?:\[Rampup Batch Size Phase\], )?completed step: \d+,([^\n\r\x1b]*)$"
+    rb"(?:\[Rampup Batch Size Phase\], )?"
 )
 _SECONDS = re.compile(rb"seconds: (\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)")
 _TASK_BYTES = re.compile(rb"^\s*(?:P\d+\s+)?(\d{1,6}): ")
-# Lines that are harmless whatever else they contain (runbook's known-harmless table).
-_HARMLESS_ONLY = (
-    b"MSCCL++: Feature not enabled",
-    b"Failed call to cuInit",
-    b"Cannot read CPU core",
-    b"Token indices sequence length is longer",
-)
 MAX_LINE_BYTES = 64 << 10
 
 HEADER_KEYS = frozenset(
@@ -119,6 +114,53 @@ def parse_passthrough(value: str) -> dict[str, str]:
     return out
 
 
+# (step, task, month, day, seconds since midnight, step seconds, unparsed field text); month
+# is 0 when the line has no absl stamp.
+FastStep = tuple[int, int | None, int, int, float, float | None, bytes]
+
+
+def parse_fast_step(raw: bytes) -> FastStep | None:
+    """The facts of a `completed step: N, ...` line in the common shapes, or None.
+
+    Pure (no state), so a worker process can run it; `LogState.feed_bytes` decides what to do
+    with the result. Lines in other shapes go through the general parser."""
+    i = raw.find(b"completed step: ")
+    if i == -1 or len(raw) >= 4096:
+        return None
+    k = raw.find(b",", i + 16)
+    num = raw[i + 16 : k]
+    if k == -1 or not num.isdigit():
+        return None
+    m = _FAST_STEP_PREFIX.fullmatch(raw, 0, i)
+    if m is None:
+        return None
+    rest = raw[k + 1 :]
+    if b"\r" in rest or b"\x1b" in rest:
+        return None
+    task_s, level, month, day, hh, mm, ss, us = m.group(1, 3, 4, 5, 6, 7, 8, 9)
+    secs = 0.0
+    if level is not None:
+        secs = int(hh) * 3600 + int(mm) * 60 + int(ss) + (int(us) / 10 ** len(us) if us else 0.0)
+    seconds: float | None = None
+    if rest.startswith(b" seconds: "):
+        e = rest.find(b",", 10)
+        tok = rest[10:e] if e != -1 else rest[10:]
+        if tok.replace(b".", b"", 1).isdigit():
+            seconds = float(tok)
+    if seconds is None:
+        sm = _SECONDS.search(rest)
+        seconds = float(sm.group(1)) if sm else None
+    return (
+        int(num),
+        int(task_s) if task_s is not None else None,
+        int(month) if level is not None else 0,
+        int(day) if level is not None else 0,
+        secs,
+        seconds,
+        rest,
+    )
+
+
 class StampClock:
     """Turns printed timestamps into epoch seconds (local time; absl omits the year)."""
 
@@ -127,6 +169,8 @@ class StampClock:
         self.ref_year = time.localtime(ref_time).tm_year
         self._learned_year = False
         self._midnights: dict[tuple[int, int, int], float] = {}
+        # (month, day) -> midnight in ref_year (None: no such day); fixed once the year is learned
+        self._undated: dict[tuple[int, int], float | None] = {}
 
     def epoch(self, stamp: Stamp) -> float | None:
         if not self._learned_year:
@@ -140,6 +184,21 @@ class StampClock:
         value = self._at(year, stamp)
         if value is not None and stamp.year is None and value > self.ref_time + 2 * 86400:
             value = self._at(year - 1, stamp)
+        return value
+
+    def epoch_undated(self, month: int, day: int, seconds: float) -> float | None:
+        """`epoch(Stamp(month, day, seconds))` for a stamp without a year (absl), with the
+        day's midnight cached: the per-step-line form of `epoch`."""
+        if not self._learned_year:
+            return self.epoch(Stamp(month, day, seconds))
+        midnight = self._undated.get((month, day), -1.0)
+        if midnight == -1.0:
+            midnight = self._undated[(month, day)] = self._at(self.ref_year, Stamp(month, day, 0.0))
+        if midnight is None:
+            return None
+        value = midnight + seconds
+        if value > self.ref_time + 2 * 86400:
+            return self._at(self.ref_year - 1, Stamp(month, day, seconds))
         return value
 
     def _at(self, year: int, stamp: Stamp) -> float | None:
@@ -210,18 +269,24 @@ class LogState:
         self.last_exception: Evidence | None = None
 
     # ------------------------------------------------------------------ feeding
-    def feed_bytes(self, raw: bytes, lineno: int, offset: int = 0) -> None:
+    def feed_bytes(
+        self, raw: bytes, lineno: int, offset: int = 0, fast: FastStep | None | bool = True
+    ) -> None:
         """`feed` for undecoded lines, with cheap exits for the two kinds that dominate big logs:
-        other tasks' copies of an already-recorded step, and known-harmless NCCL/XLA chatter."""
+        other tasks' copies of an already-recorded step, and known-harmless NCCL/XLA chatter.
+
+        `fast` is `parse_fast_step(raw)` when a worker process already computed it (True:
+        compute it here if needed)."""
         i = raw.find(b"completed step: ")
         if i != -1:
             j = i + 16
             k = raw.find(b",", j)
             num = raw[j:k] if k != -1 else raw[j:].strip()
             if num.isdigit() and not self.steps.seen(int(num)) and len(raw) < 4096:
-                m2 = _FAST_STEP.match(raw)
-                if m2 is not None:
-                    self._fast_step(m2, int(num), lineno)
+                if fast is True:
+                    fast = parse_fast_step(raw)
+                if fast:
+                    self.fast_step(fast, lineno)
                     return
             elif num.isdigit():
                 m = _TASK_BYTES.match(raw)
@@ -232,45 +297,31 @@ class LogState:
                         if step > self.task_last_step.get(t, -1):
                             self.task_last_step[t] = step
                     return
-        elif any(n in raw for n in _HARMLESS_ONLY):
+        elif any(n in raw for n in HARMLESS_ONLY):
             return
         if len(raw) > MAX_LINE_BYTES:
             raw = raw[:MAX_LINE_BYTES]
         self.feed(raw.decode("utf-8", errors="replace"), lineno, offset)
 
-    def _fast_step(self, m: re.Match[bytes], step: int, lineno: int) -> None:
-        """A new step line in the common shapes, without the general prefix/event machinery."""
-        task = int(m.group(1)) if m.group(1) is not None else None
+    def fast_step(self, fast: FastStep, lineno: int) -> None:
+        """A new step line in the common shapes (`parse_fast_step`), without the general
+        prefix/event machinery. Call only for a step not `seen` yet.
+
+        Runs once per step of a multi-GB log, so it avoids objects it does not need."""
+        step, task, month, day, secs, seconds, rest = fast
         when: float | None = None
-        if m.group(3) is not None:
-            us = m.group(9) or b"0"
-            secs = int(m.group(6)) * 3600 + int(m.group(7)) * 60 + int(m.group(8)) + int(us) / 10 ** len(us)
-            when = self.clock.epoch(Stamp(int(m.group(4)), int(m.group(5)), secs))
+        if month:
+            when = self.clock.epoch_undated(month, day, secs)
             if when is not None:
                 if self.first_stamp is None:
                     self.first_stamp = when
                 if self.last_stamp is None or when > self.last_stamp:
                     self.last_stamp = when
-        rest = m.group(10)
         self.last_text = f"completed step: {step}"
-        sm = _SECONDS.search(rest)
         self.step_lines += 1
         if task is not None and step > self.task_last_step.get(task, -1):
             self.task_last_step[task] = step
-        self.steps.add(
-            StepRecord(
-                step,
-                float(sm.group(1)) if sm else None,
-                None,
-                None,
-                None,
-                when,
-                lineno,
-                task,
-                self.source,
-                rest,
-            )
-        )
+        self.steps.add(StepRecord(step, seconds, None, None, None, when, lineno, task, self.source, rest))
 
     def feed(self, raw: str, lineno: int, offset: int = 0) -> None:
         """Fold one line (without its newline) into the state."""

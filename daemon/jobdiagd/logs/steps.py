@@ -96,9 +96,12 @@ class StepSeries:
 
     def seen(self, step: int) -> bool:
         """Was this step recorded (also when its record has since been down-sampled away)?"""
-        if step in self:
-            return True
-        return self._recent_floor is not None and step < self._recent_floor
+        return (
+            step in self._recent
+            or step in self._early
+            or step in self._sampled
+            or (self._recent_floor is not None and step < self._recent_floor)
+        )
 
     # -- writing ----------------------------------------------------------------------------
     def add(self, rec: StepRecord) -> None:

@@ -10,6 +10,7 @@ from datetime import datetime
 from pathlib import Path
 
 from jobdiagd import clock
+from jobdiagd.logs import reader
 from jobdiagd.triage.engine import TriageResult, triage_ref
 from jobdiagd.triage.report import SUMMARY_HEADER, render_json, render_markdown, render_row
 from jobdiagd.triage.resolve import JobRef, ResolveError, list_jobs, resolve
@@ -54,6 +55,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--slurm-state", default=None, help="override the Slurm job state (e.g. RUNNING, COMPLETED)"
     )
     p.add_argument("--no-slurm", action="store_true", help="do not ask squeue/scontrol for the job state")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=min(2, os.cpu_count() or 1),
+        metavar="N",
+        help="processes that pre-filter the body of a log over 128 MiB (default: min(2, CPUs))",
+    )
     p.set_defaults(func=run)
 
 
@@ -82,6 +90,10 @@ def _one(ref: JobRef, args: argparse.Namespace, now: float) -> TriageResult:
 
 def run(args: argparse.Namespace) -> int:
     now = args.now if args.now is not None else clock.wall()
+    if args.workers < 1:
+        print("jobdiagd triage: --workers must be at least 1", file=sys.stderr)
+        return 2
+    reader.set_default_workers(args.workers)
     roots = _roots(args)
     refs: list[JobRef] = []
     try:

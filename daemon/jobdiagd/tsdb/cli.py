@@ -56,7 +56,9 @@ def _common(p: argparse.ArgumentParser) -> None:
         "--config", help="TOML file with a [tsdb] table (prometheus_binary, thresholds, gpu_profiles, ssh)"
     )
     p.add_argument("--prometheus", help="prometheus binary (overrides tsdb.prometheus_binary)")
-    p.add_argument("--outputs", "--outputs-root", dest="outputs_root", help="outputs/ root for resolving job ids")
+    p.add_argument(
+        "--outputs", "--outputs-root", dest="outputs_root", help="outputs/ root for resolving job ids"
+    )
     p.add_argument("--slurm-state", help="Slurm state if known (RUNNING, COMPLETED, ...)")
 
 
