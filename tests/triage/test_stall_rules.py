@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jobdiagd.triage.engine import triage
+from jobdiagd.sources.slurm_parse import SlurmJob
+from jobdiagd.triage.engine import triage, triage_ref
+from jobdiagd.triage.report import render_markdown
+from jobdiagd.triage.resolve import resolve
+from jobdiagd.triage.slurmstate import slurm_wall_s
 
 
 def _job(tmp: Path, steps: int, wall: str, tail: list[str]) -> Path:
@@ -57,3 +61,48 @@ def test_cancel_right_after_progress_is_plain_cancel(tmp_path: Path) -> None:
 def test_short_wall_cancel_is_plain_cancel(tmp_path: Path) -> None:
     r = triage(_job(tmp_path, 50, "14m 10s", []), now=2e9)
     assert (r.status, r.primary) == ("cancelled", "cancelled")
+
+
+def _live_undated_job(tmp: Path, steps: int) -> Path:
+    """A running print-era job: no absl stamps on any line, no JOB SUMMARY yet."""
+    out = tmp / "outputs"
+    out.mkdir()
+    name = "4343-JAX-llama2-70b"
+    lines = ["JOB_ID=4343", "JOB_NAME=JAX-llama2-70b", "NNODES=2", 'PASSTHROUGH_ARGS="steps=1000"']
+    for s in range(steps):
+        for task in (0, 1):
+            lines.append(f"{task}: completed step: {s}, seconds: 5.000, Tokens/s/device: 3000.0, loss: 2.0")
+    lines.append("1: node002:1:1 [0] NCCL INFO chatter that keeps the mtime fresh")
+    (out / f"{name}.log").write_text("\n".join(lines) + "\n")
+    (out / name).mkdir()
+    (out / name / "log").symlink_to(f"../{name}.log")
+    return out / name
+
+
+def test_live_undated_job_hangs_by_slurm_wall_time(tmp_path: Path) -> None:
+    # 50 steps x 5 s = 250 s trained; Slurm says the job started 2 h ago -> ~1.6 h unaccounted.
+    job = _live_undated_job(tmp_path, 50)
+    r = triage_ref(resolve(str(job), []), now=2e9, slurm_state="RUNNING", slurm_wall_s=7200.0)
+    assert r.cls.stall is not None and r.cls.stall.basis == "wall-time"
+    assert (r.status, r.primary) == ("hanging", "hang")
+    assert r.progress.wall_time_s == 7200.0
+    assert "Wall time (Slurm start to end/now)" in render_markdown(r)
+
+
+def test_live_undated_job_in_its_setup_budget_is_running(tmp_path: Path) -> None:
+    # 250 s trained in 15 min of Slurm time: within the ~20-30 min setup overhead.
+    job = _live_undated_job(tmp_path, 50)
+    r = triage_ref(resolve(str(job), []), now=2e9, slurm_state="RUNNING", slurm_wall_s=900.0)
+    assert r.status == "running"
+    # and without any wall time (no Slurm), nothing can be said about a stall: still running
+    r2 = triage_ref(resolve(str(job), []), now=2e9, slurm_state="RUNNING")
+    assert r2.status == "running" and r2.cls.stall is not None and r2.cls.stall.basis == "none"
+
+
+def test_slurm_wall_time_is_start_to_end_or_now() -> None:
+    job = SlurmJob("7", "n", "u", "RUNNING", "p", start_time=1000.0)
+    assert slurm_wall_s(job, now=4600.0) == 3600.0
+    ended = SlurmJob("7", "n", "u", "CANCELLED", "p", start_time=1000.0, end_time=1600.0)
+    assert slurm_wall_s(ended, now=9999.0) == 600.0
+    assert slurm_wall_s(SlurmJob("7", "n", "u", "PENDING", "p"), now=9999.0) is None
+    assert slurm_wall_s(None, now=1.0) is None

@@ -38,6 +38,7 @@ from jobdiagd.sources.tail import ChangeWatcher, FileTail, OffsetStore
 from jobdiagd.triage.engine import analyze
 from jobdiagd.triage.hostlist import expand_hostlist
 from jobdiagd.triage.resolve import JobRef, ResolveError, parse_dirname, resolve
+from jobdiagd.triage.slurmstate import slurm_wall_s
 
 # Detectors that react to new lines run on partial (event-driven) ticks too.
 ON_DATA = frozenset({"failure_signature", "job_end"})
@@ -585,10 +586,13 @@ class Engine:
         if not self.read_final:
             return
         ref = _followed(view.ref)
-        state = view.slurm.state if view.slurm is not None and w.slurm_mode else None
+        job = view.slurm if w.slurm_mode else None
+        state = job.state if job is not None else None
         try:
             logs = await asyncio.to_thread(load_job, ref, ref_time=now)
-            view.final = analyze(logs, now=now, slurm_state=state, policy=view.policy)
+            view.final = analyze(
+                logs, now=now, slurm_state=state, policy=view.policy, slurm_wall_s=slurm_wall_s(job, now)
+            )
         except Exception as exc:
             self._log.error("final_triage_failed", job_id=view.key, error=f"{type(exc).__name__}: {exc}")
 

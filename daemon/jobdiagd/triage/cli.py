@@ -74,18 +74,21 @@ def _roots(args: argparse.Namespace) -> list[Path]:
     return [Path("outputs")]
 
 
-def _slurm_state(ref: JobRef, args: argparse.Namespace) -> str | None:
+def _slurm(ref: JobRef, args: argparse.Namespace, now: float) -> tuple[str | None, float | None]:
+    """(state, wall time so far) from scontrol; --slurm-state replaces the query (reproducible runs)."""
     if args.slurm_state:
-        return str(args.slurm_state).upper()
+        return str(args.slurm_state).upper(), None
     if args.no_slurm or ref.platform != "slurm" or not ref.job_id:
-        return None
-    from jobdiagd.triage.slurmstate import query_state
+        return None, None
+    from jobdiagd.triage.slurmstate import query_job, slurm_wall_s
 
-    return query_state(ref.job_id)
+    job = query_job(ref.job_id)
+    return (job.state if job is not None else None), slurm_wall_s(job, now)
 
 
 def _one(ref: JobRef, args: argparse.Namespace, now: float) -> TriageResult:
-    return triage_ref(ref, now=now, slurm_state=_slurm_state(ref, args))
+    state, wall = _slurm(ref, args, now)
+    return triage_ref(ref, now=now, slurm_state=state, slurm_wall_s=wall)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -159,8 +159,16 @@ def _live(logs: JobLogs, nodes: list[str]) -> Live:
 
 
 def analyze(
-    logs: JobLogs, *, now: float, slurm_state: str | None = None, policy: StallPolicy | None = None
+    logs: JobLogs,
+    *,
+    now: float,
+    slurm_state: str | None = None,
+    policy: StallPolicy | None = None,
+    slurm_wall_s: float | None = None,
 ) -> TriageResult:
+    """`slurm_wall_s` (start to end, or to `now`, per Slurm) stands in for the JOB SUMMARY's
+    Wall when the log has no summary: a live or truncated job still gets the runbook's
+    "total training time vs wall time" check."""
     main = logs.main
     auth = logs.authoritative()
     steps = auth.sorted_steps() if auth is not None else []
@@ -200,7 +208,7 @@ def analyze(
         config=config,
         restore=restore,
         saves=sorted(saves),
-        wall_s=summary.wall_s if summary else None,
+        wall_s=summary.wall_s if summary is not None and summary.wall_s is not None else slurm_wall_s,
         at_time=at_time,
         completed=completed,
         summed_seconds=auth.steps.sum_seconds if auth is not None else None,
@@ -249,7 +257,12 @@ def triage(
 
 
 def triage_ref(
-    ref: JobRef, *, now: float, slurm_state: str | None = None, policy: StallPolicy | None = None
+    ref: JobRef,
+    *,
+    now: float,
+    slurm_state: str | None = None,
+    policy: StallPolicy | None = None,
+    slurm_wall_s: float | None = None,
 ) -> TriageResult:
     logs = load_job(ref, ref_time=now)
-    return analyze(logs, now=now, slurm_state=slurm_state, policy=policy)
+    return analyze(logs, now=now, slurm_state=slurm_state, policy=policy, slurm_wall_s=slurm_wall_s)

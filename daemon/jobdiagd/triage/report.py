@@ -188,7 +188,13 @@ def _progress_rows(r: TriageResult) -> list[tuple[str, str]]:
     if p.train_time_s is not None:
         rows.append(("Total training time (summed)", fmt_duration(p.train_time_s)))
     if p.wall_time_s is not None:
-        rows.append(("Wall time (JOB SUMMARY)", fmt_duration(p.wall_time_s)))
+        main = r.logs.main
+        origin = (
+            "JOB SUMMARY"
+            if main is not None and main.summary is not None and main.summary.wall_s is not None
+            else "Slurm start to end/now"
+        )
+        rows.append((f"Wall time ({origin})", fmt_duration(p.wall_time_s)))
     if p.unaccounted_s is not None:
         flag = (
             f" — exceeds the ~{SETUP_BUDGET_S / 60:.0f} min setup/compilation overhead: investigate"
