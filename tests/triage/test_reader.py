@@ -166,8 +166,9 @@ def test_tail_reader_incremental_truncation_and_rotation(tmp_path: Path) -> None
     assert 9 in t.state.steps
 
 
+@pytest.mark.parametrize("small_buffer", [0, reader.SMALL_BUFFER])
 def test_parallel_read_equals_serial_read(
-    corpus: tuple[Path, dict[str, dict[str, object]]], tmp_path: Path
+    corpus: tuple[Path, dict[str, dict[str, object]]], tmp_path: Path, small_buffer: int
 ) -> None:
     """Forked workers pre-filtering small pieces give the same facts, line numbers and offsets."""
     root, _ = corpus
@@ -181,6 +182,7 @@ def test_parallel_read_equals_serial_read(
     mp.setattr(reader, "TAIL_FULL", 1000)
     mp.setattr(reader, "PARALLEL_MIN", 0)
     mp.setattr(reader, "PIECE", 3000)
+    mp.setattr(reader, "SMALL_BUFFER", small_buffer)  # 0: the vectorised path everywhere
     used: list[int] = []
     real = reader._parallel_middle
 
@@ -209,3 +211,20 @@ def test_parallel_read_equals_serial_read(
     finally:
         mp.undo()
     assert len(used) == 1 + len(logs)  # the parallel path really ran, once per parallel read
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(_line, _step), max_size=40), st.booleans())
+def test_small_and_vectorised_prefilter_agree(lines: list[str], newline_at_end: bool) -> None:
+    buf = b"\n" + ("\n".join(lines) + ("\n" if newline_at_end else "")).encode("utf-8", "replace")
+    small = reader.prefilter(buf, (b" 0: ",))
+    mp = pytest.MonkeyPatch()
+    mp.setattr(reader, "SMALL_BUFFER", 0)
+    try:
+        assert reader.prefilter(buf, (b" 0: ",)) == small
+    finally:
+        mp.undo()
+    # line indexes and offsets point at the lines themselves
+    body = buf[1:]
+    for i, offset, raw in small[1]:
+        assert body.split(b"\n")[i] == raw and body[offset:].startswith(raw)
