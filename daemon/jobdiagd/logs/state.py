@@ -61,6 +61,7 @@ _FAST_STEP_PREFIX = re.compile(
 _SECONDS = re.compile(rb"seconds: (\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)")
 _TASK_BYTES = re.compile(rb"^\s*(?:P\d+\s+)?(\d{1,6}): ")
 MAX_LINE_BYTES = 64 << 10
+_SRUN_TASK = re.compile(r": task (\d+): ")
 
 HEADER_KEYS = frozenset(
     {
@@ -251,7 +252,7 @@ class LogState:
         self.summary: Summary | None = None
         self._in_summary = False
         self.node_exits: list[NodeExit] = []
-        self.srun_errors: list[tuple[str, str, int | None, int]] = []  # host, text, exit, line
+        self.srun_errors: list[tuple[str, str, int | None, int]] = []  # host, `task N: text`, exit, line
         self.cancel: tuple[str, str, str, int] | None = None  # host, at, reason, line
         self.tunnel: str | None = None
         self.tunnel_host: str | None = None
@@ -300,7 +301,9 @@ class LogState:
         elif any(n in raw for n in HARMLESS_ONLY):
             return
         if len(raw) > MAX_LINE_BYTES:
-            raw = raw[:MAX_LINE_BYTES]
+            # Keep both ends: an XLA error's verdict (RESOURCE_EXHAUSTED, ...) is often at the end.
+            half = MAX_LINE_BYTES // 2
+            raw = raw[:half] + b" [...] " + raw[-half:]
         self.feed(raw.decode("utf-8", errors="replace"), lineno, offset)
 
     def fast_step(self, fast: FastStep, lineno: int) -> None:
@@ -384,6 +387,9 @@ class LogState:
     def _add_hit(
         self, cls: str, text: str, task: int | None, when: float | None, lineno: int, offset: int
     ) -> Evidence:
+        if task is None and text.startswith("srun: error:"):
+            m = _SRUN_TASK.search(text)  # `srun: error: node004: task 3: Killed` is about task 3
+            task = int(m.group(1)) if m else None
         ev = Evidence(cls, lineno, offset, self.source, task, _host_of(text), text[:MAX_TEXT], when)
         hits = self.hits.get(cls)
         if hits is None:
@@ -491,7 +497,8 @@ class LogState:
             m = _SRUN_ERROR.search(text)
             if m:
                 em = _EXIT_CODE.search(m.group(3))
-                self.srun_errors.append((m.group(1), m.group(3), int(em.group(1)) if em else None, lineno))
+                what = f"task{'s' if not m.group(2).strip().isdigit() else ''} {m.group(2).strip()}: {m.group(3)}"
+                self.srun_errors.append((m.group(1), what, int(em.group(1)) if em else None, lineno))
             return
         if "CANCELLED AT" in text:
             m = _STEPD_CANCEL.search(text)

@@ -3,7 +3,9 @@
 Primary-failure rules, in order (decisions where the runbook leaves room are marked *):
 1. No log at all -> `prolog-kill-no-log`.
 2. JOB SUMMARY FAILED with exit 1/143 but `completed step: T-1` -> status completed,
-   primary `soft-success` (variant a/b/c).
+   primary `soft-success`, only when the ranks' exits match a variant: (a) one rank exits 1,
+   (b)/(c) every rank exits 143 (c: at the time limit). Other exit patterns, exit 130, or a
+   root-cause failure logged by several ranks (e.g. the final checkpoint) -> a failure.
 3. Infrastructure / stage-timeout signatures (the job never trained) -> the earliest one.
    `ray-start-fail` is advisory only (Ray falls back to non-Ray mode).
 4. Candidates are signature hits *not followed by training progress* (*: more than 2
@@ -21,7 +23,14 @@ Primary-failure rules, in order (decisions where the runbook leaves room are mar
 9. No signature: hanging -> `hang`; cancelled after a stall -> `hang`; cancelled ->
    `cancelled`; unknown-death -> `unknown-death`; a running job with a TGS slide ->
    `tgs-degradation`; completed -> none.
-A cancelled job's NODE_EXIT/srun 143 cascade is the known-harmless scancel pattern.
+A cancelled job's NODE_EXIT/srun 143 cascade is the known-harmless scancel pattern, and
+*every hit logged after the Slurm cancel line (dated after it in other files) is a
+consequence of the cancel (ranks dying from SIGTERM print tracebacks, NCCL resets, actor
+deaths): the runbook asks for *preceding* errors.
+Heartbeat item 2 also counts srun's `task N: Killed` (or a 134/137/139 exit) of an accused
+task before the message, as node-fail evidence (runbook: "SIGKILL on the accused tasks").
+*The wall-time stall basis allows the measured start-up (first dated line to the first
+dated step) when it is longer than the 20-min setup budget: a slow restore is not a hang.
 """
 
 from __future__ import annotations
@@ -125,7 +134,11 @@ def _stall(
     *,
     extra_s: float = 0.0,
     barrier_time: float | None = None,
+    setup_s: float | None = None,
 ) -> Stall:
+    """`setup_s`: the measured time before the first step (first dated line to the first dated
+    step), which replaces the runbook's typical setup budget when it is longer: a slow
+    compile or restore is not a stall."""
     budget = stall_budget(steps, progress.step_time_s, ckpt, policy)
     limit = budget.seconds + extra_s
     gap = _gap(at, progress)
@@ -137,7 +150,7 @@ def _stall(
     if gap is not None and not undated_end:
         return Stall(gap > limit, gap, limit, budget.phase, "timestamps")
     if progress.unaccounted_s is not None and steps:
-        over = progress.unaccounted_s - SETUP_BUDGET_S
+        over = progress.unaccounted_s - max(SETUP_BUDGET_S, setup_s or 0.0)
         return Stall(over > limit, over, limit, budget.phase, "wall-time")
     return Stall(False, None, limit, budget.phase, "none")
 
@@ -207,11 +220,19 @@ def classify(
                     hits[cls] = kept
                 else:
                     del hits[cls]
+    cancel_notes: list[str] = []
+    if cancelled and main.cancel is not None:
+        dropped = _drop_after_cancel(hits, main)
+        if dropped:
+            cancel_notes.append(
+                f"{dropped} error line(s) printed after the cancel (tasks dying from the SIGTERM) "
+                "are consequences of the cancel, not its cause."
+            )
     for cls in hits:
         hits[cls].sort(key=lambda e: (e.source != main.source, e.line))
 
     classes = sorted(hits, key=lambda c: _ORDER.get(c, 99))
-    notes: list[str] = list(logs.errors)
+    notes: list[str] = [*logs.errors, *cancel_notes]
     end_time = _end_time(logs)
     last_step_time = progress.last_step_time
 
@@ -231,9 +252,9 @@ def classify(
     if summary is not None and summary.exit_code is not None:
         if summary.exit_code == 0 and summary.status != "FAILED":
             status = "completed"
-        elif progress.reached_end and summary.exit_code in (1, *CANCEL_EXITS):
+        elif progress.reached_end and (variant := _soft_variant(main, summary.exit_code, hits)) is not None:
             status = "completed"
-            soft = _soft_variant(main, summary.exit_code)
+            soft = variant
         elif summary.exit_code in CANCEL_EXITS:
             status = "cancelled"
         else:
@@ -252,6 +273,7 @@ def classify(
             policy,
             now,
             barrier_time=_barrier_time(main),
+            setup_s=_measured_setup_s(logs, steps),
         )
         advancing = recent.basis == "timestamps" and not recent.stalled
         if infra and not steps and not alive:
@@ -278,6 +300,7 @@ def classify(
         policy,
         at,
         barrier_time=_barrier_time(main),
+        setup_s=_measured_setup_s(logs, steps),
     )
     if status == "hanging":
         stall.stalled = True
@@ -306,7 +329,7 @@ def classify(
         roots = [e for e in live_hits((Tier.ROOT,)) if e.cls not in ("heartbeat-timeout", "train-timeout")]
         symptoms = live_hits((Tier.SYMPTOM,))
         carriers = live_hits((Tier.CARRIER,))
-        hb = _merged_heartbeat(logs)
+        hb = _merged_heartbeat(logs) if "heartbeat-timeout" in hits else None
         if hb is not None:
             hb_info = _heartbeat_checklist(
                 hb,
@@ -321,7 +344,7 @@ def classify(
                 main,
             )
         if hb_info is not None and hb_info.verdict == "true-positive" and hb_info.earlier_error is not None:
-            primary = _pick(roots, symptoms, carriers)
+            primary = _pick(roots, symptoms, carriers) or hb_info.earlier_error.cls
         elif hb_info is not None and hb_info.verdict == "hang":
             primary = "hang"
         elif roots:
@@ -373,6 +396,15 @@ def classify(
     if status == "cancelled" and "cancelled" not in all_classes:
         all_classes.append("cancelled")
     return Classification(status, primary, stage, evidence, all_classes, notes, hb_info, stall, soft, at)
+
+
+def _measured_setup_s(logs: JobLogs, steps: list[StepRecord]) -> float | None:
+    """Seconds from the earliest dated line of the job to its first dated step, if both exist."""
+    first_step = steps[0].time if steps else None
+    starts = [s.first_stamp for s in logs.states if s.first_stamp is not None]
+    if first_step is None or not starts or min(starts) >= first_step:
+        return None
+    return first_step - min(starts)
 
 
 def _barrier_time(main: LogState) -> float | None:
@@ -436,8 +468,12 @@ def _heartbeat_checklist(
     # in the job when the accused tasks printed nothing) makes it a true positive.
     earlier: Evidence | None = None
     for e in sorted(errors, key=lambda e: e.line):
-        before = (e.time is not None and first.time is not None and e.time < first.time - 1) or (
-            e.source == first.source and e.line < first.line
+        before = (
+            (e.time is not None and first.time is not None and e.time < first.time - 1)
+            or (e.source == first.source and e.line < first.line)
+            # *An undated error in an accused rank's own file (k8s rank-N.log) that it never
+            # trained past is what silenced it: it comes before the others noticed.
+            or (e.source != first.source and e.task in accused and (e.time is None or first.time is None))
         )
         if not before or e.cls in ("heartbeat-timeout",):
             continue
@@ -446,6 +482,8 @@ def _heartbeat_checklist(
             break
         if earlier is None:
             earlier = e
+    if earlier is None:
+        earlier = _killed_before(main, first, accused, nodes)
     # Item 3: stall before the error.
     stall = _stall(steps, progress, ckpt, policy, first.time, extra_s=timeout)
     phase = "init" if not steps else "mid-training"
@@ -469,8 +507,72 @@ def _heartbeat_checklist(
     )
 
 
-def _soft_variant(main: LogState, exit_code: int) -> str:
-    if exit_code in CANCEL_EXITS:
+def _rank_exits(main: LogState) -> dict[str, int]:
+    """Non-zero exit code per rank (host or task) from NODE_EXIT and srun's per-task errors."""
+    out: dict[str, int] = {}
+    for n in main.node_exits:
+        out[n.host] = n.exit_code
+    for host, text, code, _line in main.srun_errors:
+        if code is not None and host not in out and "task" in text:
+            out[host] = code
+    return out
+
+
+_SRUN_TASKS = re.compile(r": tasks? (\d+)(?:-(\d+))?: ")
+
+
+def _killed_before(main: LogState, first: Evidence, accused: set[int], nodes: list[str]) -> Evidence | None:
+    """srun's report of an accused task killed by a signal before the heartbeat message
+    (runbook: "SIGKILL on the accused tasks before the heartbeat message" is a real crash).
+    Returned as node-fail evidence: the runbook's class for a node whose task died (exit 137:
+    likely OOM; 134/139: core dump)."""
+    if first.source != main.source:
+        return None
+    hosts = {nodes[t] for t in accused if 0 <= t < len(nodes)}
+    for host, text, code, line in main.srun_errors:
+        if line >= first.line:
+            break
+        if not ("Killed" in text or "signal" in text.lower() or code in (9, 134, 137, 139)):
+            continue
+        m = _SRUN_TASKS.search(": " + text)
+        tasks = set(range(int(m.group(1)), int(m.group(2) or m.group(1)) + 1)) if m else set()
+        if (tasks & accused) or host in hosts or not accused:
+            task = min(tasks & accused) if tasks & accused else None
+            return Evidence(
+                "node-fail", line, 0, main.source, task, host, f"srun: error: {host}: {text}", None
+            )
+    return None
+
+
+def _soft_variant(main: LogState, exit_code: int, hits: dict[str, list[Evidence]]) -> str | None:
+    """The runbook's soft-success signature that matches, or None (then it is a failure).
+
+    (a) a single rank exits 1, the others 0; (b) every rank exits 143
+    (a late post-training failure on one rank cascading); (c) every rank exits 143 at the
+    walltime. Exit 130 is a plain cancel. *Decision: a root-cause failure (checkpoint
+    error, OOM, ...) logged by more than one rank after training means real work was lost
+    (e.g. the final checkpoint), whatever the exit codes; no soft-success then."""
+    if exit_code not in (1, 143):
+        return None
+    # The summary's code is the stage's (a failed stage always reports exit 1); the ranks'
+    # own exit codes tell the variants apart.
+    codes = list(_rank_exits(main).values())
+    if codes:
+        if len(codes) == 1 and codes[0] == 1:
+            cascade = False
+        elif all(c == 143 for c in codes):
+            cascade = True
+        else:
+            return None
+    else:
+        cascade = exit_code == 143
+    for cls, evs in hits.items():
+        sig = BY_CLASS.get(cls)
+        if sig is None or sig.tier is not Tier.ROOT or cls in ("heartbeat-timeout", "train-timeout"):
+            continue
+        if len({e.task if e.task is not None else e.source for e in evs}) > 1:
+            return None
+    if cascade:
         reason = " ".join(
             filter(None, [main.cancel[2] if main.cancel else "", main.summary.reason if main.summary else ""])
         )
@@ -478,6 +580,31 @@ def _soft_variant(main: LogState, exit_code: int) -> str:
             return "c"
         return "b"
     return "a"
+
+
+def _drop_after_cancel(hits: dict[str, list[Evidence]], main: LogState) -> int:
+    """Remove the hits logged after the Slurm cancel line (or dated after it in other files):
+    ranks dying from the SIGTERM print tracebacks, NCCL resets and actor deaths. Returns how
+    many were dropped. Runbook: "check for *preceding* errors"."""
+    assert main.cancel is not None
+    line = main.cancel[3]
+    at = _cancel_time(main.cancel[1], main)
+    dropped = 0
+    for cls in list(hits):
+        kept = [
+            e
+            for e in hits[cls]
+            if not (
+                (e.source == main.source and e.line > line)
+                or (e.source != main.source and at is not None and e.time is not None and e.time >= at - 1)
+            )
+        ]
+        dropped += len(hits[cls]) - len(kept)
+        if kept:
+            hits[cls] = kept
+        else:
+            del hits[cls]
+    return dropped
 
 
 def _cancel_time(at: str, main: LogState) -> float | None:
@@ -502,7 +629,7 @@ def _evidence_order(
 
 
 def _stage(primary: str | None, main: LogState, steps: list[StepRecord]) -> str | None:
-    if primary is None:
+    if primary is None or primary == "soft-success":
         return None
     sig = BY_CLASS.get(primary)
     if primary == "stage-fail":
@@ -522,4 +649,8 @@ def _stage(primary: str | None, main: LogState, steps: list[StepRecord]) -> str 
         return "Training"
     if primary in ("unknown-death", "cancelled", "tgs-degradation"):
         return "Training" if steps else None
-    return None
+    # A carrier without a stage of its own (node-fail, ...): the stage the job script says failed.
+    failed = [s for s in main.stages if s.kind in ("FAILED", "TIMEOUT")]
+    if failed:
+        return failed[-1].stage
+    return "Training" if steps else None

@@ -153,6 +153,25 @@ TEMPLATES: dict[str, list[str]] = {
 }
 
 
+def _applies(template: str, r: TriageResult) -> bool:
+    """Drop advice that cannot apply to this job: killing a job that already ended, querying
+    a TSDB that a RAY=0 job never had."""
+    if template.startswith("Kill the job") and r.status not in ("running", "hanging"):
+        return False
+    return not ("jobdiagd diagnose" in template and not r.logs.ray)
+
+
+def _fit(template: str, r: TriageResult) -> str:
+    """The runbook's hang advice speaks of init-phase hangs; a hang after step N is not one."""
+    phrase = "init-phase hangs (before step 0) are often transient RCCL race conditions"
+    if r.steps and phrase in template:
+        return template.replace(
+            phrase,
+            f"RCCL hangs are often transient race conditions (this one came after step {r.steps[-1].step})",
+        )
+    return template
+
+
 def next_steps(r: TriageResult) -> list[str]:
     primary = r.cls.primary
     steps: list[str] = []
@@ -172,7 +191,7 @@ def next_steps(r: TriageResult) -> list[str]:
         or "see NODE_EXIT lines",
     }
     if primary is not None:
-        steps.extend(t.format(**fill) for t in TEMPLATES.get(primary, []))
+        steps.extend(_fit(t, r).format(**fill) for t in TEMPLATES.get(primary, []) if _applies(t, r))
     hb = r.cls.heartbeat
     if hb is not None and primary != "heartbeat-timeout":
         steps.append(

@@ -51,7 +51,12 @@ def _ref_for_dir(d: Path) -> JobRef:
         platform = "k8s"
     link = d / "log"
     if link.is_symlink() or link.is_file():
-        target = link.resolve() if link.is_symlink() else link
+        try:
+            target = link.resolve(strict=False) if link.is_symlink() else link
+        except (RuntimeError, OSError) as exc:  # a symlink loop
+            raise ResolveError(f"{link}: cannot follow the `log` link ({exc})") from exc
+        if target.is_dir():
+            raise ResolveError(f"{link}: the `log` link points to a directory ({target}), not a log file")
         if not target.exists():
             sibling = d.parent / f"{d.name}.log"
             if sibling.exists():

@@ -1,0 +1,222 @@
+"""Triage cases an independent audit against the runbook found wrong, on hand-written logs.
+
+Each test names the runbook rule it holds the engine to.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from jobdiagd.cli import main
+from jobdiagd.sim import lines as L
+from jobdiagd.triage.engine import TriageResult, triage
+from jobdiagd.triage.resolve import ResolveError
+
+NOW = 2e9
+# 2026-06-12 10:00:00 local time: the absl stamps below are on the same calendar.
+T0 = time.mktime((2026, 6, 12, 10, 0, 0, 0, 0, -1))
+TASKS = 4
+
+
+def _stamp(t: float, tid: int = 1000, src: str = "metric_logger.py:232", level: str = "I") -> str:
+    return L.absl_prefix(t, tid, src, level)
+
+
+def _steps(first: int, last: int, t0: float = T0, step_s: float = 5.0) -> tuple[list[str], float]:
+    out = []
+    t = t0
+    for s in range(first, last + 1):
+        t += step_s
+        for task in range(TASKS):
+            out.append(
+                f"{task}: {_stamp(t, 1000 + task)}completed step: {s}, seconds: {step_s:.3f}, "
+                f"Tokens/s/device: 8600.0, loss: 2.0"
+            )
+    return out, t
+
+
+def _summary(rc: int, wall: str, reason: str = "Training FAILED (exit=1)") -> list[str]:
+    status = "SUCCESS (exit 0)" if rc == 0 else f"FAILED (exit {rc}) — {reason}"
+    return [
+        "========================== JOB SUMMARY ==========================",
+        "  Job:    4711 (JAX-llama2-70b)",
+        f"  Wall:   {wall}",
+        f"  Status: {status}",
+        "=================================================================",
+    ]
+
+
+def _job(tmp: Path, body: list[str], *, steps: int = 100, name: str = "4711-JAX-llama2-70b") -> Path:
+    out = tmp / "outputs"
+    out.mkdir(exist_ok=True)
+    header = [
+        "JOB_ID=4711",
+        "JOB_NAME=JAX-llama2-70b",
+        f"NNODES={TASKS}",
+        f"JOB_NODELIST=node[001-00{TASKS}]",
+        f'PASSTHROUGH_ARGS="steps={steps} enable_checkpointing=true checkpoint_period=50"',
+        "== Training BEGIN (timeout=none) ==",
+    ]
+    (out / f"{name}.log").write_text("\n".join(header + body) + "\n")
+    (out / name).mkdir()
+    (out / name / "log").symlink_to(f"../{name}.log")
+    return out / name
+
+
+def _triage(job: Path, state: str) -> TriageResult:
+    return triage(job, now=NOW, slurm_state=state)
+
+
+def test_errors_printed_after_the_cancel_are_not_its_cause(tmp_path: Path) -> None:
+    # Runbook, cancelled: "Check for *preceding* errors (NCCL, OOM, heartbeat)".
+    body, t = _steps(0, 60)
+    body += [
+        "slurmstepd: error: *** JOB 4711 ON node001 CANCELLED AT 2026-06-12T10:05:07 ***",
+        "1: node002:81234:81502 [2] misc/socket.cc:47 NCCL WARN socketProgressOpt: Call to recv from "
+        "10.0.0.3<47134> failed : Connection reset by peer",
+        "2: Traceback (most recent call last):",
+        "2: KeyboardInterrupt",
+        "0: [Node 3] Actor failed: ray.exceptions.ActorDiedError: The actor died unexpectedly.",
+        *[f"NODE_EXIT host=node00{i + 1} exit=143" for i in range(TASKS)],
+        "== Training FAILED (exit=143, 305s) ==",
+        *_summary(143, "5m 10s", "CANCELLED (scancel / SIGTERM)"),
+    ]
+    r = _triage(_job(tmp_path, body), "CANCELLED")
+    assert (r.status, r.primary) == ("cancelled", "cancelled")
+    assert any("after the cancel" in n for n in r.cls.notes)
+    assert not any("scancel" in s for s in r.next_steps)  # the job is over
+
+
+def test_an_oom_before_the_cancel_stays_the_cause(tmp_path: Path) -> None:
+    body, t = _steps(0, 60)
+    body += [
+        "2: " + L.xla_oom(2 << 30),
+        "slurmstepd: error: *** JOB 4711 ON node001 CANCELLED AT 2026-06-12T10:05:07 ***",
+        *_summary(143, "5m 10s", "CANCELLED (scancel / SIGTERM)"),
+    ]
+    r = _triage(_job(tmp_path, body), "CANCELLED")
+    assert (r.status, r.primary) == ("cancelled", "oom-gpu")
+
+
+def _final_step_then(tmp: Path, tail: list[str], rc: int) -> TriageResult:
+    body, _ = _steps(0, 99)
+    return _triage(_job(tmp, body + tail + _summary(rc, "9m 0s")), "FAILED")
+
+
+def test_soft_success_a_is_one_rank_exiting_1(tmp_path: Path) -> None:
+    r = _final_step_then(
+        tmp_path, ["NODE_EXIT host=node003 exit=1", "== Training FAILED (exit=1, 520s) =="], 1
+    )
+    assert (r.status, r.primary, r.cls.soft_success_variant) == ("completed", "soft-success", "a")
+
+
+def test_every_rank_failing_the_final_checkpoint_is_not_a_soft_success(tmp_path: Path) -> None:
+    # Runbook: soft-success needs one of three signatures; (a) is a *single* rank exiting 1.
+    ckpt = "ValueError: Training stopped: Checkpointing failed. [Errno 2] No such file or directory"
+    tail = [f"{i}: {ckpt}" for i in range(TASKS)]
+    tail += [f"NODE_EXIT host=node00{i + 1} exit=1" for i in range(TASKS)]
+    r = _final_step_then(tmp_path, [*tail, "== Training FAILED (exit=1, 520s) =="], 1)
+    assert (r.status, r.primary) == ("failed", "checkpoint-fs-error")
+
+
+def test_every_rank_segfaulting_after_the_last_step_is_not_a_soft_success(tmp_path: Path) -> None:
+    tail = [f"srun: error: node00{i + 1}: task {i}: Segmentation fault (core dumped)" for i in range(TASKS)]
+    tail += [f"NODE_EXIT host=node00{i + 1} exit=139" for i in range(TASKS)]
+    r = _final_step_then(tmp_path, [*tail, "== Training FAILED (exit=1, 520s) =="], 1)
+    assert (r.status, r.primary) == ("failed", "node-fail")
+    assert r.cls.stage == "Training"  # from `== Training FAILED`, not n/a
+
+
+def test_exit_130_at_the_last_step_is_a_cancel(tmp_path: Path) -> None:
+    # Runbook: soft-success is exit 1 or 143; exit 130 or 143 -> cancelled otherwise.
+    r = _final_step_then(tmp_path, [], 130)
+    assert r.status == "cancelled" and r.primary == "cancelled"
+
+
+def test_sigkill_on_the_accused_task_makes_the_heartbeat_a_true_positive(tmp_path: Path) -> None:
+    # Runbook, heartbeat item 2: "... or SIGKILL on the accused tasks before the heartbeat message".
+    body, t = _steps(0, 60)
+    body.append("srun: error: node004: task 3: Killed")
+    body += [f"0: {x}" for x in L.heartbeat_block(t + 100, 1000, [3])]
+    body += ["NODE_EXIT host=node001 exit=134", "NODE_EXIT host=node004 exit=137"]
+    body += ["== Training FAILED (exit=1, 420s) ==", *_summary(1, "7m 0s")]
+    r = _triage(_job(tmp_path, body), "FAILED")
+    hb = r.cls.heartbeat
+    assert hb is not None and hb.verdict == "true-positive" and hb.accused_tasks == [3]
+    assert hb.earlier_error is not None and hb.earlier_error.task == 3
+    assert r.primary == "node-fail"
+
+
+def test_a_heartbeat_without_an_earlier_error_stays_a_false_positive(tmp_path: Path) -> None:
+    body, t = _steps(0, 60)
+    body += [f"0: {x}" for x in L.heartbeat_block(t + 20, 1000, [3])]
+    body += ["== Training FAILED (exit=1, 420s) ==", *_summary(1, "7m 0s")]
+    r = _triage(_job(tmp_path, body), "FAILED")
+    assert r.primary == "heartbeat-timeout"
+    assert r.cls.heartbeat is not None and r.cls.heartbeat.verdict == "false-positive"
+
+
+def test_k8s_rank_traceback_before_the_heartbeat_is_the_cause(tmp_path: Path) -> None:
+    # Runbook: on k8s read rank-N.log for the failing rank; an earlier error there is the root cause.
+    out = tmp_path / "outputs"
+    out.mkdir()
+    name = "k8s-20261128-100000-475e-JAX-llama2-70b"
+    d = out / name
+    d.mkdir()
+    steps = [f"completed step: {s}, seconds: 5.000, loss: 2.0" for s in range(41)]
+    main_log = ["NNODES=4", 'PASSTHROUGH_ARGS="steps=100"', *steps, *L.heartbeat_block(T0 + 400, 1, [3])]
+    (out / f"{name}.log").write_text("\n".join(main_log) + "\n")
+    (d / "log").symlink_to(f"../{name}.log")
+    rank3 = [
+        *steps,
+        "Traceback (most recent call last):",
+        '  File "train.py", line 9',
+        "ValueError: bad batch",
+    ]
+    (d / "rank-3.log").write_text("\n".join(rank3) + "\n")
+    r = triage(d, now=NOW, slurm_state="FAILED")
+    assert r.primary == "python-exception"
+    assert r.cls.heartbeat is not None and r.cls.heartbeat.verdict == "true-positive"
+
+
+def test_a_slow_start_is_not_a_hang(tmp_path: Path) -> None:
+    # 45 min of dated restore/compile before the first step, healthy steps, then scancel with no
+    # dated line after the last step: the wall-time gap is the start-up, not a stall.
+    body = [f"0: {_stamp(T0, src='checkpointing.py:120')}restoring from this run's directory step 200"]
+    steps, t = _steps(201, 260, t0=T0 + 2700)
+    body += steps + [*_summary(143, "50m 5s", "CANCELLED (scancel / SIGTERM)")]
+    r = _triage(_job(tmp_path, body, steps=1000), "CANCELLED")
+    assert (r.status, r.primary) == ("cancelled", "cancelled")
+
+
+def test_a_signature_at_the_end_of_a_huge_line_is_found(tmp_path: Path) -> None:
+    body, _ = _steps(0, 20)
+    body.append(
+        "0: jax.errors.JaxRuntimeError: "
+        + "x" * 100_000
+        + " RESOURCE_EXHAUSTED: Out of memory while trying to allocate 2.00GiB."
+    )
+    body += ["== Training FAILED (exit=1, 120s) ==", *_summary(1, "2m 0s")]
+    r = _triage(_job(tmp_path, body), "FAILED")
+    assert r.primary == "oom-gpu"
+
+
+@pytest.mark.parametrize("kind", ["loop", "dir"])
+def test_a_broken_log_link_is_a_clear_error(
+    tmp_path: Path, kind: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    d = tmp_path / "outputs" / "4712-JAX-x"
+    d.mkdir(parents=True)
+    if kind == "loop":
+        (d / "log").symlink_to("log")
+    else:
+        (tmp_path / "outputs" / "elsewhere").mkdir()
+        (d / "log").symlink_to("../elsewhere")
+    with pytest.raises(ResolveError):
+        triage(d, now=NOW)
+    assert main(["triage", str(d), "--no-slurm"]) == 2
+    err = capsys.readouterr().err
+    assert "log" in err and "Traceback" not in err
