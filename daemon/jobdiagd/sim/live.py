@@ -13,7 +13,6 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import BinaryIO
 
 from jobdiagd import clock
@@ -357,12 +356,19 @@ def parse_args(argv: Sequence[str] | None) -> LiveConfig:
 def main(argv: Sequence[str] | None = None) -> int:
     cfg = parse_args(argv)
     stop = threading.Event()
+    # Not a Python signal handler calling stop.set(): the handler runs in the main thread,
+    # possibly while that thread holds the Event's own (non-reentrant) lock inside
+    # stop.wait(), and then set() deadlocks -- the task ignores SIGTERM until Slurm's
+    # SIGKILL and the job's EXIT trap never prints JOB SUMMARY. Block the signals and take
+    # them in a helper thread instead.
+    sigs = {signal.SIGTERM, signal.SIGINT}
+    signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
 
-    def on_term(signum: int, frame: FrameType | None) -> None:
+    def take_signal() -> None:
+        signal.sigwait(sigs)
         stop.set()
 
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGINT, on_term)
+    threading.Thread(target=take_signal, name="sigwait", daemon=True).start()
     return run(cfg, stop=stop)
 
 
