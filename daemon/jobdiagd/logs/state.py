@@ -14,7 +14,7 @@ import shlex
 import time
 from dataclasses import dataclass, field
 
-from jobdiagd.logs.prefixes import Stamp, strip
+from jobdiagd.logs.prefixes import Stamp, strip, strip_ansi
 from jobdiagd.logs.scan import HARMLESS_ONLY
 from jobdiagd.logs.steps import StepSeries, parse_step_fields
 from jobdiagd.model.records import ClassHits, Evidence, NodeExit, StageEvent, StepRecord, Summary
@@ -268,6 +268,7 @@ class LogState:
         self.last_stamp: float | None = None
         self.last_text: str = ""
         self.last_exception: Evidence | None = None
+        self._raw_line = ""  # the line being fed, for evidence quoted verbatim
 
     # ------------------------------------------------------------------ feeding
     def feed_bytes(
@@ -328,6 +329,7 @@ class LogState:
 
     def feed(self, raw: str, lineno: int, offset: int = 0) -> None:
         """Fold one line (without its newline) into the state."""
+        self._raw_line = raw
         s = strip(raw)
         text = s.text
         task = s.task
@@ -390,7 +392,8 @@ class LogState:
         if task is None and text.startswith("srun: error:"):
             m = _SRUN_TASK.search(text)  # `srun: error: node004: task 3: Killed` is about task 3
             task = int(m.group(1)) if m else None
-        ev = Evidence(cls, lineno, offset, self.source, task, _host_of(text), text[:MAX_TEXT], when)
+        raw = strip_ansi(self._raw_line).rstrip("\r")[:MAX_TEXT] if self._raw_line else None
+        ev = Evidence(cls, lineno, offset, self.source, task, _host_of(text), text[:MAX_TEXT], when, raw)
         hits = self.hits.get(cls)
         if hits is None:
             hits = self.hits[cls] = ClassHits()

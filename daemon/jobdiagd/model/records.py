@@ -33,8 +33,9 @@ class Evidence:
     source: str
     task: int | None
     host: str | None
-    text: str
+    text: str  # without srun/absl/Ray prefixes: what the rules read
     time: float | None
+    raw: str | None = None  # the line as logged (colour codes removed): what reports quote
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -44,6 +45,7 @@ class Evidence:
             "task": self.task,
             "host": self.host,
             "text": self.text,
+            "raw": self.raw if self.raw is not None else self.text,
             "time": self.time,
         }
 

@@ -156,7 +156,8 @@ TEMPLATES: dict[str, list[str]] = {
 def _applies(template: str, r: TriageResult) -> bool:
     """Drop advice that cannot apply to this job: killing a job that already ended, querying
     a TSDB that a RAY=0 job never had."""
-    if template.startswith("Kill the job") and r.status not in ("running", "hanging"):
+    live = r.status in ("running", "hanging")
+    if (template.startswith("Kill the job") or "job is still live" in template) and not live:
         return False
     return not ("jobdiagd diagnose" in template and not r.logs.ray)
 

@@ -224,7 +224,7 @@ def render_markdown(r: TriageResult) -> str:
         for e in c.evidence[:12]:
             src = e.source.rsplit("/", 2)
             short = "/".join(src[-2:]) if len(src) > 1 else e.source
-            out.append(f"{short}:{e.line}: {e.text}")
+            out.append(f"{short}:{e.line}: {e.raw or e.text}")  # verbatim, as the runbook asks
         out.append("```")
     else:
         p = r.progress
