@@ -54,13 +54,15 @@ async def test_json_and_markdown(fixtures: Fixtures, tmp_path: Path, settings: T
 async def test_no_tsdb_gives_log_only(fixtures: Fixtures, tmp_path: Path, settings: TsdbSettings) -> None:
     b = fixtures.copy("healthy", tmp_path)
     d = await diagnose(
-        make_ctx(b, ray=False, primary_class="hang", next_steps=("scancel",)), settings, now=NOW
+        make_ctx(b, ray=False, primary_class="hang", status="running", next_steps=("scancel",)),
+        settings,
+        now=NOW,
     )
     doc = to_json(d)
     assert doc["tsdb"] == "no TSDB" and doc["analysis_type"] == "log-only" and doc["verdict"] is None
     assert set(doc) >= REQUIRED
     md = to_markdown(d)
-    assert "no TSDB" in md and "RAY=1" in md and "1. scancel" in md
+    assert "no TSDB" in md and "RAY=1" in md and "1. scancel" in md  # a live job: triage's scancel stands
 
 
 def test_context_from_triage(fixtures: Fixtures) -> None:

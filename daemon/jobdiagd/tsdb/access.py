@@ -48,6 +48,11 @@ def validate_host(name: str, nodes: Sequence[str]) -> str:
     return name
 
 
+def absolute(path: Path | str) -> Path:
+    """Prometheus runs with its own working directory: every path handed to it must be absolute."""
+    return Path(os.path.abspath(path))
+
+
 def validate_port(port: int) -> int:
     if not 1 <= int(port) <= 65535:
         raise AccessError(f"invalid port {port!r}")
@@ -170,7 +175,8 @@ class LocalPrometheus:
     """A read-only-style Prometheus on a persisted TSDB: loopback port, long retention, no scrape targets."""
 
     def __init__(self, tsdb_dir: Path, settings: TsdbSettings, *, label: str | None = None) -> None:
-        self.tsdb_dir = tsdb_dir
+        # Absolute: Prometheus runs with cwd=<its temp dir>, where a relative path names a new, empty TSDB.
+        self.tsdb_dir = absolute(tsdb_dir)
         self.settings = settings
         self.label = label or str(tsdb_dir)
         self.port = 0
@@ -202,7 +208,7 @@ class LocalPrometheus:
 
     async def _spawn(self, binary: str) -> None:
         self._tmp = tempfile.TemporaryDirectory(prefix="jobdiagd-prom-", dir=self.settings.work_dir)
-        tmp = Path(self._tmp.name)
+        tmp = absolute(self._tmp.name)
         cfg = tmp / "prometheus.yml"
         cfg.write_text(PROM_CONFIG)
         logf = tmp / "prometheus.log"
@@ -395,7 +401,7 @@ async def open_tsdb(
     """
     if ctx.ray is False:
         raise NoTsdb("no TSDB: job ran with RAY=0 (re-run with RAY=1 for metrics)")
-    pdir = ctx.prometheus_dir
+    pdir = absolute(ctx.prometheus_dir) if ctx.prometheus_dir is not None else None
     if pdir is None or not tsdb_has_data(pdir):
         raise NoTsdb(f"no TSDB data in {pdir}" if pdir else "no TSDB: job directory unknown")
     if ctx.live:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from jobdiagd.tsdb.align import checkpoint_steps
 from jobdiagd.tsdb.client import PromClient, regex_union
 from jobdiagd.tsdb.discovery import Discovery
-from jobdiagd.tsdb.playbooks.base import host_of, iso, linear_fit
+from jobdiagd.tsdb.playbooks.base import host_of, host_regex, iso, linear_fit
 from jobdiagd.tsdb.settings import Thresholds
 
 # Families that move *because* something else happened (runbook pitfall 4: symptoms are not root causes).
@@ -309,7 +309,7 @@ async def refine(
     hosts = sorted({d.host for d in cands})
     hi = max(d.onset for d in cands)
     lo = first - 3 * step
-    sel = '{__name__=~"' + regex_union(names) + '",host=~"' + regex_union(hosts) + '"}'
+    sel = '{__name__=~"' + regex_union(names) + '",host=~"' + host_regex(hosts) + '"}'
     raw = await client.query_matrix(f"{sel}[{max(1, int(hi - lo))}s]", hi)
     out = []
     for d in devs:

@@ -1,4 +1,11 @@
-"""Multi-job comparison: config diff, fresh vs restored, step-aligned overlap, steady-state metric sweep, restore-leak check."""
+"""Multi-job comparison: config diff, fresh vs restored, step-aligned overlap, steady-state metric sweep, restore-leak check.
+
+A per-node hw_procs_running delta (some hosts differ, the rest do not) points to background processes or
+a different node allocation (runbook): those hosts are reported anomalous and named in the root cause. The
+verdict stays `healthy` because the fixed verdict set has no per-node CPU-contention mechanism and the only
+procs-based verdict, restore-resource-leak, asserts the uniform restore-leak signature a per-node delta
+refutes; anomalous_hosts and root_cause carry the finding.
+"""
 
 from __future__ import annotations
 
@@ -96,6 +103,7 @@ class Comparison:
     notes: list[str] = field(default_factory=list)
     queries: int = 0
     waves: tuple[int | None, int | None] = (None, None)
+    anomalous_hosts: list[str] = field(default_factory=list)
 
 
 def config_diff(a: DiagnosisContext, b: DiagnosisContext) -> list[tuple[str, str, str]]:
@@ -229,7 +237,26 @@ def analyse(
         return
     diff = [r for r in cmp.rows if r[4] != "same"]
     gap = cmp.tgs.get("delta_pct")
-    if cmp.procs and abs(md) >= th.procs_leak_min_delta:
+    per_node = (
+        sorted(h for h, d in cmp.procs["per_host_delta"].items() if abs(d - md) >= th.procs_leak_min_delta)
+        if cmp.procs and not cmp.procs["uniform"]
+        else []
+    )
+    if per_node:
+        per = cmp.procs["per_host_delta"]
+        others = [d for h, d in per.items() if h not in per_node]
+        cmp.anomalous_hosts = per_node
+        cmp.root_cause = (
+            "Per-node hw_procs_running delta (B - A): "
+            + ", ".join(f"{h} {per[h]:+.1f}" for h in per_node)
+            + (f" vs {statistics.median(others):+.1f} on the other hosts" if others else "")
+            + ": background processes or a different node allocation on "
+            + ", ".join(per_node)
+            + " (not the uniform restore-leak signature). CPU contention there slows every collective"
+            + (f"; TGS gap {gap:+.2f}%" if gap is not None else "")
+            + "."
+        )
+    elif cmp.procs and abs(md) >= th.procs_leak_min_delta:
         cmp.root_cause = f"hw_procs_running differs by {md:+.1f} per host ({'uniform' if cmp.procs['uniform'] else 'per-node'}): CPU contention."
     elif diff:
         cmp.root_cause = (
@@ -334,7 +361,7 @@ def to_json(c: Comparison) -> dict[str, Any]:
         "verdict": c.verdict,
         "anomalous_hosts": sorted(c.procs.get("per_host_delta", {}))
         if c.verdict == "restore-resource-leak"
-        else [],
+        else list(c.anomalous_hosts),
         "root_cause": c.root_cause,
         "notes": c.notes,
         "log_evidence": {"nccl_init_waves": {"a": c.waves[0], "b": c.waves[1]}},
@@ -384,7 +411,10 @@ def to_markdown(c: Comparison) -> str:
             + ", ".join(f"{h} {d:+.1f}" for h, d in sorted(c.procs["per_host_delta"].items()))
             + f" -> {'uniform' if c.procs['uniform'] else 'per-node'} (cv {c.procs['cv']:.2f})",
         ]
-    out += ["", f"**Verdict:** {c.verdict}", "", "### Root cause", c.root_cause or "n/a", ""]
+    out += ["", f"**Verdict:** {c.verdict}"]
+    if c.anomalous_hosts:
+        out += ["", f"**Anomalous hosts:** {', '.join(c.anomalous_hosts)}"]
+    out += ["", "### Root cause", c.root_cause or "n/a", ""]
     wa, wb = c.waves
     if wa is not None or wb is not None:
         out += [

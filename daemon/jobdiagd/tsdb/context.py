@@ -11,6 +11,16 @@ from typing import Any
 LIVE_STATUSES = frozenset({"running", "hanging"})
 
 
+def short_host(name: str) -> str:
+    """Short host name: the log's node list says gpu-a01 where a label may say gpu-a01.cluster.local.
+
+    Every comparison and every report uses the short name; IP addresses are kept whole.
+    """
+    if not name or name.replace(".", "").isdigit() or ":" in name:
+        return name
+    return name.split(".", 1)[0]
+
+
 @dataclass(frozen=True)
 class HeartbeatInfo:
     time: float | None
@@ -158,11 +168,12 @@ def context_from_triage(doc: Mapping[str, Any]) -> DiagnosisContext:
     log = job.get("log")
     ray = job.get("ray")
     return DiagnosisContext(
-        job_dir=Path(job_dir) if job_dir else None,
+        # Absolute: Prometheus runs in its own working directory (a relative TSDB path there is a new, empty TSDB).
+        job_dir=Path(job_dir).absolute() if job_dir else None,
         nodes=tuple(str(n) for n in job.get("nodes") or []),
         job_id=str(job["id"]) if job.get("id") is not None else None,
         job_name=str(job["name"]) if job.get("name") else None,
-        log_path=Path(log) if log else None,
+        log_path=Path(log).absolute() if log else None,
         nnodes=_i(job.get("nnodes")),
         ray=bool(ray) if ray is not None else None,
         status=str(doc.get("status")) if doc.get("status") else None,

@@ -1,4 +1,9 @@
-"""Discovery first: metric families, hosts vs NNODES, the whole time range, targets, and the log cross-check."""
+"""Discovery first: metric families, hosts vs NNODES, the whole time range, targets, and the log cross-check.
+
+Hosts are compared and reported by short name (labels may carry a domain suffix the log's node list lacks).
+A Prometheus that serves no series at all from a prometheus/ directory that holds blocks is not a healthy
+job: it is an unusable database (wrong path, unreadable blocks), reported as "no TSDB data" (runbook step 2).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from jobdiagd.tsdb.access import TsdbHandle, read_blocks
+from jobdiagd.tsdb.access import NoTsdb, TsdbHandle, read_blocks
 from jobdiagd.tsdb.align import (
     TB_QUERY_NAMES,
     CrossCheck,
@@ -16,7 +21,7 @@ from jobdiagd.tsdb.align import (
     timeline_from_series,
 )
 from jobdiagd.tsdb.client import multi_arm, split_arms
-from jobdiagd.tsdb.context import DiagnosisContext
+from jobdiagd.tsdb.context import DiagnosisContext, short_host
 from jobdiagd.tsdb.settings import TsdbSettings, model_from_vram, normalize_model
 
 FAMILY_PREFIXES = (
@@ -116,7 +121,14 @@ async def time_range(handle: TsdbHandle) -> tuple[float, float, str]:
 async def discover(handle: TsdbHandle, ctx: DiagnosisContext, settings: TsdbSettings) -> Discovery:
     client = handle.client
     names = tuple(await client.label_values("__name__"))
-    hosts = tuple(await client.label_values("host"))
+    if not any(n.startswith(FAMILY_PREFIXES) for n in names):
+        blocks = read_blocks(handle.tsdb_dir) if handle.tsdb_dir is not None else []
+        raise NoTsdb(
+            f"no TSDB data: {handle.client.label} serves no job metrics"
+            + (f" although {handle.tsdb_dir} holds {len(blocks)} block(s)" if blocks else "")
+            + " -- unusable database, log-only diagnosis"
+        )
+    hosts = tuple(sorted({short_host(h) for h in await client.label_values("host")}))
     lo, hi, src = await time_range(handle)
     span = max(60, int(math.ceil(hi - lo)) + 60)
     arms = {
@@ -150,7 +162,7 @@ async def discover(handle: TsdbHandle, ctx: DiagnosisContext, settings: TsdbSett
         tl = timeline_from_log(ctx.steps)
         if not tl.empty:
             notes.append("no tb_* samples in the TSDB: step timing taken from the log")
-    nodes = set(ctx.nodes)
+    nodes = {short_host(n) for n in ctx.nodes}
     missing = tuple(sorted(nodes - set(hosts))) if nodes else ()
     extra = tuple(sorted(set(hosts) - nodes)) if nodes else ()
     if ctx.nnodes and len(hosts) != ctx.nnodes:

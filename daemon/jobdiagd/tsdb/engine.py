@@ -1,4 +1,11 @@
-"""Diagnosis orchestration: access -> discovery (+ log cross-check) -> playbook -> earliest anomaly."""
+"""Diagnosis orchestration: access -> discovery (+ log cross-check) -> playbook -> earliest anomaly.
+
+The earliest-anomaly sweep can name a root the playbook missed (runbook: "find the earliest anomaly",
+"always report the full chain"): a training-level metric (tb_learning_*) first in a training-stability
+diagnosis with no chain of its own, or a network/RDMA error counter on specific hosts first before a
+busy-wait hang. Then that root heads root_cause and chain (and the hang's hosts become anomalous); the
+verdict is left to the playbook (see the hang and training playbooks for why it stays).
+"""
 
 from __future__ import annotations
 
@@ -51,6 +58,35 @@ def incident_time(env: PlaybookEnv, res: PlaybookResult) -> float | None:
         return env.disc.timeline.last_time or res.window[1]
     # Steady-state findings (constant RDMA load, a restore leak) have no incident to sweep around.
     return None
+
+
+NETWORK_ERROR_PREFIXES = ("hw_rdma_", "hw_tcp_", "hw_net_")
+
+
+def adopt_earliest_root(res: PlaybookResult, rep: AnomalyReport) -> None:
+    """Put the sweep's root at the head of the result when the playbook found no cause of that kind."""
+    root = rep.root
+    if root is None or root.symptom:
+        return
+    if (
+        res.playbook == "training-stability"
+        and not res.chain
+        and root.family.startswith("tb_learning_")
+        and not res.root_cause.startswith("Training-level root cause")
+    ):
+        res.root_cause = f"Training-level root cause (earliest anomaly): {root.describe()}. {res.root_cause}"
+        res.chain = rep.chain()
+    elif (
+        res.playbook == "hang"
+        and res.verdict == "rccl-busy-wait-hang"
+        and root.family.startswith(NETWORK_ERROR_PREFIXES)
+        and root.kind == "up"
+        and root.onset <= rep.incident
+        and root.host not in res.anomalous_hosts
+    ):
+        res.anomalous_hosts = sorted({*res.anomalous_hosts, root.host})
+        res.root_cause = f"Trigger (earliest anomaly): {root.describe()}. {res.root_cause}"
+        res.chain = [f"network error on {root.host}: {root.describe()}", *res.chain]
 
 
 def stalled(disc: Discovery) -> bool:
@@ -109,6 +145,7 @@ async def diagnose(
                     out.anomaly = await earliest_anomaly(
                         handle.client, disc, t, settings.thresholds, checkpoint_period=ctx.checkpoint_period
                     )
+                    adopt_earliest_root(res, out.anomaly)
             out.queries = handle.client.query_count
     except NoTsdb as exc:
         out.no_tsdb = str(exc)

@@ -12,7 +12,7 @@ from jobdiagd.tsdb.client import PromError, multi_arm, split_arms
 from jobdiagd.tsdb.context import DiagnosisContext
 from jobdiagd.tsdb.discovery import WrongDatabase, time_range
 from jobdiagd.tsdb.playbooks import playbook_name_for_class
-from jobdiagd.tsdb.playbooks.base import by_gpu, gpu_state
+from jobdiagd.tsdb.playbooks.base import by_gpu, gpu_state, host_of, short_host
 from jobdiagd.tsdb.settings import TsdbSettings, model_from_vram
 
 
@@ -53,9 +53,9 @@ async def _power_verdict(
     prof, th = settings.profile(model), settings.thresholds
     states = {k: gpu_state(util.get(k), power.get(k), prof, th) for k in set(util) | set(power)}
     t_eval = at if at is not None else now
-    seen = {s.labels.get("host", "?"): s.v for s in res.get("seen", [])}
+    seen = {host_of(s.labels): s.v for s in res.get("seen", [])}
     stale = sorted(h for h, t in seen.items() if t_eval - t > 60)
-    missing = sorted(set(ctx.nodes) - set(seen)) if ctx.nodes and seen else []
+    missing = sorted({short_host(n) for n in ctx.nodes} - set(seen)) if ctx.nodes and seen else []
     per_host: dict[str, str] = {}
     for h in sorted({h for h, _ in states} | set(seen)):
         c = Counter(s for (hh, _), s in states.items() if hh == h)

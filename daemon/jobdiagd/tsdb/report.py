@@ -1,11 +1,18 @@
-"""Rendering of the runbook's "TSDB Diagnosis" report (markdown) and its JSON form."""
+"""Rendering of the runbook's "TSDB Diagnosis" report (markdown) and its JSON form.
+
+Without a usable TSDB the report is log-only. Its texts must fit the job: "re-run with RAY=1" only when it
+ran with RAY=0 (a RAY=1 job with an empty prometheus/ had a Prometheus that failed to start or never
+scraped); triage's next steps are passed through except those that cannot apply: querying the TSDB that
+just proved unusable, `scancel` or the Ray dashboard of a job that is no longer live, and the init-phase
+("before step 0") retry advice when the log shows completed steps.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from jobdiagd.tsdb.engine import Diagnosis
-from jobdiagd.tsdb.playbooks.base import EvidenceTable, iso
+from jobdiagd.tsdb.playbooks.base import EvidenceTable, iso, short_host
 
 
 def _dur(s: float) -> str:
@@ -17,6 +24,44 @@ def _dur(s: float) -> str:
 
 def table_dict(t: EvidenceTable) -> dict[str, Any]:
     return {"title": t.title, "query": t.query, "columns": list(t.columns), "rows": [list(r) for r in t.rows]}
+
+
+def no_tsdb_root(d: Diagnosis) -> str:
+    ctx = d.ctx
+    cls = ctx.primary_class or "no failure"
+    if ctx.ray is False:
+        return f"No TSDB to confirm the log diagnosis ({cls}): the job ran with RAY=0; re-run with RAY=1 for metrics."
+    return (
+        f"No TSDB data to confirm the log diagnosis ({cls}): the job ran with RAY=1 but its Prometheus TSDB is "
+        "empty or unusable (Prometheus failed to start or never scraped); log-only diagnosis."
+    )
+
+
+def no_tsdb_next_steps(d: Diagnosis) -> list[str]:
+    ctx = d.ctx
+    out: list[str] = []
+    mid_run = ctx.last_step is not None and ctx.last_step > 0
+    for s in ctx.next_steps:
+        low = s.lower()
+        if "prometheus tsdb" in low or "jobdiagd diagnose" in low:
+            continue  # the TSDB is exactly what is missing
+        if not ctx.live and ("scancel" in low or "still live" in low):
+            continue  # the job has already ended
+        if mid_run and "init-phase" in low:
+            out.append(
+                f"Retry on the same nodes first: the hang came after step {ctx.last_step} (mid-training, not during initialization); "
+                "transient RCCL hangs often do not recur. If it recurs on the same nodes, exclude them."
+            )
+            continue
+        out.append(s)
+    if ctx.ray is False:
+        out.append("Re-run with RAY=1 to collect a Prometheus TSDB.")
+    else:
+        out.append(
+            "Check the job log's [Prometheus] lines (did it start, which TSDB path, port) and the prometheus/ "
+            "directory: the job ran with RAY=1 but left no usable TSDB."
+        )
+    return out
 
 
 def to_json(d: Diagnosis) -> dict[str, Any]:
@@ -34,7 +79,7 @@ def to_json(d: Diagnosis) -> dict[str, Any]:
             "tsdb": "no TSDB",
             "reason": d.no_tsdb,
             "time_window": None,
-            "nodes": {"count": len(ctx.nodes), "hosts": list(ctx.nodes)},
+            "nodes": {"count": len(ctx.nodes), "hosts": [short_host(n) for n in ctx.nodes]},
             "verdict": None,
             "anomalous_hosts": [],
             "findings": [
@@ -46,8 +91,8 @@ def to_json(d: Diagnosis) -> dict[str, Any]:
                     "evidence": [],
                 }
             ],
-            "root_cause": f"No TSDB to confirm the log diagnosis ({ctx.primary_class or 'no failure'}); re-run with RAY=1 for metrics.",
-            "next_steps": list(ctx.next_steps) + ["Re-run with RAY=1 to collect a Prometheus TSDB."],
+            "root_cause": no_tsdb_root(d),
+            "next_steps": no_tsdb_next_steps(d),
             "job": job,
         }
     r, disc = d.result, d.discovery
@@ -150,17 +195,16 @@ def to_markdown(d: Diagnosis) -> str:
             f"## TSDB Diagnosis: {where}",
             "",
             "**Analysis type:** log-only (no TSDB)",
-            f"**Nodes:** {len(ctx.nodes)} ({', '.join(ctx.nodes)})",
+            f"**Nodes:** {len(ctx.nodes)} ({', '.join(short_host(n) for n in ctx.nodes)})",
             "",
             "### Findings",
             f"no TSDB: {d.no_tsdb}.",
+            no_tsdb_root(d),
             f"Log-only diagnosis from triage: status **{ctx.status}**, primary failure **{ctx.primary_class or 'none'}**.",
             "",
             "### Recommended next steps",
         ]
-        steps = list(ctx.next_steps) + [
-            "Re-run with RAY=1 to collect a Prometheus TSDB for metric-level diagnosis."
-        ]
+        steps = no_tsdb_next_steps(d)
         lines += [f"{i}. {s}" for i, s in enumerate(steps, 1)]
         return "\n".join(lines) + "\n"
     r, disc = d.result, d.discovery

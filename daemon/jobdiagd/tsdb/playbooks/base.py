@@ -8,8 +8,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from jobdiagd.tsdb.client import PromClient, Sample, multi_arm, split_arms
+from jobdiagd.tsdb.client import PromClient, Sample, multi_arm, regex_union, split_arms
 from jobdiagd.tsdb.context import DiagnosisContext
+from jobdiagd.tsdb.context import short_host as short_host  # re-exported for playbooks and hooks
 from jobdiagd.tsdb.discovery import Discovery
 from jobdiagd.tsdb.settings import GpuProfile, Thresholds, TsdbSettings
 
@@ -104,14 +105,19 @@ class Playbook(Protocol):
 # --- helpers -------------------------------------------------------------------------------------------
 
 
+def host_regex(hosts: Iterable[str]) -> str:
+    """A PromQL `host=~` value matching these short names with or without a domain suffix."""
+    return "(" + regex_union(sorted(set(hosts))) + ")(\\\\..+)?"
+
+
 def host_of(labels: Mapping[str, str]) -> str:
-    """Host of a series. Ray exporters of some versions label by `ip` only; their scrape target
+    """Short host of a series. Ray exporters of some versions label by `ip` only; their scrape target
     (`instance`, e.g. node001:55080 in the job scripts) still names the host."""
     if labels.get("host"):
-        return labels["host"]
+        return short_host(labels["host"])
     inst = labels.get("instance", "").rsplit(":", 1)[0]
     if inst and not inst.replace(".", "").isdigit():
-        return inst
+        return short_host(inst)
     return labels.get("ip") or inst or "?"
 
 

@@ -1,4 +1,13 @@
-"""Playbook 1: RCCL/NCCL hang -- busy-wait vs dead node vs network partition, partial-init GPU patterns, TCP/RDMA."""
+"""Playbook 1: RCCL/NCCL hang -- busy-wait vs dead node vs network partition, partial-init GPU patterns, TCP/RDMA.
+
+Trigger (runbook "identify the trigger"): RDMA error counters (retry exhaustion, ACK timeouts, retransmit
+bursts) that start on specific hosts in the minutes before the last step are the earliest anomaly of a
+hang: those hosts are named anomalous and the link failure is put at the root of the chain. The verdict
+stays rccl-busy-wait-hang when every node keeps reporting and the GPUs spin: the mechanism is the busy-wait
+deadlock, the RDMA link failure is what triggered it. network-partition is kept for hosts that lost
+connectivity altogether (scrape gaps, RDMA port down), where the remedy is the same node exclusion but the
+evidence differs.
+"""
 
 from __future__ import annotations
 
@@ -15,12 +24,79 @@ from jobdiagd.tsdb.playbooks.base import (
     fmt,
     gpu_state,
     hang_window,
+    host_of,
     iso,
     median,
     outliers_high,
     per_gpu_rows,
     present,
 )
+
+RDMA_ERRORS = (
+    ("hw_rdma_req_tx_retry_excd_err_total", "retry exhaustion"),
+    ("hw_rdma_tx_ack_timeout_total", "ACK timeouts"),
+    ("hw_rdma_tx_retx_pkts_total", "retransmits"),
+)
+
+
+async def rdma_trigger(env: PlaybookEnv, last: float, end: float) -> tuple[list[str], str, float | None]:
+    """Hosts whose RDMA error counters started rising in the lead-up to the last step (before the hang).
+
+    Returns (hosts, description, onset). Retry exhaustion or ACK timeouts count on their own; retransmits
+    only as an outlier against the other hosts' rate in the same window.
+    """
+    names = [n for n, _ in RDMA_ERRORS if env.disc.has(n)]
+    if not names:
+        return [], "", None
+    st = env.disc.timeline.median_step_time() or env.ctx.step_time_s or 30.0
+    lo = max(env.disc.min_time, last - max(300.0, 10 * st))
+    sel = '{__name__=~"' + "|".join(names) + '"}'
+    # The lead-up and the first minutes of the hang are enough to see when the errors began.
+    end = min(end, last + max(600.0, 10 * st))
+    series = await env.client.query_range(f"sum by (__name__, host, device) ({sel})", lo, end, 10.0)
+    # (host, device) -> name -> (onset, increase within [lo, end])
+    per: dict[tuple[str, str], dict[str, tuple[float | None, float]]] = {}
+    for x in series:
+        pts = [(t, v) for t, v in x.points if v == v]
+        if len(pts) < 2:
+            continue
+        onset = next((t for (_, a), (t, b) in zip(pts, pts[1:], strict=False) if b > a), None)
+        key = (host_of(x.labels), x.labels.get("device", "?"))
+        per.setdefault(key, {})[x.labels.get("__name__", "")] = (onset, max(0.0, pts[-1][1] - pts[0][1]))
+    retx = {f"{h}\t{dev}": v.get("hw_rdma_tx_retx_pkts_total", (None, 0.0))[1] for (h, dev), v in per.items()}
+    retx_out = {
+        tuple(k.split("\t", 1))
+        for k in outliers_high(
+            retx, factor=env.th.rate_outlier_factor, floor=(end - lo) * env.th.rdma_retx_min_per_s
+        )
+    }
+    hard_names = [n for n in names if n != "hw_rdma_tx_retx_pkts_total"]
+    bad: dict[tuple[str, str], tuple[float | None, list[str]]] = {}
+    for (h, dev), m in per.items():
+        hard = [m[n] for n in hard_names if n in m and m[n][1] > 0]
+        if not hard and (h, dev) not in retx_out:
+            continue
+        parts = [f"{label} +{m[n][1]:.0f}" for n, label in RDMA_ERRORS if n in m and m[n][1] > 0]
+        # A busy retransmit counter has no onset of its own; only the error counters date the event.
+        onsets = [o for o, _ in hard if o is not None]
+        bad[(h, dev)] = (min(onsets) if onsets else None, parts)
+    # Only a start before the hang (up to one step time after the last step) makes it the trigger.
+    trig = {k: v for k, v in bad.items() if v[0] is None or v[0] <= last + st}
+    if not trig:
+        return [], "", None
+    onset = min((v[0] for v in trig.values() if v[0] is not None), default=None)
+
+    def when(o: float | None) -> str:
+        if o is None:
+            return " (elevated throughout the lead-up)"
+        rel = f"{last - o:.0f} s before" if o <= last else f"{o - last:.0f} s after"
+        return f", rising from {iso(o)} ({rel} the last step)"
+
+    desc = "; ".join(
+        f"{h} {dev}: {', '.join(parts)} by {iso(end)}{when(o)}"
+        for (h, dev), (o, parts) in sorted(trig.items())
+    )
+    return sorted({h for h, _ in trig}), desc, onset
 
 
 class HangPlaybook:
@@ -141,6 +217,7 @@ class HangPlaybook:
         )
         port_down = sorted(h for h, v in port_min.items() if v < 1)
 
+        trig_hosts, trig_desc, trig_onset = await rdma_trigger(env, last, end)
         findings: list[Finding] = []
         host_table = EvidenceTable(
             "Per-host state during the hang window",
@@ -248,6 +325,24 @@ class HangPlaybook:
                 "GPUs spin in the polling loop (100% util, low watts)",
                 "no step progress",
             ]
+            if trig_hosts:
+                hard = "retry exhaustion" in trig_desc
+                anomalous = sorted(set(anomalous) | set(trig_hosts))
+                root = (
+                    f"Trigger: RDMA link errors on {', '.join(trig_hosts)} before the hang ({trig_desc})"
+                    + (
+                        " -- retry exhaustion means packets were permanently lost: a hard link failure, not congestion"
+                        if hard
+                        else ""
+                    )
+                    + ". The collective using that link could not complete and every rank blocked in it. "
+                    + root
+                )
+                chain = [
+                    f"RDMA link failure on {', '.join(trig_hosts)} ({trig_desc})",
+                    "collective on that link cannot complete",
+                    *chain,
+                ]
         elif train_frac >= 0.5:
             verdict = "healthy"
             root = "GPUs were at training power during the supposed hang: training continued. The Slurm log may be truncated (RAY=1); check ray_logs/<head>/worker*.out."
@@ -303,10 +398,18 @@ class HangPlaybook:
                 )
             )
 
+        init_phase = env.disc.timeline.empty or not env.disc.timeline.last_step
         nxt = [
-            "Kill the job (scancel) and retry on the same nodes first; init-phase hangs are often transient.",
+            ("Kill the job (scancel) and retry" if env.ctx.live else "Retry")
+            + " on the same nodes first; "
+            + ("init-phase hangs are often transient." if init_phase else "RCCL hangs are often transient."),
             "Only if the hang recurs on the same nodes: --exclude the outlier nodes, add _env_NCCL_DEBUG=INFO.",
         ]
+        if trig_hosts and verdict == "rccl-busy-wait-hang":
+            nxt = [
+                f"Check the RDMA link of {', '.join(trig_hosts)} (cable, switch port, `ibstat`/`rdma link`); run --playbook network-health.",
+                f"Resubmit with --exclude={','.join(trig_hosts)} until the link is repaired.",
+            ]
         if verdict == "dead-node":
             nxt = [
                 f"Inspect {', '.join(anomalous)}: dmesg (OOM kill, GPU errors), run --playbook hardware and --playbook oom.",

@@ -1,4 +1,10 @@
-"""Playbook 4: node failure / hardware -- RAS UE/CE, PCIe, RDMA port state, dmesg GPU errors, temperature before the crash."""
+"""Playbook 4: node failure / hardware -- RAS UE/CE, PCIe, RDMA port state, dmesg GPU errors, temperature before the crash.
+
+Runbook: "healthy nodes should have zero RAS/PCIe errors. Any node with non-zero values is the problem."
+So any non-zero RAS or PCIe counter makes its host anomalous and the verdict hardware-fault; with
+correctable errors only (no UE, no PCIe fatal) the root cause says "degrading" (not immediately fatal).
+`ce_warn_count` only grades the wording ("high" correctable-error counts).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +17,7 @@ from jobdiagd.tsdb.playbooks.base import (
     by_host,
     dur,
     fmt,
+    host_of,
     iso,
     present,
 )
@@ -59,7 +66,7 @@ class HardwarePlaybook:
         dmesg, dmesg_total = by_host(r.get("dmesg", [])), by_host(r.get("dmesg_total", []))
         oom, last_seen = by_host(r.get("oom", [])), by_host(r.get("last_seen", []))
         ports = [
-            (s.labels.get("host", "?"), s.labels.get("device", "?"), s.labels.get("port", "?"), s.v)
+            (host_of(s.labels), s.labels.get("device", "?"), s.labels.get("port", "?"), s.v)
             for s in r.get("port_min", [])
         ]
         temp_pre, temp_med = by_gpu(rt.get("temp_pre", [])), by_gpu(rt.get("temp_med", []))
@@ -166,6 +173,39 @@ class HardwarePlaybook:
                 + ", ".join(f"{h} {d}:{p}" for h, d, p in down)
                 + " (physical layer: check cable/switch port)"
             )
+        ce_any = sorted(k for k, v in err.ce.items() if v > 0)
+        pcie_soft = sorted(
+            {k for kind in ("correctable", "nonfatal") for k, v in err.pcie.get(kind, {}).items() if v > 0}
+        )
+        if ce_any or pcie_soft:
+            degrading = verdict == "healthy"
+            verdict = "hardware-fault"
+            anomalous |= {h for h, _ in ce_any} | {h for h, _ in pcie_soft}
+            soft: list[str] = []
+            if ce_any:
+                soft.append(
+                    ("high " if any(err.ce[k] >= th.ce_warn_count for k in ce_any) else "")
+                    + "correctable RAS errors on "
+                    + ", ".join(
+                        f"{h}:gpu{g} ({err.ce[(h, g)]:.0f} CE, {err.ce_new.get((h, g), 0):.0f} new in job)"
+                        for h, g in ce_any
+                    )
+                )
+            if pcie_soft:
+                soft.append(
+                    "PCIe correctable/non-fatal errors on " + ", ".join(f"{h}:gpu{g}" for h, g in pcie_soft)
+                )
+            if degrading:
+                causes.append(
+                    "degrading hardware -- correctable errors only (no uncorrectable or fatal errors: not "
+                    "immediately fatal, but healthy GPUs show zero): " + "; ".join(soft)
+                )
+                chain = [
+                    "degrading GPU hardware (" + "; ".join(soft) + ")",
+                    "errors still corrected; an uncorrectable error or a crash may follow",
+                ]
+            else:
+                causes.extend(soft)
         if hot and verdict == "healthy":
             verdict = "thermal-throttle"
             anomalous |= {h for h, _ in hot}
@@ -193,7 +233,11 @@ class HardwarePlaybook:
         root = (
             "; ".join(causes)
             if causes
-            else "No hardware errors: all RAS/PCIe counters zero, RDMA links up, no dmesg GPU errors, temperatures normal."
+            else (
+                "No hardware errors: all RAS/PCIe counters zero, RDMA links up, no dmesg GPU errors, temperatures normal."
+                if keys
+                else "No hardware errors found: RDMA links up, no dmesg GPU errors, temperatures normal (no RAS/PCIe counters in this TSDB)."
+            )
         )
         findings.insert(
             0,

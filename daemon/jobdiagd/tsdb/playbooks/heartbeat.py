@@ -1,9 +1,17 @@
-"""Playbook 2: heartbeat false positive -- state of the accused hosts at (crash time - heartbeat timeout)."""
+"""Playbook 2: heartbeat false positive -- state of the accused hosts from (crash - heartbeat timeout) to the crash.
+
+The accused hosts are judged in the window in which their heartbeats went missing, (crash - timeout, crash]:
+a real death there (series stop well before the crash while peers go on, `up` == 0, all GPUs idle) makes
+the timeout a true positive (dead-node). A long average ending at crash - timeout is not used: it is
+dominated by earlier healthy training and hides a host that died just before or after that instant.
+Hosts are matched by short name (log node list vs labels with a domain suffix).
+"""
 
 from __future__ import annotations
 
 from collections import Counter
 
+from jobdiagd.tsdb.client import Sample
 from jobdiagd.tsdb.playbooks.base import (
     EvidenceTable,
     Finding,
@@ -14,8 +22,10 @@ from jobdiagd.tsdb.playbooks.base import (
     dur,
     fmt,
     gpu_state,
+    host_of,
     iso,
     present,
+    short_host,
 )
 
 
@@ -36,13 +46,23 @@ def accused_hosts(env: PlaybookEnv) -> list[str]:
     hb = env.ctx.heartbeat
     if hb is None:
         return []
-    hosts = list(hb.accused_hosts)
-    nodes = env.ctx.nodes
+    hosts = [short_host(h) for h in hb.accused_hosts]
+    nodes = [short_host(n) for n in env.ctx.nodes]
     for t in hb.accused_tasks:
         # One task per node in these jobs: task i runs on the i-th node of the expanded list.
         if 0 <= t < len(nodes) and nodes[t] not in hosts:
             hosts.append(nodes[t])
     return hosts
+
+
+def by_host_max(samples: list[Sample]) -> dict[str, float]:
+    """Newest value per short host (several label spellings of one host collapse into one)."""
+    out: dict[str, float] = {}
+    for x in samples:
+        if x.v == x.v:
+            h = host_of(x.labels)
+            out[h] = max(out.get(h, x.v), x.v)
+    return out
 
 
 class HeartbeatPlaybook:
@@ -51,20 +71,22 @@ class HeartbeatPlaybook:
 
     async def run(self, env: PlaybookEnv) -> PlaybookResult:
         crash, timeout, stop = heartbeat_times(env)
-        w = 120.0
-        full = dur(stop - env.disc.min_time + 60)
-        at = min(stop, env.disc.max_time)
-        arms = present(
+        # Liveness is judged over the heartbeat window itself (heartbeats stopped -> kill); the GPU state
+        # over its first <= 2 minutes, right after the heartbeats stopped (a long window would mix in a
+        # hang that began later and say "busy" for GPUs that were training when the heartbeats failed).
+        w = max(timeout, 60.0)
+        at = min(crash, env.disc.max_time)
+        ws = min(w, 120.0)
+        at_state = min(stop + ws, at)
+        full = dur(at - env.disc.min_time + 60)
+        state_arms = present(
             env,
             {
-                "util": f"avg_over_time(ray_node_gpus_utilization[{dur(w)}])",
-                "power": f"avg_over_time(hw_gpu_power_watts[{dur(w)}])",
-                "tcp": f"rate(hw_tcp_retransmits_total[{dur(w)}])",
-                "io": f"avg_over_time(hw_io_pressure_full_pct[{dur(w)}])",
-                "mem": f"max_over_time(ray_node_mem_used[{dur(w)}]) / max_over_time(ray_node_mem_total[{dur(w)}])",
-                "oom": f"increase(hw_oom_kills_total[{full}])",
-                "dmesg": f"increase(hw_dmesg_gpu_errors_total[{full}])",
-                "samples": f"count_over_time(hw_procs_running[{dur(w)}])",
+                "util": f"avg_over_time(ray_node_gpus_utilization[{dur(ws)}])",
+                "power": f"avg_over_time(hw_gpu_power_watts[{dur(ws)}])",
+                "tcp": f"rate(hw_tcp_retransmits_total[{dur(ws)}])",
+                "io": f"avg_over_time(hw_io_pressure_full_pct[{dur(ws)}])",
+                "mem": f"max_over_time(ray_node_mem_used[{dur(ws)}]) / max_over_time(ray_node_mem_total[{dur(ws)}])",
             },
             {
                 "util": "ray_node_gpus_utilization",
@@ -72,12 +94,28 @@ class HeartbeatPlaybook:
                 "tcp": "hw_tcp_retransmits_total",
                 "io": "hw_io_pressure_full_pct",
                 "mem": "ray_node_mem_used",
+            },
+        )
+        live_arms = present(
+            env,
+            {
+                "oom": f"increase(hw_oom_kills_total[{full}])",
+                "dmesg": f"increase(hw_dmesg_gpu_errors_total[{full}])",
+                "samples": f"count_over_time(hw_procs_running[{dur(w)}])",
+                # Newest sample time per host up to the crash, and whether a scrape target was down.
+                "seen": f"max by (host) (max_over_time(timestamp(hw_procs_running)[{dur(w + 600)}:10s]))",
+                # Down for most of the window (one failed scrape of a training host is not a death).
+                "up_min": f"avg_over_time(up[{dur(w)}])",
+            },
+            {
                 "oom": "hw_oom_kills_total",
                 "dmesg": "hw_dmesg_gpu_errors_total",
                 "samples": "hw_procs_running",
+                "seen": "hw_procs_running",
+                "up_min": "up",
             },
         )
-        r = await env.arms(arms, at)
+        r = await env.arms(state_arms, at_state) | await env.arms(live_arms, at)
         util, power = by_gpu(r.get("util", [])), by_gpu(r.get("power", []))
         tcp, io, mem = by_host(r.get("tcp", [])), by_host(r.get("io", [])), by_host(r.get("mem", []))
         oom, dmesg, samples = (
@@ -85,6 +123,8 @@ class HeartbeatPlaybook:
             by_host(r.get("dmesg", [])),
             by_host(r.get("samples", [])),
         )
+        seen = by_host_max(r.get("seen", []))
+        up_down = sorted({host_of(x.labels) for x in r.get("up_min", []) if x.v < 0.5})
         prof, th = env.profile, env.th
         states = {k: gpu_state(util.get(k), power.get(k), prof, th) for k in set(util) | set(power)}
         accused = accused_hosts(env)
@@ -95,8 +135,8 @@ class HeartbeatPlaybook:
             return ", ".join(f"{n} {s}" for s, n in c.most_common()) or "no GPU samples"
 
         table = EvidenceTable(
-            f"Host state at heartbeat-stop time {iso(stop)} (crash {iso(crash)} - timeout {timeout:.0f} s)",
-            f"avg_over_time(...[{dur(w)}]) at {iso(at)}",
+            f"Host state from heartbeat-stop time {iso(stop)} to crash {iso(crash)} (timeout {timeout:.0f} s)",
+            f"avg_over_time(...[{dur(ws)}]) at {iso(at_state)}; liveness (last sample, up, samples) over [{dur(w)}] at {iso(at)}",
             (
                 "Host",
                 "accused",
@@ -108,6 +148,7 @@ class HeartbeatPlaybook:
                 "mem used",
                 "OOM kills",
                 "dmesg GPU errs",
+                "last metrics",
             ),
         )
         for h in hosts:
@@ -125,6 +166,7 @@ class HeartbeatPlaybook:
                     fmt(100 * mem[h], "%") if h in mem else "n/a",
                     fmt(oom.get(h), digits=0),
                     fmt(dmesg.get(h), digits=0),
+                    iso(seen[h]) if h in seen else "none in window",
                 )
             )
 
@@ -136,10 +178,19 @@ class HeartbeatPlaybook:
         stall = (stop - last_before.t) if last_before else None
         st = tl.median_step_time() or 30.0
         progressing = stall is not None and stall <= max(5 * st, 300.0)
+        # Metrics that end well before the crash (while the newest peer goes on) mean the host died in or
+        # before the heartbeat window; the job's own end stops everyone at the crash.
+        ref = min(at, max(seen.values(), default=at))
+        margin = max(3 * 10.0, 30.0)
+        stopped = {h: seen.get(h) for h in (accused or hosts) if seen and seen.get(h, 0.0) < ref - margin}
         dead = [
             h
             for h in (accused or hosts)
-            if samples.get(h, 0) == 0 or oom.get(h, 0) > 0.5 or dmesg.get(h, 0) > 0.5
+            if samples.get(h, 0) == 0
+            or h in stopped
+            or h in up_down
+            or oom.get(h, 0) > 0.5
+            or dmesg.get(h, 0) > 0.5
         ]
         idle_accused = [
             h
@@ -162,12 +213,23 @@ class HeartbeatPlaybook:
                     why.append(f"{h}: OOM kill")
                 elif dmesg.get(h, 0) > 0.5:
                     why.append(f"{h}: GPU driver errors in dmesg")
-                elif samples.get(h, 0) == 0:
-                    why.append(f"{h}: no metrics")
+                elif h in stopped or samples.get(h, 0) == 0:
+                    t_last = stopped.get(h)
+                    why.append(
+                        f"{h}: metrics stop at {iso(t_last)}, {crash - t_last:.0f} s before the crash (heartbeat-stop time {iso(stop)}) while the other hosts kept reporting"
+                        if t_last
+                        else f"{h}: no metrics in the heartbeat window"
+                    )
+                elif h in up_down:
+                    why.append(f"{h}: scrape target down (up == 0) in the heartbeat window")
                 else:
                     why.append(f"{h}: GPUs idle")
             root = "The heartbeat timeout was a true positive: " + "; ".join(why) + "."
-            chain = ["accused task really died", "heartbeats stop", "coordinator kills the job"]
+            chain = [
+                f"{', '.join(anomalous)} died (metrics stop / target down / GPUs idle)",
+                "its heartbeats stop",
+                f"coordinator kills the job after the {timeout:.0f} s timeout",
+            ]
         elif (
             not progressing
             and stall is not None
@@ -191,7 +253,7 @@ class HeartbeatPlaybook:
                 root = "No training step had completed: init-phase kill -- the heartbeat timeout is shorter than XLA compilation + initial checkpoint time. Increase it."
             else:
                 root = (
-                    f"At the heartbeat-stop time the accused hosts ({', '.join(accused) or 'all'}) were alive and training "
+                    f"Between the heartbeat-stop time and the crash the accused hosts ({', '.join(accused) or 'all'}) were alive and training "
                     f"({acc_states.get('training', 0)}/{n_acc} GPUs at training power; last step {last_before.step} {int(stall or 0)} s earlier), "
                     "TCP retransmits near zero and no I/O pressure. Root cause: the shared gRPC channel bug (docs/jax-heartbeat-false-positive-postmortem.md)."
                 )
@@ -202,7 +264,7 @@ class HeartbeatPlaybook:
             ]
         findings = [
             Finding(
-                "Accused hosts at heartbeat-stop time",
+                "Accused hosts from heartbeat-stop time to crash",
                 root,
                 "critical" if verdict != "heartbeat-false-positive" else "warning",
                 tuple(accused),
@@ -227,7 +289,7 @@ class HeartbeatPlaybook:
             self.name,
             self.analysis_type,
             verdict,
-            (stop - w, stop),
+            (stop, at),
             findings,
             anomalous,
             root,

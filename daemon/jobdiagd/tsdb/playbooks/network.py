@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import statistics
 
-from jobdiagd.tsdb.client import regex_union
 from jobdiagd.tsdb.playbooks.base import (
     EvidenceTable,
     Finding,
@@ -15,6 +14,7 @@ from jobdiagd.tsdb.playbooks.base import (
     dur,
     fmt,
     host_of,
+    host_regex,
     outliers_high,
     present,
     training_span,
@@ -193,7 +193,7 @@ class NetworkPlaybook:
         corr_txt = ""
         tl = env.disc.timeline
         if anomalous and not tl.empty and env.disc.has("hw_rdma_tx_retx_pkts_total"):
-            sel = regex_union(sorted(anomalous))
+            sel = host_regex(anomalous)
             step = max(30.0, w / 300)
             series = await env.client.query_range(
                 f'sum(rate(hw_rdma_tx_retx_pkts_total{{host=~"{sel}"}}[2m]))', start, end, step

@@ -1,4 +1,11 @@
-"""Playbook 3: host OOM -- memory trajectory (ramp / spike / periodic), replica-0 pattern, all-nodes pattern."""
+"""Playbook 3: host OOM -- memory trajectory (ramp / spike / periodic), replica-0 pattern, all-nodes pattern.
+
+checkpoint-oom needs the fatal excursion (the last one before each OOM kill) to line up with a checkpoint
+step, or the DP-replica-0-only pattern; earlier save spikes that recovered do not make a later OOM a
+checkpoint OOM. All nodes spiking together away from any checkpoint step is the runbook's "data pipeline
+issue or XLA recompilation event": reported in the host-OOM family (host-oom-ramp, the fixed set's only
+non-checkpoint host-OOM verdict) with a root cause that says it was a simultaneous spike, not a leak.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +25,7 @@ from jobdiagd.tsdb.playbooks.base import (
     iso,
     linear_fit,
     median,
+    short_host,
 )
 
 
@@ -102,7 +110,7 @@ class OomPlaybook:
             )
         if not oom_hosts:
             oom_hosts = sorted(
-                {f.host for f in env.ctx.failures if f.host and f.cls.startswith("oom")} & set(fr)
+                {short_host(f.host) for f in env.ctx.failures if f.host and f.cls.startswith("oom")} & set(fr)
             )
 
         tl = env.disc.timeline
@@ -148,7 +156,7 @@ class OomPlaybook:
 
         # DP replica 0 = the first NNODES / dcn_data_parallelism nodes (MaxText saves from replica 0 only).
         dcn = env.ctx.config.get("dcn_data_parallelism", "")
-        nodes = list(env.ctx.nodes) or sorted(fr)
+        nodes = [short_host(n) for n in env.ctx.nodes] or sorted(fr)
         replica0: set[str] = set()
         if dcn.isdigit() and int(dcn) > 1:
             replica0 = set(nodes[: max(1, len(nodes) // int(dcn))])
@@ -161,11 +169,24 @@ class OomPlaybook:
         chain: list[str] = []
         target = oom_hosts or sorted(peaks, key=lambda h: -peaks[h])[:1]
         pat = patterns.get(target[0], ("flat", ""))[0] if target else "flat"
-        ck_related = any(
-            "checkpoint" in patterns.get(h, ("", ""))[1] and patterns[h][0] != "ramp" for h in target
-        ) or (
-            pat == "spike" and any("at a checkpoint step" in patterns[h][1] for h in target if h in patterns)
+        # The fatal excursion of each target host: the last one before its series ends.
+        fatal: dict[str, tuple[float, float, float]] = {}
+        for h in target:
+            pts = fr.get(h, [])
+            exc = excursions(pts, median(v for _, v in pts), th.spike_min_fraction) if pts else []
+            if exc:
+                fatal[h] = exc[-1]
+        tol = 2 * st + step
+        fatal_at_ckpt = {h: any(e[0] - tol <= c <= e[1] + tol for c in ck_times) for h, e in fatal.items()}
+        ck_related = bool(fatal) and all(fatal_at_ckpt.values())
+        starts = sorted(e[0] for e in fatal.values())
+        simultaneous = (
+            all_nodes and len(fatal) == len(target) and bool(starts) and starts[-1] - starts[0] <= tol
         )
+        spike_step = None
+        if starts:
+            before = [p.step for p in tl.points if p.t <= starts[0]]
+            spike_step = (before[-1] + 1) if before else None
         if not oom_hosts:
             verdict = "healthy"
             root = f"No host OOM in the metrics: no hw_oom_kills_total increase, peak memory {fmt(100 * max(peaks.values(), default=0), '%')}."
@@ -178,7 +199,22 @@ class OomPlaybook:
                 "OOM killer",
                 "job fails",
             ]
-        elif ck_related or replica0_pattern or pat == "periodic":
+        elif simultaneous and not ck_related:
+            verdict = "host-oom-ramp"
+            where = f"around step {spike_step}" if spike_step is not None else f"at {iso(starts[0])}"
+            root = (
+                f"All {len(target)} nodes ({', '.join(target)}) spiked together {where}, not a checkpoint step "
+                f"(checkpoint_period {period}), and were OOM-killed: a simultaneous spike, not a leak and not a "
+                "checkpoint save -- likely a data pipeline issue (loading burst) or an XLA recompilation event "
+                "allocating new host buffers."
+            )
+            chain = [
+                f"all-node host memory spike {where} (data pipeline burst / XLA recompilation)",
+                "host RAM exhausted on every node at once",
+                "OOM killer on all nodes",
+                "job fails",
+            ]
+        elif ck_related or (replica0_pattern and set(oom_hosts) <= replica0):
             verdict = "checkpoint-oom"
             root = (
                 f"Memory spikes at checkpoint saves on {', '.join(spiky or oom_hosts)}"
@@ -193,8 +229,13 @@ class OomPlaybook:
         else:
             verdict = "host-oom-ramp"
             root = f"Sudden memory spike on {', '.join(oom_hosts)} not aligned with a checkpoint: data-loading burst or XLA recompilation."
+            if pat == "periodic":
+                root = (
+                    f"Memory excursions on {', '.join(oom_hosts)}; the fatal one was not at a checkpoint step: "
+                    "data-loading burst or XLA recompilation rather than a checkpoint save."
+                )
             chain = ["memory spike", "OOM killer"]
-        if all_nodes:
+        if all_nodes and not simultaneous:
             root += (
                 " All nodes hit the limit together: suspect the data pipeline or an XLA recompilation event."
             )

@@ -1,16 +1,25 @@
-"""Playbook 7: training stability -- loss/grad/LR/MoE, step time and throughput, and the contention checklist."""
+"""Playbook 7: training stability -- loss/grad/LR/MoE, step time and throughput, and the contention checklist.
+
+A training-level event (MoE load-balance loss spike, gradient-norm spike, loss divergence/NaN) that starts
+no later than a throughput regression which no contention source explains is reported as the root cause,
+with the full chain (runbook: "MoE load balance loss spike -> ... uneven GPU utilization and TGS drop").
+The verdict then stays `healthy`: the fixed verdict set names system failure mechanisms only, and every
+one of them (io-contention, thermal-throttle, rdma-degradation, ...) would send the operator to fix
+hardware that is fine. The root cause, chain and a warning finding carry the training-level regression.
+"""
 
 from __future__ import annotations
 
 import math
 import statistics
 
-from jobdiagd.tsdb.align import StepPoint, checkpoint_steps, steady_state
+from jobdiagd.tsdb.align import StepPoint, Timeline, checkpoint_steps, steady_state
 from jobdiagd.tsdb.playbooks.base import (
     EvidenceTable,
     Finding,
     PlaybookEnv,
     PlaybookResult,
+    by_gpu,
     by_host,
     dur,
     fmt,
@@ -101,6 +110,48 @@ CHECKLIST: tuple[tuple[str, str, str, str, str], ...] = (
 
 def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else float("nan")
+
+
+def training_event(
+    moe_spikes: list[StepPoint],
+    grad_spikes: list[StepPoint],
+    diverge: StepPoint | None,
+    nan_steps: list[int],
+    tl: Timeline,
+) -> tuple[str, int, float | None] | None:
+    """The earliest training-level event: (description, first step, time)."""
+    cands: list[tuple[int, str]] = []
+    if moe_spikes:
+        cands.append(
+            (moe_spikes[0].step, "MoE load-balance loss spike (routing shift -> expert load imbalance)")
+        )
+    if grad_spikes:
+        cands.append((grad_spikes[0].step, "gradient-norm spike"))
+    if diverge is not None:
+        cands.append((diverge.step, "loss divergence"))
+    if nan_steps:
+        cands.append((nan_steps[0], "loss NaN"))
+    if not cands:
+        return None
+    step, label = min(cands)
+    return label, step, tl.time_of_step(step)
+
+
+async def uneven_gpus(env: PlaybookEnv, baseline: tuple[float, float], degraded: tuple[float, float]) -> str:
+    """How many GPUs lost utilization in the degraded window while others kept theirs (symptom of imbalance)."""
+    if not env.disc.has("ray_node_gpus_utilization"):
+        return ""
+    q = "avg_over_time(ray_node_gpus_utilization[{w}])"
+    b = by_gpu(await env.client.query_vector(q.format(w=dur(baseline[1] - baseline[0])), baseline[1]))
+    d = by_gpu(await env.client.query_vector(q.format(w=dur(degraded[1] - degraded[0])), degraded[1]))
+    low = sorted(k for k, v in d.items() if k in b and b[k] - v >= 15.0)
+    if not low or len(low) == len(d):
+        return ""
+    hosts = sorted({h for h, _ in low})
+    return (
+        f"GPU utilization became uneven: {len(low)}/{len(d)} GPUs dropped to ~{median(d[k] for k in low):.0f}% "
+        f"(on {', '.join(hosts)}) while the rest stayed at ~{median(v for k, v in d.items() if k not in low):.0f}%"
+    )
 
 
 class TrainingStabilityPlaybook:
@@ -366,6 +417,30 @@ class TrainingStabilityPlaybook:
                         ]
                     else:
                         root = f"CPU contention: runnable processes +{median(deltas):.1f} per host ({'uniform' if uniform else 'per-node'})."
+            if (
+                not root
+                and baseline
+                and (train_evt := training_event(moe_spikes, grad_spikes, diverge, nan_steps, tl))
+            ):
+                label, first_step, t_evt = train_evt
+                uneven = await uneven_gpus(env, baseline, degraded)
+                root = (
+                    f"Training-level root cause: {label} from step {first_step}"
+                    + (f" ({iso(t_evt)})" if t_evt else "")
+                    + f", before throughput dropped {drop_pct:.1f}% (steady TGS {early:.0f} -> {late:.0f}); "
+                    + (f"{uneven}; " if uneven else "")
+                    + "no contention source (CPU, network, I/O, memory, thermal, hardware) moved. "
+                    "The system metrics are passive symptoms of the model's changed computation."
+                )
+                chain = [
+                    f"{label} at step {first_step}",
+                    "uneven work across GPUs (some experts/devices overloaded, others waiting)"
+                    if "MoE" in label
+                    else "numerical instability changes the computation",
+                    *([uneven] if uneven else []),
+                    "every step waits for the slowest devices: step time up",
+                    f"TGS down {drop_pct:.1f}%",
+                ]
             if not root:
                 root = f"Throughput dropped {drop_pct:.1f}% but no contention source moved clearly; compare with a baseline job (jobdiagd compare)."
         elif rdma_out:
@@ -383,6 +458,8 @@ class TrainingStabilityPlaybook:
                 else "; ".join(issues)
             )
         findings[1].summary = root
+        if root.startswith("Training-level root cause"):
+            findings[1].severity = "warning"
         nxt = {
             "io-contention": [
                 "Check NFS/storage health; consider async checkpointing or a longer checkpoint_period."
