@@ -16,14 +16,13 @@ UNKNOWN) and the job-end report runs on a fresh `load_job` of its files, like th
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jobdiagd import clock
+from jobdiagd import clock, jsonsafe
 from jobdiagd.alerts.incidents import IncidentBook
 from jobdiagd.config import Config, ConfigError, default_config, load
 from jobdiagd.detectors import Detector, NoData, Report, keep_resolution
@@ -299,7 +298,7 @@ def main(args: argparse.Namespace) -> int:
     now = clock.wall()
     results = [replay(r, cfg, tick=tick, ref_time=now) for r in refs]
     if args.json:
-        print(json.dumps({"jobs": [r.to_dict() for r in results]}, indent=1))
+        print(jsonsafe.dumps({"jobs": [r.to_dict() for r in results]}, indent=1))
         return 0
     for r in results:
         print(

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from jobdiagd import jsonsafe
 from jobdiagd.alerts.incidents import format_duration
 from jobdiagd.config import DEFAULT_CONFIG_PATH, ConfigError, DaemonConfig, load
 from jobdiagd.service.health import assess
@@ -166,7 +167,7 @@ def run_status(args: argparse.Namespace) -> int:
             "now": now,
             "status": status,
         }
-        print(json.dumps(out, indent=2, sort_keys=True, default=str))
+        print(jsonsafe.dumps(out, indent=2, sort_keys=True, default=str))
     else:
         sys.stdout.write(format_status(status, now))
     return EXIT_OK if health.ok else EXIT_UNHEALTHY

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from jobdiagd import clock
+from jobdiagd import clock, jsonsafe
 from jobdiagd.service.logging import get_logger
 
 MAX_REQUEST = 64 * 1024
@@ -103,7 +103,7 @@ class StatusServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             reply = await self._answer(reader)
-            writer.write(json.dumps(reply, default=str, separators=(",", ":")).encode() + b"\n")
+            writer.write(jsonsafe.dumps(reply, default=str, separators=(",", ":")).encode() + b"\n")
             await writer.drain()
         except (ConnectionError, TimeoutError) as exc:
             self._log.debug("status_client_dropped", error=str(exc))

@@ -141,6 +141,10 @@ def _stall(
     compile or restore is not a stall."""
     budget = stall_budget(steps, progress.step_time_s, ckpt, policy)
     limit = budget.seconds + extra_s
+    if progress.last_step_time_estimated:
+        # *Dated only by training start + summed step seconds: allow for time the step seconds
+        # do not cover (5% of it, at least 5 min) before calling a stall.
+        limit += max(300.0, 0.05 * (progress.train_time_s or 0.0))
     gap = _gap(at, progress)
     if gap is None and not steps and barrier_time is not None and at is not None:
         gap = at - barrier_time

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from datetime import datetime
 from pathlib import Path
 
-from jobdiagd import clock
+from jobdiagd import clock, jsonsafe
 from jobdiagd.logs import reader
 from jobdiagd.triage.engine import TriageResult, triage_ref
 from jobdiagd.triage.report import SUMMARY_HEADER, render_json, render_markdown, render_row
@@ -99,17 +98,19 @@ def run(args: argparse.Namespace) -> int:
     reader.set_default_workers(args.workers)
     roots = _roots(args)
     refs: list[JobRef] = []
-    try:
-        if args.all:
-            for root in roots:
-                refs.extend(list_jobs(root))
-        for target in args.paths:
-            refs.append(resolve(target, roots))
-    except ResolveError as exc:
-        print(f"jobdiagd triage: {exc}", file=sys.stderr)
-        return 2
+    # One unusable path gets its one-line error; the others are still reported (exit 2 then).
+    bad = 0
+    targets: list[tuple[str, bool]] = [(str(r), True) for r in roots] if args.all else []
+    targets += [(t, False) for t in args.paths]
+    for target, is_root in targets:
+        try:
+            refs.extend(list_jobs(Path(target)) if is_root else [resolve(target, roots)])
+        except ResolveError as exc:
+            print(f"jobdiagd triage: {exc}", file=sys.stderr)
+            bad += 1
     if not refs:
-        print("jobdiagd triage: nothing to triage (give PATH... or --all)", file=sys.stderr)
+        if not bad:
+            print("jobdiagd triage: nothing to triage (give PATH... or --all)", file=sys.stderr)
         return 2
     results: list[TriageResult] = []
     for ref in refs:
@@ -117,16 +118,17 @@ def run(args: argparse.Namespace) -> int:
             results.append(_one(ref, args, now))
         except OSError as exc:
             print(f"jobdiagd triage: {ref.log or ref.job_dir}: {exc.strerror or exc}", file=sys.stderr)
-            if len(refs) == 1:
-                return 2
-    if len(results) == 1 and not args.all:
+            bad += 1
+    if not results:
+        return 2
+    if len(results) == 1 and len(targets) == 1 and not args.all:
         r = results[0]
         print(render_json(r) if args.json else render_markdown(r), end="" if not args.json else "\n")
         return 0
     if args.json:
-        print(json.dumps({"jobs": [r.to_dict() for r in results]}, indent=2, default=str))
+        print(jsonsafe.dumps({"jobs": [r.to_dict() for r in results]}, indent=2, default=str))
     else:
         print(SUMMARY_HEADER)
         for r in results:
             print(render_row(r))
-    return 0
+    return 2 if bad else 0

@@ -158,6 +158,14 @@ def _live(logs: JobLogs, nodes: list[str]) -> Live:
     return Live(head, port, m.tunnel)
 
 
+def _training_start(logs: JobLogs) -> float | None:
+    """When training started, from a dated BARRIER PASSED line (any of the job's logs)."""
+    for st in logs.states:
+        if st.barrier_passed is not None and st.barrier_passed[1] is not None:
+            return st.barrier_passed[1]
+    return None
+
+
 def analyze(
     logs: JobLogs,
     *,
@@ -212,6 +220,7 @@ def analyze(
         at_time=at_time,
         completed=completed,
         summed_seconds=auth.steps.sum_seconds if auth is not None else None,
+        time_base=_training_start(logs) if steps and all(s.time is None for s in steps[-3:]) else None,
     )
     tgs = analyze_tgs(steps, ckpt)
     cls = classify(

@@ -14,9 +14,8 @@ Decisions where the runbook is silent:
 
 from __future__ import annotations
 
-import math
+from collections import Counter
 from dataclasses import asdict, dataclass
-from functools import reduce
 
 from jobdiagd.model.records import StepRecord
 
@@ -43,6 +42,20 @@ class CheckpointConfig:
         return step > 0 and (r == 0 or r == 1 or (self.asynchronous and r == 2))
 
 
+def period_from_saves(saves: list[int]) -> int | None:
+    """The checkpoint period the saves follow: the most common gap between consecutive saves,
+    when at least two thirds of the saves are its multiples (a final save at the last step is
+    off the grid). None with fewer than two saves."""
+    steps = sorted(set(saves))
+    if len(steps) < 2:
+        return None
+    gaps = Counter(b - a for a, b in zip(steps, steps[1:], strict=False) if b > a)
+    gap = gaps.most_common(1)[0][0] if gaps else 0
+    if gap <= 0 or sum(1 for s in steps if s % gap == 0) * 3 < len(steps) * 2:
+        return None
+    return gap
+
+
 def checkpoint_config(
     passthrough: dict[str, str], config: dict[str, str], saves: list[int]
 ) -> CheckpointConfig:
@@ -61,11 +74,14 @@ def checkpoint_config(
             except ValueError:
                 continue
     periodic = [s for s in saves if s > 0]
+    if period is None and enabled is not False:
+        # *The saves the log shows beat the runbook's default of 200: the period may come from
+        # the model's config file without ever being printed.
+        period = period_from_saves(periodic)
+        if period is not None:
+            enabled = True
     if period is None and enabled:
         period = DEFAULT_CHECKPOINT_PERIOD
-    if period is None and enabled is None and len(periodic) >= 2:
-        period = reduce(math.gcd, periodic)
-        enabled = True
     if enabled is None and periodic:
         enabled = True
     if enabled is False:
@@ -113,6 +129,8 @@ class Progress:
     unaccounted_s: float | None
     last_step_time: float | None
     checkpointing: bool | None
+    # last_step_time is training start + summed step seconds, not a stamp on the step line
+    last_step_time_estimated: bool = False
 
     @property
     def steps_this_run(self) -> int | None:
@@ -132,6 +150,7 @@ class Progress:
         d = asdict(self)
         d.pop("progress_lost_s")
         d.pop("checkpointing")
+        d.pop("last_step_time_estimated")
         return d
 
 
@@ -146,8 +165,10 @@ def compute_progress(
     at_time: float | None,
     completed: bool = False,
     summed_seconds: float | None = None,
+    time_base: float | None = None,
 ) -> Progress:
-    """`summed_seconds` is the exact sum over every step when `steps` is a bounded sample."""
+    """`summed_seconds` is the exact sum over every step when `steps` is a bounded sample;
+    `time_base`, the dated start of training, dates the last step when step lines are undated."""
     ckpt = checkpoint_config(passthrough, config, saves)
     total: int | None = None
     raw_total = passthrough.get("steps") or config.get("steps")
@@ -168,11 +189,18 @@ def compute_progress(
         start = "fresh"
     step_time = steady_step_time(steps, ckpt)
     last_time = steps[-1].time if steps else None
+    estimated = False
     if steps and last_time is None:
         # Duplicated step lines may carry the stamp on another task's copy; take the latest dated step.
         dated = [s for s in steps if s.time is not None]
         if dated and dated[-1].step == last:
             last_time = dated[-1].time
+    if steps and last_time is None and time_base is not None:
+        # *Undated step lines (print-era MaxText): the last step completed at the dated start of
+        # training (BARRIER PASSED) plus the seconds of every step since -- the runbook's own sum.
+        done = summed_seconds if summed_seconds is not None else sum(s.seconds or 0.0 for s in steps)
+        last_time = time_base + done
+        estimated = True
     expected: int | None = None
     if last is not None and last_time is not None and at_time is not None and step_time:
         expected = last + max(0, int((at_time - last_time) // step_time))
@@ -219,4 +247,5 @@ def compute_progress(
         unaccounted_s=round(unaccounted, 1) if unaccounted is not None else None,
         last_step_time=last_time,
         checkpointing=ckpt.enabled,
+        last_step_time_estimated=estimated,
     )

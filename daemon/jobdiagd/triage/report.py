@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import time
 from typing import TYPE_CHECKING
 
+from jobdiagd import jsonsafe
 from jobdiagd.triage.classify import SETUP_BUDGET_S
 from jobdiagd.triage.signatures import BY_CLASS
 
@@ -55,7 +55,8 @@ def what_happened(r: TriageResult) -> str:
                 s += f" It ran slower than it should have: TGS {r.tgs.magnitude} ({r.tgs.pattern})."
             return s
         if r.status == "running":
-            return f"Training is progressing (last step {p.last_step}, expected {p.expected_step_now})."
+            expected = f", expected {p.expected_step_now}" if p.expected_step_now is not None else ""
+            return f"Training is progressing (last step {p.last_step}{expected})."
         return f"Status {r.status}; no failure signature found."
     if primary == "soft-success":
         v = c.soft_success_variant
@@ -141,6 +142,8 @@ def _progress_rows(r: TriageResult) -> list[tuple[str, str]]:
             rows.append(("Overall progress", f"{p.last_step + 1} / unknown"))
     else:
         rows.append(("Steps completed (this run)", "0 (no completed step: line)"))
+        total = f"0 / {p.total_steps} (0.0%)" if p.total_steps else "0 / unknown"
+        rows.append(("Overall progress", total))
     rows.append(("Steady-state step time", f"{p.step_time_s}s" if p.step_time_s else "unknown"))
     if r.status == "completed":
         rows.append(("Expected step by now", "n/a (job completed)"))
@@ -181,10 +184,16 @@ def _progress_rows(r: TriageResult) -> list[tuple[str, str]]:
                     f"{p.progress_lost_steps} steps ({fmt_duration(p.progress_lost_s)}) since last periodic ckpt",
                 )
             )
-    if p.eta_s is not None and r.status != "completed":
+    if p.progress_lost_steps is None and not r.steps:
+        rows.append(("Progress lost", "0 steps (training never completed a step)"))
+    if r.status == "completed":
+        rows.append(("Estimated time remaining", "0 (job completed)"))
+    elif p.eta_s is not None:
         rows.append(
             ("Estimated time remaining", f"{fmt_duration(p.eta_s)} (from last step, if job were healthy)")
         )
+    else:
+        rows.append(("Estimated time remaining", "unknown (no steady-state step time yet)"))
     if p.train_time_s is not None:
         rows.append(("Total training time (summed)", fmt_duration(p.train_time_s)))
     if p.wall_time_s is not None:
@@ -325,7 +334,7 @@ def render_markdown(r: TriageResult) -> str:
 
 
 def render_json(r: TriageResult) -> str:
-    return json.dumps(r.to_dict(), indent=2, sort_keys=False, default=str)
+    return jsonsafe.dumps(r.to_dict(), indent=2, sort_keys=False, default=str)
 
 
 SUMMARY_HEADER = f"{'JOB':<28} {'STATUS':<14} {'PRIMARY':<20} {'STEP':>13} {'STEP_S':>7} {'TGS':>8}"

@@ -120,6 +120,10 @@ def resolve(target: str, outputs_roots: list[Path]) -> JobRef:
     raise ResolveError(f"{target}: no such file, directory or job id")
 
 
+def _is_job_name(name: str) -> bool:
+    return any(rx.match(name) for rx in (_K8S_NAME, _LOCAL_NAME, _SLURM_NAME))
+
+
 def list_jobs(root: Path) -> list[JobRef]:
     """Every job under an outputs root (`--all`): dirs with a `log` link, and prolog-kill empties."""
     if not root.is_dir():
@@ -129,8 +133,10 @@ def list_jobs(root: Path) -> list[JobRef]:
         if not d.is_dir() or d.name.startswith("."):
             continue
         try:
-            if not (d / "log").is_symlink() and any(d.iterdir()):
-                continue  # runbook: no `log` link = shared checkpoint dir, not a job
+            if not (d / "log").is_symlink() and (any(d.iterdir()) or not _is_job_name(d.name)):
+                # runbook: no `log` link = shared checkpoint dir, not a job; an empty dir is a
+                # prolog kill only when it is named like a job (`<id>-<name>`)
+                continue
             refs.append(_ref_for_dir(d))
         except ResolveError:
             continue  # shared checkpoint dir

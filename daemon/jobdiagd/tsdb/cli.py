@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from jobdiagd import clock
+from jobdiagd import clock, jsonsafe
 from jobdiagd.tsdb.access import AccessError
 from jobdiagd.tsdb.client import PromError
 from jobdiagd.tsdb.context import DiagnosisContext, context_from_triage
@@ -112,7 +112,7 @@ def run_diagnose(args: argparse.Namespace) -> int:
         diagnose(ctx, settings, now=now, playbook=args.playbook, with_anomaly=not args.no_anomaly)
     )
     if args.json:
-        print(json.dumps(to_json(result), indent=2, default=str))
+        print(jsonsafe.dumps(to_json(result), indent=2, default=str))
     else:
         print(to_markdown(result), end="")
     return EXIT_OK
@@ -131,7 +131,7 @@ def run_compare(args: argparse.Namespace) -> int:
         ctxs.append(context_from_triage(_triage_doc(path, ns, now)))
     result = asyncio.run(compare(ctxs[0], ctxs[1], _settings(args), now=now))
     if args.json:
-        print(json.dumps(to_json(result), indent=2, default=str))
+        print(jsonsafe.dumps(to_json(result), indent=2, default=str))
     else:
         print(to_markdown(result), end="")
     return EXIT_OK
