@@ -5,6 +5,7 @@ Each test names the runbook rule it holds the engine to.
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -13,7 +14,8 @@ import pytest
 from jobdiagd.cli import main
 from jobdiagd.sim import lines as L
 from jobdiagd.triage.engine import TriageResult, triage
-from jobdiagd.triage.resolve import ResolveError
+from jobdiagd.triage.report import render_markdown
+from jobdiagd.triage.resolve import ResolveError, list_jobs
 
 NOW = 2e9
 # 2026-06-12 10:00:00 local time: the absl stamps below are on the same calendar.
@@ -220,3 +222,77 @@ def test_a_broken_log_link_is_a_clear_error(
     assert main(["triage", str(d), "--no-slurm"]) == 2
     err = capsys.readouterr().err
     assert "log" in err and "Traceback" not in err
+
+
+def test_the_saves_in_the_log_give_the_checkpoint_period(tmp_path: Path) -> None:
+    # enable_checkpointing=true, no period printed, saves every 50 steps: the spikes at k*50 are
+    # the checkpoint pattern, not a TGS slide; progress lost is counted from step 150.
+    body: list[str] = []
+    t = T0
+    for s in range(160):
+        secs = 9.0 if s % 50 in (0, 1) and s > 0 else 5.0
+        t += secs
+        tgs = 8000.0 * 5.0 / secs
+        body.append(
+            f"0: {_stamp(t)}completed step: {s}, seconds: {secs:.3f}, Tokens/s/device: {tgs:.1f}, loss: 2.0"
+        )
+        if s % 50 == 0 and s > 0:
+            body.append(f"0: {_stamp(t, src='checkpointing.py:80')}Saved a checkpoint at step {s}.")
+    body += ["0: Traceback (most recent call last):", "0: ValueError: boom", *_summary(1, "14m 0s")]
+    out = tmp_path / "outputs"
+    out.mkdir()
+    name = "4720-JAX-llama2-70b"
+    header = ["JOB_ID=4720", "NNODES=1", 'PASSTHROUGH_ARGS="steps=1000 enable_checkpointing=true"']
+    (out / f"{name}.log").write_text("\n".join(header + body) + "\n")
+    (out / name).mkdir()
+    (out / name / "log").symlink_to(f"../{name}.log")
+    r = triage(out / name, now=NOW, slurm_state="FAILED")
+    assert r.ckpt.period == 50
+    assert r.progress.last_checkpoint_step == 150 and r.progress.progress_lost_steps == 9
+    assert not r.tgs.degraded and r.tgs.pattern == "periodic"
+    assert r.progress.step_time_s == 5.0
+
+
+def test_json_is_strict_with_nan_and_inf_values(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    body = [
+        f"0: {_stamp(T0 + 5 * s)}completed step: {s}, seconds: 5.000, Tokens/s/device: inf, loss: nan"
+        for s in range(30)
+    ]
+    job = _job(tmp_path, [*body, *_summary(0, "3m 0s")])
+    assert main(["triage", str(job), "--json", "--no-slurm", "--now", str(NOW)]) == 0
+    text = capsys.readouterr().out
+    json.loads(text, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
+
+
+def test_undated_steps_are_dated_from_the_barrier(tmp_path: Path) -> None:
+    # print-era step lines; the BARRIER PASSED line is dated. 100 steps x 5 s after it.
+    barrier = f"0: {_stamp(T0, src='train.py:906')}====== BARRIER PASSED: Starting training loop ======"
+    body = [barrier] + [
+        f"{task}: completed step: {s}, seconds: 5.000, Tokens/s/device: 8600.0, loss: 2.0"
+        for s in range(100)
+        for task in range(TASKS)
+    ]
+    job = _job(tmp_path, body)
+    last = T0 + 500
+    hanging = triage(job, now=last + 3 * 3600, slurm_state="RUNNING")
+    assert (hanging.status, hanging.primary) == ("hanging", "hang")
+    assert hanging.progress.expected_step_now == 99 + (3 * 3600) // 5
+    running = triage(job, now=last + 60, slurm_state="RUNNING")
+    assert running.status == "running"
+    assert "expected None" not in render_markdown(running)
+
+
+def test_all_skips_empty_dirs_not_named_like_jobs(tmp_path: Path) -> None:
+    root = tmp_path / "outputs"
+    (root / "llama3.1-70b").mkdir(parents=True)  # a shared checkpoint dir, empty for now
+    (root / "4730-JAX-x").mkdir()  # an empty job dir: prolog kill
+    refs = list_jobs(root)
+    assert [(r.job_id, r.problem) for r in refs] == [("4730", "prolog-kill-no-log")]
+
+
+def test_one_bad_path_does_not_hide_the_others(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    body, _ = _steps(0, 20)
+    job = _job(tmp_path, [*body, *_summary(0, "2m 0s")])
+    rc = main(["triage", str(job), str(tmp_path / "missing.log"), "--no-slurm", "--now", str(NOW)])
+    out, err = capsys.readouterr()
+    assert rc == 2 and "missing.log" in err and "4711" in out
