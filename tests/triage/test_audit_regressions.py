@@ -296,3 +296,18 @@ def test_one_bad_path_does_not_hide_the_others(tmp_path: Path, capsys: pytest.Ca
     rc = main(["triage", str(job), str(tmp_path / "missing.log"), "--no-slurm", "--now", str(NOW)])
     out, err = capsys.readouterr()
     assert rc == 2 and "missing.log" in err and "4711" in out
+
+
+def test_a_restart_inside_the_log_is_a_new_run_and_every_step_line_is_summed(tmp_path: Path) -> None:
+    # steps 0-80 at 5 s, then the job restores from 50 and re-runs 51-119 at 6 s.
+    first, t = _steps(0, 80)
+    restore = f"0: {_stamp(t + 60, src='checkpointing.py:120')}restoring from this run's directory step 50"
+    second, _ = _steps(51, 119, t0=t + 120, step_s=6.0)
+    job = _job(tmp_path, [*first, restore, *second, *_summary(0, "25m 0s")], steps=120)
+    r = triage(job, now=NOW, slurm_state="COMPLETED")
+    p = r.progress
+    assert (p.start, p.restored_from_step, p.first_step, p.last_step) == ("restored", 50, 51, 119)
+    assert p.train_time_s == 81 * 5.0 + 69 * 6.0  # every completed step line of one task
+    assert p.step_time_s == 6.0  # this run's steady state, not the first run's
+    assert any("restarted within this log" in n for n in r.cls.notes)
+    assert r.status == "completed" and not r.tgs.degraded

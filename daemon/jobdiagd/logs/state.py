@@ -269,6 +269,13 @@ class LogState:
         self.last_text: str = ""
         self.last_exception: Evidence | None = None
         self._raw_line = ""  # the line being fed, for evidence quoted verbatim
+        # Training restarted inside this log (a restore line after steps were logged): the
+        # re-run's step lines replace the first run's records, and the seconds they supersede
+        # are kept so the summed training time still covers every step line.
+        self.restarts: list[tuple[int, int]] = []  # (line of the restore, first re-run step)
+        self.superseded_seconds = 0.0
+        self._rerun: tuple[int, int] | None = None  # steps [a, b] being re-run
+        self._rerun_done: set[int] = set()
 
     # ------------------------------------------------------------------ feeding
     def feed_bytes(
@@ -290,7 +297,7 @@ class LogState:
                 if fast:
                     self.fast_step(fast, lineno)
                     return
-            elif num.isdigit():
+            elif num.isdigit() and not self._in_rerun(int(num)):
                 m = _TASK_BYTES.match(raw)
                 if m is None or m.group(1) != b"0":
                     self.step_lines += 1
@@ -356,12 +363,43 @@ class LogState:
                 return
         self._on_event(text, task, when, lineno, offset)
 
+    def _in_rerun(self, step: int) -> bool:
+        r = self._rerun
+        return r is not None and r[0] <= step <= r[1] and step not in self._rerun_done
+
+    def _on_rerun_step(self, step: int, rest: str, task: int | None, when: float | None, lineno: int) -> None:
+        """The first copy of a re-run step replaces the earlier run's record."""
+        self._rerun_done.add(step)
+        f = parse_step_fields(rest)
+        old = self.steps.get(step)
+        new_seconds = f.get("seconds")
+        if old is not None:
+            self.superseded_seconds += old.seconds or 0.0
+            self.steps.replace(
+                StepRecord(
+                    step=step,
+                    seconds=new_seconds,
+                    tgs=f.get("Tokens/s/device"),
+                    tflops=f.get("TFLOP/s/device", f.get("TFLOP/s")),
+                    loss=f.get("loss"),
+                    time=when,
+                    line=lineno,
+                    task=task,
+                    source=self.source,
+                )
+            )
+        else:  # down-sampled away: the line still counts in the summed time
+            self.superseded_seconds += new_seconds or 0.0
+
     def _on_step(self, step: int, rest: str, task: int | None, when: float | None, lineno: int) -> None:
         self.step_lines += 1
         if task is not None:
             prev = self.task_last_step.get(task)
             if prev is None or step > prev:
                 self.task_last_step[task] = step
+        if task in (0, None) and self._in_rerun(step):
+            self._on_rerun_step(step, rest, task, when, lineno)
+            return
         existing = self.steps.get(step)
         if existing is None and self.steps.seen(step):
             return  # a late duplicate of a step whose record was down-sampled away
@@ -460,8 +498,19 @@ class LogState:
         if "restoring" in text:
             m = _RESTORE.search(text)
             if m:
-                if self.restore is None or self.restore[0] != "restored":
-                    self.restore = ("restored", int(m.group(1)), lineno)
+                at = int(m.group(1))
+                if (
+                    self.steps
+                    and at < self.steps.max_step
+                    and (self._rerun is None or at + 1 != self._rerun[0])
+                ):
+                    # a new run in the same log, restored from step `at`: it re-does at+1..max
+                    self.restarts.append((lineno, at + 1))
+                    self._rerun = (at + 1, self.steps.max_step)
+                    self._rerun_done = set()
+                    self.restore = ("restored", at, lineno)
+                elif self.restore is None or self.restore[0] != "restored":
+                    self.restore = ("restored", at, lineno)
                 return
             if "not restoring checkpoint" in text and self.restore is None:
                 self.restore = ("fresh", None, lineno)

@@ -180,6 +180,11 @@ def analyze(
     main = logs.main
     auth = logs.authoritative()
     steps = auth.sorted_steps() if auth is not None else []
+    restart: tuple[int, int] | None = auth.restarts[-1] if auth is not None and auth.restarts else None
+    if restart is not None:
+        # Training restarted inside this log: "this run" is the last one (runbook: steps
+        # completed this run); the summed time below still covers every run.
+        steps = [s for s in steps if s.step >= restart[1]] or steps
     passthrough = main.passthrough() if main else {}
     config: dict[str, str] = {}
     env: dict[str, str] = {}
@@ -219,13 +224,18 @@ def analyze(
         wall_s=summary.wall_s if summary is not None and summary.wall_s is not None else slurm_wall_s,
         at_time=at_time,
         completed=completed,
-        summed_seconds=auth.steps.sum_seconds if auth is not None else None,
+        summed_seconds=auth.steps.sum_seconds + auth.superseded_seconds if auth is not None else None,
         time_base=_training_start(logs) if steps and all(s.time is None for s in steps[-3:]) else None,
     )
     tgs = analyze_tgs(steps, ckpt)
     cls = classify(
         logs, steps, progress, ckpt, tgs, now=now, slurm_state=slurm_state, nodes=nodes, policy=policy
     )
+    if restart is not None and auth is not None:
+        cls.notes.append(
+            f"Training restarted within this log (line {restart[0]}: restored from step {restart[1] - 1}); "
+            f"this run starts at step {restart[1]}. The summed training time includes the re-run steps."
+        )
     if cls.status == "completed" and progress.progress_lost_steps not in (0, None):
         # A soft-success has no exit 0, so progress saw "not completed"; nothing was lost.
         progress = replace(progress, progress_lost_steps=0, progress_lost_s=0.0)
