@@ -5,6 +5,20 @@ a different node allocation (runbook): those hosts are reported anomalous and na
 verdict stays `healthy` because the fixed verdict set has no per-node CPU-contention mechanism and the only
 procs-based verdict, restore-resource-leak, asserts the uniform restore-leak signature a per-node delta
 refutes; anomalous_hosts and root_cause carry the finding.
+
+Config differences are part of the root cause ("the metric comparison should account for the config
+change"): when parameters that change the work per step differ (batch size, sequence length, remat
+policy, parallelism, node count, ...) and no system source explains the TGS gap, the root cause names the
+config change as its explanation (verdict healthy: no system failure); when a system source is found, the
+config change is still named as a confounder.
+
+Jobs without overlapping steps cannot be compared by step: the verdict is null (no value of the fixed set
+is meaningful) and the root cause says so. The communicator-wave log evidence "confirms the leaked
+communicators" only for a job that ran with enable_single_replica_ckpt_restoring=true.
+
+The JSON has the same top-level keys as a diagnosis (analysis_type, time_window, nodes, verdict,
+anomalous_hosts, findings, root_cause) plus the comparison's own (jobs, config_diff, overlap, tgs,
+metrics, ...). time_window holds each job's wall-clock span of the compared steps (null without overlap).
 """
 
 from __future__ import annotations
@@ -21,7 +35,7 @@ from jobdiagd.tsdb.client import PromClient, multi_arm, split_arms_series
 from jobdiagd.tsdb.context import DiagnosisContext
 from jobdiagd.tsdb.discovery import Discovery, WrongDatabase, discover
 from jobdiagd.tsdb.logevidence import head_worker_waves
-from jobdiagd.tsdb.playbooks.base import fmt, host_of
+from jobdiagd.tsdb.playbooks.base import fmt, host_of, iso, short_host
 from jobdiagd.tsdb.settings import TsdbSettings
 
 # (key, label, range-query expression, unit)
@@ -98,12 +112,44 @@ class Comparison:
     rows: list[tuple[str, str, str, str, str]] = field(default_factory=list)
     tgs: dict[str, Any] = field(default_factory=dict)
     procs: dict[str, Any] = field(default_factory=dict)
-    verdict: str = "healthy"
+    verdict: str | None = "healthy"
     root_cause: str = ""
+    spans: dict[str, tuple[float, float]] = field(default_factory=dict)  # wall-clock span of compared steps
     notes: list[str] = field(default_factory=list)
     queries: int = 0
     waves: tuple[int | None, int | None] = (None, None)
     anomalous_hosts: list[str] = field(default_factory=list)
+
+
+# Parameters that change the work per step or its distribution (and so TGS) -- substrings of the name.
+PERF_CONFIG_KEYS = (
+    "batch_size",
+    "target_length",
+    "seq_len",
+    "remat",
+    "parallelism",
+    "nnodes",
+    "model_name",
+    "dtype",
+    "quantization",
+    "attention",
+    "num_experts",
+    "capacity_factor",
+    "sparse_matmul",
+    "megablox",
+    "scan_layers",
+    "gradient_accumulation",
+    "fused",
+)
+
+
+def perf_config_diff(rows: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    """The config differences that change throughput (not steps, checkpointing or paths)."""
+    return [r for r in rows if any(k in r[0].lower() for k in PERF_CONFIG_KEYS)]
+
+
+def single_replica_restore(ctx: DiagnosisContext) -> bool:
+    return ctx.config.get("enable_single_replica_ckpt_restoring", "").lower() in ("true", "1")
 
 
 def config_diff(a: DiagnosisContext, b: DiagnosisContext) -> list[tuple[str, str, str]]:
@@ -165,6 +211,31 @@ def _mean(xs: list[float]) -> float:
 def analyse(
     cmp: Comparison, sa: dict[str, dict[str, float]], sb: dict[str, dict[str, float]], settings: TsdbSettings
 ) -> None:
+    system = _analyse(cmp, sa, sb, settings)
+    perf = perf_config_diff(cmp.config_diff)
+    if not perf:
+        return
+    changes = ", ".join(f"{k} {a} -> {b}" for k, a, b in perf)
+    gap = cmp.tgs.get("delta_pct")
+    gap_txt = f"TGS gap {gap:+.2f}%" if gap is not None else "the throughput difference"
+    if system:
+        cmp.root_cause += (
+            f" Config also differs ({changes}): part of {gap_txt} may come from the config change, "
+            "not only from the system difference."
+        )
+    else:
+        cmp.root_cause = (
+            f"Config change explains {gap_txt}: {changes} -- these change the work per step (tokens per device, "
+            "recomputation, parallel layout), so TGS is not directly comparable; no system metric differs "
+            "systematically between the jobs."
+            + (f" ({cmp.root_cause})" if cmp.root_cause.startswith("Differences in") else "")
+        )
+
+
+def _analyse(
+    cmp: Comparison, sa: dict[str, dict[str, float]], sb: dict[str, dict[str, float]], settings: TsdbSettings
+) -> bool:
+    """The system-metric analysis; True when it found a system source of the difference."""
     th = settings.thresholds
     for key, label, _, unit in SWEEP:
         if key not in sa and key not in sb:
@@ -217,7 +288,7 @@ def analyse(
             "Training metrics are identical; the constant CPU contention explains the TGS gap. jax.clear_caches() does not help; "
             "use the dispatcher path (jax.device_put)."
         )
-        return
+        return True
     rdma_a, rdma_b = _mean(list(sa.get("rdma", {}).values())), _mean(list(sb.get("rdma", {}).values()))
     io_a, io_b = _mean(list(sa.get("io", {}).values())), _mean(list(sb.get("io", {}).values()))
     if (
@@ -230,11 +301,11 @@ def analyse(
         cmp.verdict = "rdma-degradation"
         worse = cmp.b if rdma_b > rdma_a else cmp.a
         cmp.root_cause = f"{worse.ctx.label} ran with far more RDMA retransmits ({max(rdma_a, rdma_b):.1f}/s vs {min(rdma_a, rdma_b):.1f}/s)."
-        return
+        return True
     if not math.isnan(io_a) and not math.isnan(io_b) and abs(io_b - io_a) >= th.io_pressure_full_pct:
         cmp.verdict = "io-contention"
         cmp.root_cause = f"I/O pressure differs ({io_a:.1f}% vs {io_b:.1f}%)."
-        return
+        return True
     diff = [r for r in cmp.rows if r[4] != "same"]
     gap = cmp.tgs.get("delta_pct")
     per_node = (
@@ -256,9 +327,11 @@ def analyse(
             + (f"; TGS gap {gap:+.2f}%" if gap is not None else "")
             + "."
         )
-    elif cmp.procs and abs(md) >= th.procs_leak_min_delta:
+        return True
+    if cmp.procs and abs(md) >= th.procs_leak_min_delta:
         cmp.root_cause = f"hw_procs_running differs by {md:+.1f} per host ({'uniform' if cmp.procs['uniform'] else 'per-node'}): CPU contention."
-    elif diff:
+        return True
+    if diff:
         cmp.root_cause = (
             "Differences in: "
             + ", ".join(r[0] for r in diff)
@@ -268,6 +341,7 @@ def analyse(
         cmp.root_cause = "No systematic difference between the jobs" + (
             f" (TGS gap {gap:+.2f}%)" if gap is not None else ""
         )
+    return False
 
 
 async def compare(
@@ -305,12 +379,24 @@ async def compare(
         ta, tb = cmp.a.timeline, cmp.b.timeline
         if ta.empty or tb.empty:
             cmp.notes.append("one job has no step timeline: no step-aligned comparison")
+            cmp.verdict = None
+            cmp.root_cause = (
+                "The jobs cannot be compared by step: "
+                + ", ".join(s.ctx.label for s in (cmp.a, cmp.b) if s.timeline.empty)
+                + " has no step timeline (neither TSDB tb_* metrics nor completed steps in the log)."
+            )
             return cmp
         lo = max(ta.first_step or 0, tb.first_step or 0) + settings.thresholds.warmup_steps
         hi = min(ta.last_step or 0, tb.last_step or 0)
         if hi <= lo:
             cmp.notes.append(
                 f"no overlapping steps (A {ta.first_step}-{ta.last_step}, B {tb.first_step}-{tb.last_step})"
+            )
+            cmp.verdict = None
+            cmp.root_cause = (
+                f"The jobs cannot be compared by step: no overlapping steps after warmup (A {cmp.a.ctx.label} steps "
+                f"{ta.first_step}-{ta.last_step}, B {cmp.b.ctx.label} steps {tb.first_step}-{tb.last_step}). "
+                "Compare with a job that covers the same step range (runbook: align by step, not wall-clock time)."
             )
             return cmp
         cmp.overlap = (lo, hi)
@@ -331,16 +417,149 @@ async def compare(
         if common:
             same = sum(1 for s in common if abs((la[s] or 0) - (lb[s] or 0)) <= 0.002)
             cmp.tgs["loss_identical_steps"] = f"{same}/{len(common)}"
-        sa = await sweep(cmp.a, intervals(ta, pa))
-        sb = await sweep(cmp.b, intervals(tb, pb))
+        ia, ib = intervals(ta, pa), intervals(tb, pb)
+        for key, iv in (("a", ia), ("b", ib)):
+            if iv:
+                cmp.spans[key] = (min(x for x, _ in iv), max(y for _, y in iv))
+        sa = await sweep(cmp.a, ia)
+        sb = await sweep(cmp.b, ib)
         analyse(cmp, sa, sb, settings)
         cmp.queries = sum(s.client.query_count for s in sides if s.client is not None)
         return cmp
 
 
+def _window(span: tuple[float, float]) -> dict[str, Any]:
+    return {
+        "start": iso(span[0]),
+        "end": iso(span[1]),
+        "start_ts": span[0],
+        "end_ts": span[1],
+        "duration_s": span[1] - span[0],
+    }
+
+
+def side_hosts(s: JobSide) -> list[str]:
+    return list(s.disc.hosts) if s.disc is not None else [short_host(n) for n in s.ctx.nodes]
+
+
+def wave_text(c: Comparison) -> str:
+    """The communicator-wave log evidence; "confirming the leak" only with single-replica restoring on."""
+    wa, wb = c.waves
+    if wa is None or wb is None or wa == wb:
+        return ""
+    more = c.b if wb > wa else c.a
+    txt = f"{more.ctx.label} created an extra communicator wave"
+    if single_replica_restore(more.ctx) and more.ctx.restored_from_step is not None:
+        return txt + " (restore broadcast), confirming the leaked communicators."
+    return (
+        txt + " (it did not run a single-replica restore with enable_single_replica_ckpt_restoring=true: "
+        "not the restore-leak signature)."
+    )
+
+
+def findings(c: Comparison) -> list[dict[str, Any]]:
+    """The comparison's findings in the diagnosis' finding shape."""
+    out: list[dict[str, Any]] = []
+
+    def add(
+        title: str,
+        summary: str,
+        severity: str = "info",
+        hosts: list[str] | None = None,
+        evidence: list[dict[str, Any]] | None = None,
+    ) -> None:
+        out.append(
+            {
+                "title": title,
+                "summary": summary,
+                "severity": severity,
+                "hosts": hosts or [],
+                "evidence": evidence or [],
+            }
+        )
+
+    perf = perf_config_diff(c.config_diff)
+    add(
+        "Config differences",
+        ("; ".join(f"{k}: {a} -> {b}" for k, a, b in c.config_diff) or "none")
+        + (f". Throughput-relevant: {', '.join(k for k, _, _ in perf)}." if perf else ""),
+        "warning" if perf else "info",
+        evidence=[
+            {
+                "title": "Config differences",
+                "query": "log config (PASSTHROUGH_ARGS)",
+                "columns": ["Parameter", "Job A", "Job B"],
+                "rows": [list(r) for r in c.config_diff],
+            }
+        ],
+    )
+    add(
+        "Step alignment",
+        f"overlapping steps {c.overlap[0]}-{c.overlap[1]}"
+        if c.overlap
+        else "; ".join(c.notes) or "no overlap",
+        "info" if c.overlap else "warning",
+    )
+    if c.tgs.get("a_mean") is not None:
+        add(
+            "Throughput",
+            f"TGS {c.tgs['a_mean']:.1f} (A) vs {c.tgs['b_mean']:.1f} (B): {c.tgs['delta_pct']:+.2f}%"
+            + (
+                f"; loss identical on {c.tgs['loss_identical_steps']} steps"
+                if "loss_identical_steps" in c.tgs
+                else ""
+            ),
+        )
+    if c.rows:
+        diff = [r for r in c.rows if r[4] != "same"]
+        add(
+            "Metric comparison",
+            "Differences in: " + ", ".join(r[0] for r in diff) if diff else "No system metric differs.",
+            "warning" if diff else "info",
+            evidence=[
+                {
+                    "title": "Steady-state averages over overlapping steps",
+                    "query": "; ".join(q for _, _, q, _ in SWEEP),
+                    "columns": ["Metric", "Job A", "Job B", "Delta", "Likely cause"],
+                    "rows": [list(r) for r in c.rows],
+                }
+            ],
+        )
+    if c.procs:
+        add(
+            "hw_procs_running delta per host (B - A)",
+            ", ".join(f"{h} {d:+.1f}" for h, d in sorted(c.procs["per_host_delta"].items()))
+            + f" -> {'uniform' if c.procs['uniform'] else 'per-node'} (cv {c.procs['cv']:.2f})",
+            "warning" if c.anomalous_hosts or c.verdict == "restore-resource-leak" else "info",
+            list(c.anomalous_hosts),
+        )
+    if wt := wave_text(c):
+        add("Log evidence", wt)
+    return out
+
+
 def to_json(c: Comparison) -> dict[str, Any]:
+    hosts_a, hosts_b = side_hosts(c.a), side_hosts(c.b)
     return {
         "analysis_type": "multi-job-comparison",
+        "time_window": {
+            "overlap_steps": list(c.overlap) if c.overlap else None,
+            **{k: _window(v) for k, v in sorted(c.spans.items())},
+        }
+        if c.overlap
+        else None,
+        "nodes": {
+            "count": len(set(hosts_a) | set(hosts_b)),
+            "hosts": sorted(set(hosts_a) | set(hosts_b)),
+            "a": hosts_a,
+            "b": hosts_b,
+        },
+        "verdict": c.verdict,
+        "anomalous_hosts": sorted(c.procs.get("per_host_delta", {}))
+        if c.verdict == "restore-resource-leak"
+        else list(c.anomalous_hosts),
+        "findings": findings(c),
+        "root_cause": c.root_cause,
         "jobs": {"a": c.a.ctx.label, "b": c.b.ctx.label},
         "access": {"a": c.a.note, "b": c.b.note},
         "start": {
@@ -358,11 +577,6 @@ def to_json(c: Comparison) -> dict[str, Any]:
             {"metric": r[0], "a": r[1], "b": r[2], "delta": r[3], "likely_cause": r[4]} for r in c.rows
         ],
         "procs_running": c.procs,
-        "verdict": c.verdict,
-        "anomalous_hosts": sorted(c.procs.get("per_host_delta", {}))
-        if c.verdict == "restore-resource-leak"
-        else list(c.anomalous_hosts),
-        "root_cause": c.root_cause,
         "notes": c.notes,
         "log_evidence": {"nccl_init_waves": {"a": c.waves[0], "b": c.waves[1]}},
         "queries": c.queries,
@@ -411,7 +625,7 @@ def to_markdown(c: Comparison) -> str:
             + ", ".join(f"{h} {d:+.1f}" for h, d in sorted(c.procs["per_host_delta"].items()))
             + f" -> {'uniform' if c.procs['uniform'] else 'per-node'} (cv {c.procs['cv']:.2f})",
         ]
-    out += ["", f"**Verdict:** {c.verdict}"]
+    out += ["", f"**Verdict:** {c.verdict or 'n/a (not comparable by step)'}"]
     if c.anomalous_hosts:
         out += ["", f"**Anomalous hosts:** {', '.join(c.anomalous_hosts)}"]
     out += ["", "### Root cause", c.root_cause or "n/a", ""]
@@ -421,10 +635,7 @@ def to_markdown(c: Comparison) -> str:
             "### Log evidence",
             f"NCCL/RCCL communicator-init waves in the head node's worker logs: {A} {wa}, {B} {wb}.",
         ]
-        if wa is not None and wb is not None and wa != wb:
-            more = B if wb > wa else A
-            out.append(
-                f"{more} created an extra communicator wave (restore broadcast), confirming the leaked communicators."
-            )
+        if wt := wave_text(c):
+            out.append(wt)
         out.append("")
     return "\n".join(out)

@@ -42,6 +42,8 @@ def incident_time(env: PlaybookEnv, res: PlaybookResult) -> float | None:
     ctx = env.ctx
     if res.incident is not None:
         return res.incident
+    if not res.applicable:
+        return None  # the playbook's trigger is absent: no incident
     if res.playbook == "hang":
         return hang_window(env)[0]
     if res.playbook == "heartbeat":

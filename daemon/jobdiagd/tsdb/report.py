@@ -5,6 +5,12 @@ ran with RAY=0 (a RAY=1 job with an empty prometheus/ had a Prometheus that fail
 scraped); triage's next steps are passed through except those that cannot apply: querying the TSDB that
 just proved unusable, `scancel` or the Ray dashboard of a job that is no longer live, and the init-phase
 ("before step 0") retry advice when the log shows completed steps.
+
+The JSON always carries the same top-level keys (analysis_type, time_window, nodes, verdict,
+anomalous_hosts, findings, root_cause). In a log-only diagnosis the verdict is null: the verdicts of the
+fixed set are TSDB-confirmed mechanisms and none was confirmed (triage's own class is in
+job.primary_failure). time_window is the span of the log's completed steps (source "log") when the log
+dates them, else null.
 """
 
 from __future__ import annotations
@@ -64,6 +70,22 @@ def no_tsdb_next_steps(d: Diagnosis) -> list[str]:
     return out
 
 
+def log_window(d: Diagnosis) -> dict[str, Any] | None:
+    """The log's dated steps (up to the incident, if later) as the time window of a log-only diagnosis."""
+    times = [s.time for s in d.ctx.steps if s.time is not None]
+    if not times:
+        return None
+    lo, hi = min(times), max([*times, *([d.ctx.incident_time] if d.ctx.incident_time else [])])
+    return {
+        "start": iso(lo),
+        "end": iso(hi),
+        "start_ts": lo,
+        "end_ts": hi,
+        "duration_s": hi - lo,
+        "source": "log",
+    }
+
+
 def to_json(d: Diagnosis) -> dict[str, Any]:
     ctx = d.ctx
     job = {
@@ -78,7 +100,7 @@ def to_json(d: Diagnosis) -> dict[str, Any]:
             "analysis_type": "log-only",
             "tsdb": "no TSDB",
             "reason": d.no_tsdb,
-            "time_window": None,
+            "time_window": log_window(d),
             "nodes": {"count": len(ctx.nodes), "hosts": [short_host(n) for n in ctx.nodes]},
             "verdict": None,
             "anomalous_hosts": [],
@@ -92,6 +114,7 @@ def to_json(d: Diagnosis) -> dict[str, Any]:
                 }
             ],
             "root_cause": no_tsdb_root(d),
+            "chain": [],
             "next_steps": no_tsdb_next_steps(d),
             "job": job,
         }

@@ -58,6 +58,7 @@ class Thresholds:
     tcp_outlier_factor: float = 100.0  # "orders of magnitude higher than peers (10M vs 10K)"
     rate_outlier_factor: float = 5.0  # per-host rate vs cluster median
     rdma_retx_min_per_s: float = 1.0  # below this a retransmit rate is noise
+    tcp_rate_min_per_s: float = 5.0  # per-host TCP retransmit rate below this is background noise
     ce_warn_count: float = 100.0  # "high correctable errors -> degrading hardware"
     mem_oom_fraction: float = 0.95  # host memory at/above this fraction of total = at the limit
     ramp_min_r2: float = 0.8

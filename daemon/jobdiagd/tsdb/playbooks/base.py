@@ -65,6 +65,7 @@ class PlaybookResult:
     incident: float | None = (
         None  # when the problem began, if the playbook located it (earliest-anomaly sweep)
     )
+    applicable: bool = True  # False: the playbook's trigger is absent (nothing to sweep around)
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
@@ -226,6 +227,43 @@ def hang_window(env: PlaybookEnv) -> tuple[float, float, float]:
     if end - start < 60:
         start = max(last, end - 60)
     return last, start, end
+
+
+def stall_budget(env: PlaybookEnv) -> float:
+    """Idle time after the last step that is still a normal job end (shutdown, final checkpoint), not a stall."""
+    st = env.disc.timeline.median_step_time() or env.ctx.step_time_s or 30.0
+    return max(5 * st, 300.0)
+
+
+def final_step(env: PlaybookEnv) -> int | None:
+    """The last step the job was configured to run (config steps=T runs steps 0..T-1)."""
+    raw = env.ctx.config.get("steps", "")
+    return int(raw) - 1 if raw.isdigit() and int(raw) > 0 else None
+
+
+def no_stall_reason(env: PlaybookEnv) -> str | None:
+    """Why there was no hang to explain (the job completed / reached its final step / never stalled), or None.
+
+    The hang window is "from last successful training step to job end": after a successful finish that is
+    normal idle time, not a hang.
+    """
+    tl = env.disc.timeline
+    last_step = tl.last_step if tl.last_step is not None else env.ctx.last_step
+    last_t = tl.last_time or env.ctx.last_step_time
+    fin = final_step(env)
+    status = (env.ctx.status or "").lower()
+    if status == "completed":
+        return f"the job completed successfully (last step {last_step})"
+    if fin is not None and last_step is not None and last_step >= fin:
+        return f"the last step {last_step} is the configured final step (steps={fin + 1})"
+    if last_t is not None and not tl.empty and env.ctx.primary_class is None and not env.ctx.live:
+        gap = env.disc.max_time - last_t
+        if gap <= stall_budget(env):
+            return (
+                f"training ran until {gap:.0f} s before the end of the data (within the "
+                f"{stall_budget(env):.0f} s stall budget) and triage reports no failure"
+            )
+    return None
 
 
 def training_span(env: PlaybookEnv) -> tuple[float, float]:

@@ -1,4 +1,10 @@
-"""Playbook 5: GPU health summary -- temperatures, power, clocks, VRAM, utilization, RAS/PCIe error counters."""
+"""Playbook 5: GPU health summary -- temperatures, power, clocks, VRAM, utilization, RAS/PCIe error counters.
+
+"Anomalous GPUs: <list of host:gpu with any non-zero errors or outlier metrics>": any non-zero RAS (CE or UE)
+or PCIe counter makes that host:gpu anomalous. The verdict follows the hardware playbook: uncorrectable or
+fatal errors are a hardware fault; correctable-only (RAS CE, PCIe correctable/non-fatal) counters are
+degrading hardware, also reported as hardware-fault with a root cause that says "degrading" and not fatal.
+"""
 
 from __future__ import annotations
 
@@ -80,6 +86,11 @@ class GpuHealthPlaybook:
         low_s = [k for k, v in s_avg.items() if med_s > 0 and v < 0.9 * med_s]
         ue = [k for k, v in err.ue.items() if v > 0]
         fatal = [k for k, v in err.pcie.get("fatal", {}).items() if v > 0]
+        ce = [k for k, v in err.ce.items() if v > 0 and k not in ue]
+        pcie_soft = sorted(
+            {k for kind in ("correctable", "nonfatal") for k, v in err.pcie.get(kind, {}).items() if v > 0}
+            - set(fatal)
+        )
         for k in hot:
             notes[k] = notes.get(k, "") + f"max temp >= {prof.temp_limit_c:.0f}C; "
         for k in low_p:
@@ -90,6 +101,10 @@ class GpuHealthPlaybook:
             notes[k] = notes.get(k, "") + "uncorrectable RAS errors; "
         for k in fatal:
             notes[k] = notes.get(k, "") + "PCIe fatal; "
+        for k in ce:
+            notes[k] = notes.get(k, "") + f"{err.ce[k]:.0f} correctable RAS errors; "
+        for k in pcie_soft:
+            notes[k] = notes.get(k, "") + "PCIe correctable/non-fatal errors; "
         tmin, _, _ = _stats(g.get("temp_min", {}) or t_avg)
         _, _, tav = _stats(t_avg)
         pmin, _, _ = _stats(g.get("power_min", {}) or p_avg)
@@ -132,6 +147,22 @@ class GpuHealthPlaybook:
             verdict = "hardware-fault"
             root = "Uncorrectable/fatal GPU errors on " + ", ".join(
                 f"{h}:gpu{gg}" for h, gg in sorted(set(ue) | set(fatal))
+            )
+        elif ce or pcie_soft:
+            verdict = "hardware-fault"
+            root = (
+                "Degrading GPU hardware -- non-zero correctable error counters only (no uncorrectable or fatal "
+                "errors: not immediately fatal, but an uncorrectable error or a crash may follow) on "
+                + ", ".join(
+                    f"{h}:gpu{gg}"
+                    + (
+                        f" ({err.ce[(h, gg)]:.0f} RAS CE)"
+                        if (h, gg) in err.ce and err.ce[(h, gg)] > 0
+                        else ""
+                    )
+                    + (" (PCIe correctable/non-fatal)" if (h, gg) in pcie_soft else "")
+                    for h, gg in sorted(set(ce) | set(pcie_soft))
+                )
             )
         elif hot and (set(hot) & (set(low_s) | set(low_p))):
             verdict = "thermal-throttle"

@@ -7,6 +7,14 @@ stays rccl-busy-wait-hang when every node keeps reporting and the GPUs spin: the
 deadlock, the RDMA link failure is what triggered it. network-partition is kept for hosts that lost
 connectivity altogether (scrape gaps, RDMA port down), where the remedy is the same node exclusion but the
 evidence differs.
+
+"Init-phase" is said only when no training step completed (neither the TSDB timeline nor the log has one);
+a partial-GPU stuck pattern after completed steps is described as a mid-training deadlock after step N.
+
+No hang: when the job completed, reached its configured final step, or (with no failure in triage) never
+stalled beyond the stall budget before the end of the data, the time after the last step is normal idle
+time after a finish, not a hang window. The playbook then says so with verdict healthy and does not read
+those idle metrics as a crash (runbook: "risk misinterpreting metrics ... post-hang idle metrics").
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from jobdiagd.tsdb.playbooks.base import (
     host_of,
     iso,
     median,
+    no_stall_reason,
     outliers_high,
     per_gpu_rows,
     present,
@@ -99,12 +108,38 @@ async def rdma_trigger(env: PlaybookEnv, last: float, end: float) -> tuple[list[
     return sorted({h for h, _ in trig}), desc, onset
 
 
+def no_step_completed(env: PlaybookEnv) -> bool:
+    """Init phase: neither the TSDB timeline nor the log has a completed training step."""
+    tl = env.disc.timeline
+    if not tl.empty and tl.last_step is not None:
+        return False
+    return env.ctx.last_step is None and not env.ctx.steps
+
+
 class HangPlaybook:
     name = "hang"
     analysis_type = "hang"
 
     async def run(self, env: PlaybookEnv) -> PlaybookResult:
         last, start, end = hang_window(env)
+        why = no_stall_reason(env)
+        if why is not None:
+            root = (
+                f"No hang: {why}. The GPUs' idle state after {iso(last)} is the normal end of the job, "
+                "not a stuck collective or a dead node."
+            )
+            return PlaybookResult(
+                self.name,
+                self.analysis_type,
+                "healthy",
+                (env.disc.min_time, env.disc.max_time),
+                [Finding("Hang mechanism", root, "info")],
+                [],
+                root,
+                [],
+                ["No hang to diagnose; use --playbook training-stability for throughput questions."],
+                applicable=False,
+            )
         w = end - start
         # GPU state is judged on the last <= 10 minutes: an init-phase hang window may still contain compilation.
         ws = min(w, 600.0)
@@ -302,8 +337,14 @@ class HangPlaybook:
             verdict = "rccl-busy-wait-hang"
             anomalous = outlier_hosts
             if partial:
+                tl = env.disc.timeline
+                phase = (
+                    "Init-phase RCCL deadlock (no training step completed)"
+                    if no_step_completed(env)
+                    else f"Mid-training RCCL deadlock after step {tl.last_step if tl.last_step is not None else env.ctx.last_step} (not init-phase: steps had completed)"
+                )
                 root = (
-                    f"Init-phase RCCL deadlock: on most nodes GPUs {{{', '.join(sorted(majority, key=int))}}} spin in the stuck collective while the rest have not entered it."
+                    f"{phase}: on most nodes GPUs {{{', '.join(sorted(majority, key=int))}}} spin in the stuck collective while the rest have not entered it."
                     + (
                         f" Nodes with a different stuck-GPU set: {', '.join(outlier_hosts)} -- likely where the deadlock originated."
                         if outlier_hosts
@@ -398,7 +439,7 @@ class HangPlaybook:
                 )
             )
 
-        init_phase = env.disc.timeline.empty or not env.disc.timeline.last_step
+        init_phase = no_step_completed(env)
         nxt = [
             ("Kill the job (scancel) and retry" if env.ctx.live else "Retry")
             + " on the same nodes first; "

@@ -5,6 +5,10 @@ a real death there (series stop well before the crash while peers go on, `up` ==
 the timeout a true positive (dead-node). A long average ending at crash - timeout is not used: it is
 dominated by earlier healthy training and hides a host that died just before or after that instant.
 Hosts are matched by short name (log node list vs labels with a domain suffix).
+
+Trigger: "Triage reports heartbeat-timeout". Without a heartbeat-timeout failure (or heartbeat record) in
+triage the playbook does not apply: verdict healthy, the root cause says there is no heartbeat error in the
+log, and no window is invented from the end of the data.
 """
 
 from __future__ import annotations
@@ -42,6 +46,16 @@ def heartbeat_times(env: PlaybookEnv) -> tuple[float, float, float]:
     return crash, timeout, crash - timeout
 
 
+def heartbeat_reported(env: PlaybookEnv) -> bool:
+    """Playbook 2's trigger: triage reports a heartbeat-timeout."""
+    ctx = env.ctx
+    return (
+        ctx.primary_class == "heartbeat-timeout"
+        or ctx.heartbeat is not None
+        or any(f.cls == "heartbeat-timeout" for f in ctx.failures)
+    )
+
+
 def accused_hosts(env: PlaybookEnv) -> list[str]:
     hb = env.ctx.heartbeat
     if hb is None:
@@ -70,6 +84,27 @@ class HeartbeatPlaybook:
     analysis_type = "heartbeat"
 
     async def run(self, env: PlaybookEnv) -> PlaybookResult:
+        if not heartbeat_reported(env):
+            root = (
+                "Playbook does not apply: triage reports no heartbeat-timeout (no heartbeat error in the log"
+                + (f"; primary failure {env.ctx.primary_class}" if env.ctx.primary_class else "")
+                + (f"; status {env.ctx.status}" if env.ctx.status else "")
+                + "), so there is no heartbeat kill to classify as a false or true positive."
+            )
+            return PlaybookResult(
+                self.name,
+                self.analysis_type,
+                "healthy",
+                (env.disc.min_time, env.disc.max_time),
+                [Finding("Heartbeat", root, "info")],
+                [],
+                root,
+                [],
+                [
+                    "Run the playbook matching triage's primary failure (default `jobdiagd diagnose` without --playbook)."
+                ],
+                applicable=False,
+            )
         crash, timeout, stop = heartbeat_times(env)
         # Liveness is judged over the heartbeat window itself (heartbeats stopped -> kill); the GPU state
         # over its first <= 2 minutes, right after the heartbeats stopped (a long window would mix in a

@@ -1,4 +1,21 @@
-"""Playbook 6: network health -- TCP retransmits, RDMA retransmits/ACK timeouts/CNP/retry exhaustion, port state, correlation with step time."""
+"""Playbook 6: network health -- TCP retransmits, RDMA retransmits/ACK timeouts/CNP/retry exhaustion, port state, correlation with step time.
+
+Window: the full job as stored in the TSDB ("Queries (range over full job or recent window)"), not only
+steady training: a link that goes down during a hang after the last step must be seen ("Port state 0 ->
+RDMA link is down").
+
+Every warning reaches the root cause and the verdict:
+- RDMA port down -> hardware-fault (physical layer); RDMA retransmit/ACK-timeout/retry-exhaustion outliers
+  -> rdma-degradation.
+- "TCP retransmits only, no RDMA errors -> IP/TCP path issue": the TCP outlier hosts are anomalous. The
+  fixed set has no TCP verdict; rdma-degradation (network degradation) is the closest and the root cause
+  states that the RDMA fabric is clean.
+- "Congestion notifications (CNP) across many nodes -> switch-level congestion": verdict rdma-degradation
+  (RDMA fabric congestion). The nodes are not anomalous: a cluster-wide signal is no node fault, and
+  excluding them would not help.
+- TCP lifetime-total outliers (cumulative since boot, orders of magnitude above peers) are reported, not
+  excluded (finding only; no verdict, not anomalous) -- as in the hang playbook.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +34,6 @@ from jobdiagd.tsdb.playbooks.base import (
     host_regex,
     outliers_high,
     present,
-    training_span,
 )
 
 RDMA_COUNTERS = {
@@ -42,17 +58,19 @@ class NetworkPlaybook:
     analysis_type = "network-health"
 
     async def run(self, env: PlaybookEnv) -> PlaybookResult:
-        start, end = training_span(env)
-        w = end - start
+        start, end = env.disc.min_time, env.disc.max_time
+        w = max(end - start, 60.0)
         W = dur(w)
         arms: dict[str, str] = {
             "tcp": f"increase(hw_tcp_retransmits_total[{W}])",
+            "tcp_total": f"last_over_time(hw_tcp_retransmits_total[{W}])",
             "port": f"min by (host, device, port) (min_over_time(hw_rdma_port_state[{W}]))",
             "neterr": f"sum by (host) (increase(hw_net_rx_errors_total[{W}])) + sum by (host) (increase(hw_net_tx_errors_total[{W}]))",
             "netdrop": f"sum by (host) (increase(hw_net_rx_drop_total[{W}])) + sum by (host) (increase(hw_net_tx_drop_total[{W}]))",
         }
         needs = {
             "tcp": "hw_tcp_retransmits_total",
+            "tcp_total": "hw_tcp_retransmits_total",
             "port": "hw_rdma_port_state",
             "neterr": "hw_net_rx_errors_total",
             "netdrop": "hw_net_rx_drop_total",
@@ -71,6 +89,7 @@ class NetworkPlaybook:
             }
 
         tcp = by_host(r.get("tcp", []))
+        tcp_total = by_host(r.get("tcp_total", []))
         retx, ack, excd, cqe = per_dev("retx"), per_dev("ack"), per_dev("excd"), per_dev("cqe")
         cnp = dict(per_dev("cnp_rx"))
         for dk, v in per_dev("cnp_tx").items():
@@ -91,6 +110,9 @@ class NetworkPlaybook:
         down = sorted(f"{h}|{d}" for (h, d), v in ports.items() if v < 1)
         cnp_hosts = sorted({h for (h, _), v in cnp.items() if v > floor})
         tcp_out = outliers_high(tcp, factor=th.rate_outlier_factor, floor=max(100.0, 0.5 * w))
+        tcp_life_out = [
+            h for h in outliers_high(tcp_total, factor=th.tcp_outlier_factor, floor=1e5) if h not in tcp_out
+        ]
         hosts = sorted(set(env.disc.hosts))
 
         dev_table = EvidenceTable(
@@ -135,12 +157,13 @@ class NetworkPlaybook:
         host_table = EvidenceTable(
             "TCP and Ethernet per host",
             f"increase(hw_tcp_retransmits_total[{W}]), hw_net_*_{{errors,drop}}_total",
-            ("Host", "TCP retx", "TCP retx/s", "net errors", "net drops"),
+            ("Host", "TCP retx", "TCP retx/s", "TCP retx lifetime", "net errors", "net drops"),
             [
                 (
                     h,
                     fmt(tcp.get(h), digits=0),
                     fmt(tcp.get(h, 0) / w if w else None, digits=2),
+                    fmt(tcp_total.get(h), digits=0),
                     fmt(neterr.get(h), digits=0),
                     fmt(netdrop.get(h), digits=0),
                 )
@@ -170,7 +193,51 @@ class NetworkPlaybook:
                 "retransmits slow every collective",
                 "step time up / TGS down on all nodes",
             ]
-        if cnp_hosts and len(cnp_hosts) >= max(2, len(hosts) // 2):
+        rdma_clean = not (bad_dev or excd_dev or down)
+        if tcp_out:
+            anomalous |= set(tcp_out)
+            if rdma_clean:
+                verdict = "rdma-degradation" if verdict == "healthy" else verdict
+                chain = chain or [
+                    f"TCP retransmits on {', '.join(tcp_out)}",
+                    "IP/TCP path issue (NFS, coordinator gRPC, host network)",
+                    "slower host communication / stalls",
+                ]
+            root_parts.append(
+                f"TCP retransmit outliers on {', '.join(f'{h} ({fmt(tcp.get(h), digits=0)})' for h in tcp_out)} "
+                f"vs median {fmt(statistics.median(tcp.values()), digits=0)}"
+                + (
+                    " with no RDMA errors: IP/TCP path issue (NFS, coordinator gRPC), not the RCCL data path"
+                    " (rdma-degradation is the closest verdict of the fixed set)"
+                    if rdma_clean
+                    else ""
+                )
+            )
+            findings.append(
+                Finding(
+                    "TCP retransmits" + (" only" if rdma_clean else ""),
+                    f"TCP retransmit outliers on {', '.join(tcp_out)}"
+                    + (
+                        " with no RDMA errors: IP/TCP path (NFS, coordinator gRPC), not the RCCL data path."
+                        if rdma_clean
+                        else "."
+                    ),
+                    "warning",
+                    tuple(tcp_out),
+                )
+            )
+        congestion = bool(cnp_hosts) and len(cnp_hosts) >= max(2, len(hosts) // 2)
+        if congestion:
+            verdict = "rdma-degradation" if verdict == "healthy" else verdict
+            root_parts.append(
+                f"Congestion notifications (CNP) on {len(cnp_hosts)}/{len(hosts)} nodes: switch-level congestion "
+                "(ECN tuning / traffic engineering), not a node fault"
+            )
+            chain = chain or [
+                "switch-level congestion",
+                "CNP rate limiting",
+                "slower collectives on all nodes",
+            ]
             findings.append(
                 Finding(
                     "Congestion",
@@ -179,13 +246,16 @@ class NetworkPlaybook:
                     tuple(cnp_hosts),
                 )
             )
-        if tcp_out and not (bad_dev or down):
+        if tcp_life_out:
             findings.append(
                 Finding(
-                    "TCP-only retransmits",
-                    f"TCP retransmit outliers on {', '.join(tcp_out)} with no RDMA errors: IP/TCP path (NFS, coordinator gRPC), not the RCCL data path.",
-                    "warning",
-                    tuple(tcp_out),
+                    "TCP retransmit lifetime-total outliers (reported, not excluded)",
+                    f"{', '.join(f'{h} ({fmt(tcp_total.get(h), digits=0)})' for h in tcp_life_out)} carry lifetime "
+                    f"totals orders of magnitude above peers (median {fmt(statistics.median(tcp_total.values()), digits=0)}). "
+                    "These are cumulative since boot, not from this job: reported, not excluded, unless problems "
+                    "recur on them.",
+                    "info",
+                    tuple(tcp_life_out),
                 )
             )
 
@@ -218,9 +288,14 @@ class NetworkPlaybook:
                 )
                 findings.append(Finding("Correlation with training", corr_txt, "info"))
         root = (
-            "; ".join(root_parts)
+            "; ".join(root_parts) + "."
             if root_parts
-            else "Network healthy: no RDMA retransmit/ACK-timeout outliers, links up, TCP retransmits at background level."
+            else "Network healthy: no RDMA retransmit/ACK-timeout outliers, links up, TCP retransmits at background level"
+            + (
+                f" (lifetime-total outliers {', '.join(tcp_life_out)} reported, not excluded)."
+                if tcp_life_out
+                else "."
+            )
         )
         findings.insert(
             0,
@@ -233,7 +308,21 @@ class NetworkPlaybook:
             ),
         )
         nxt = []
-        if verdict == "rdma-degradation":
+        if verdict == "rdma-degradation" and rdma_clean:
+            nxt = (
+                [
+                    f"Check the host network / NFS / gRPC path of {', '.join(tcp_out)} (NIC errors, switch port)."
+                ]
+                if tcp_out
+                else []
+            ) + (
+                [
+                    "Switch-level congestion: review ECN/CNP tuning and traffic placement with the network team."
+                ]
+                if congestion
+                else []
+            )
+        elif verdict == "rdma-degradation":
             nxt = [
                 f"Resubmit with --exclude={','.join(sorted(anomalous))} (RDMA retry exhaustion first, then sustained retransmits).",
                 "Report the device/port to the network team (cable/switch port).",

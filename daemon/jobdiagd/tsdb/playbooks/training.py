@@ -6,6 +6,24 @@ with the full chain (runbook: "MoE load balance loss spike -> ... uneven GPU uti
 The verdict then stays `healthy`: the fixed verdict set names system failure mechanisms only, and every
 one of them (io-contention, thermal-throttle, rdma-degradation, ...) would send the operator to fix
 hardware that is fine. The root cause, chain and a warning finding carry the training-level regression.
+
+Every contention source is checked per host, not only on the median host ("Check all rows"; "A per-node
+delta points to background processes or different node allocations"): a host whose own value rose in the
+degraded window (I/O pressure, RDMA/TCP retransmits, runnable processes) is named anomalous even when the
+median host did not move.
+- I/O pressure on one host -> io-contention with that host anomalous.
+- Runnable processes up on some hosts only -> per-node CPU contention. The fixed set has no CPU-contention
+  verdict and restore-resource-leak asserts the uniform restore signature a per-node delta refutes, so the
+  verdict stays healthy (as in compare) and root_cause/anomalous_hosts name the hosts.
+- TCP retransmits rising on some hosts at the time of the slowdown -> the network event caused it
+  (runbook: "if retransmits spike at the same time as a step time increase or hang, the network event
+  caused the training issue"). The closest verdict is rdma-degradation (network degradation slowing the
+  collectives); the root cause says it is the IP/TCP path, with no RDMA errors, when that is so.
+
+A slowdown is looked for as (a) a TGS drop between the first and last fifth, (b) a step-time trend, (c)
+isolated > 2x spikes, and (d) a sustained slow segment in the middle of the run: >= 10 consecutive steady
+steps (tolerating two normal ones) more than tgs_regression_pct slower than the median. (d) is what a
+transient event (a retransmit burst of a few minutes) looks like; it is compared with the steps before it.
 """
 
 from __future__ import annotations
@@ -106,6 +124,27 @@ CHECKLIST: tuple[tuple[str, str, str, str, str], ...] = (
         "",
     ),
 )
+
+
+def slow_segment(points: list[StepPoint], st_med: float, pct: float, min_steps: int = 10) -> list[StepPoint]:
+    """The longest run of steps more than pct % slower than the median (two normal steps may interrupt it)."""
+    if not st_med:
+        return []
+    limit = st_med * (1 + pct / 100)
+    best: list[StepPoint] = []
+    cur: list[StepPoint] = []
+    ok_run = 0
+    for p in points:
+        if p.step_time and p.step_time > limit:
+            cur.append(p)
+            ok_run = 0
+        elif cur:
+            ok_run += 1
+            if ok_run > 2:
+                best = cur if len(cur) > len(best) else best
+                cur, ok_run = [], 0
+    best = cur if len(cur) > len(best) else best
+    return best if len(best) >= min_steps else []
 
 
 def _mean(xs: list[float]) -> float:
@@ -241,6 +280,19 @@ class TrainingStabilityPlaybook:
             )
         if odd_spikes:
             issues.append(f"{len(odd_spikes)} step-time spikes outside checkpoint steps")
+        regression = bool(tgs) and (
+            drop_pct >= th.tgs_regression_pct or (growth_pct >= th.tgs_regression_pct and r2 >= 0.5)
+        )
+        seg = [] if regression else slow_segment(steady, st_med, th.tgs_regression_pct)
+        seg_txt = ""
+        if seg:
+            seg_st = median(p.step_time for p in seg if p.step_time)
+            seg_txt = (
+                f"step time +{100 * (seg_st / st_med - 1):.0f}% ({st_med:.2f} s -> {seg_st:.2f} s) for "
+                f"{len(seg)} steps, steps {seg[0].step}-{seg[-1].step} ({iso(seg[0].t - (seg[0].step_time or 0))}.."
+                f"{iso(seg[-1].t)}, {seg[-1].t - seg[0].t + (seg[0].step_time or 0):.0f} s)"
+            )
+            issues.append(f"sustained slowdown: {seg_txt}")
         perf_rows: list[tuple[str, ...]] = [
             (
                 "steady steps analysed",
@@ -260,6 +312,7 @@ class TrainingStabilityPlaybook:
                 f"{drop_pct:+.1f}% drop",
             ),
             ("step-time trend", f"{growth_pct:+.1f}% over run", f"R^2={r2:.2f}"),
+            ("sustained slow segment", seg_txt or "none", f"> {th.tgs_regression_pct:.0f}% over median"),
             (
                 "loss first -> last",
                 f"{fmt(tl.points[0].loss if tl.points else None, digits=3)} -> {fmt(tl.points[-1].loss if tl.points else None, digits=3)}",
@@ -290,9 +343,16 @@ class TrainingStabilityPlaybook:
         # --- contention checklist ---
         degraded: tuple[float, float] | None = None
         baseline: tuple[float, float] | None = None
-        if tgs and (drop_pct >= th.tgs_regression_pct or (growth_pct >= th.tgs_regression_pct and r2 >= 0.5)):
+        if regression:
             baseline = (tgs[0][0], tgs[n5 - 1][0] if n5 > 1 else tgs[0][0] + 120)
             degraded = (tgs[-n5][0], tgs[-1][0])
+        elif seg:
+            degraded = (seg[0].t - (seg[0].step_time or st_med), seg[-1].t)
+            before = [p for p in steady if p.t < degraded[0]]
+            after = [p for p in steady if p.t > degraded[1]]
+            ref = before if len(before) >= len(after) else after
+            ref = ref[-n5:] if ref is before else ref[:n5]
+            baseline = (ref[0].t - (ref[0].step_time or st_med), ref[-1].t) if ref else (start, start + 120)
         elif odd_spikes and tgs:
             worst = max(odd_spikes, key=lambda p: p.step_time or 0)
             baseline = (tgs[0][0], tgs[n5 - 1][0] if n5 > 1 else tgs[0][0] + 120)
@@ -370,15 +430,60 @@ class TrainingStabilityPlaybook:
             bv, dv = median(cmp[arm][0].values()), median(cmp[arm][1].values())
             return dv >= floor and dv >= factor * max(bv, 1e-9)
 
+        def rose(arm: str, factor: float, floor: float) -> list[str]:
+            """Hosts whose own value rose in the degraded window (per-host, not only the median host)."""
+            if arm not in cmp:
+                return []
+            bvals, dvals = cmp[arm]
+            bmed = median(bvals.values())
+            return sorted(
+                h for h, v in dvals.items() if v >= floor and v >= factor * max(bvals.get(h, bmed), 1e-9)
+            )
+
+        def show(arm: str, hosts: list[str], unit: str = "", digits: int = 1) -> str:
+            bvals, dvals = cmp.get(arm, ({}, {}))
+            others = [v for h, v in dvals.items() if h not in hosts]
+            return ", ".join(
+                f"{h} {fmt(bvals.get(h), unit, digits)} -> {fmt(dvals.get(h), unit, digits)}" for h in hosts
+            ) + (f" (other hosts {fmt(median(others), unit, digits)})" if others else "")
+
+        slow = (
+            f"throughput dropped {drop_pct:.1f}% (steady TGS {early:.0f} -> {late:.0f})"
+            if regression
+            else (seg_txt or "step time rose")
+        )
         prof = env.profile
+        io_hosts = rose("io", 2.0, th.io_pressure_full_pct)
+        rdma_hosts = rose("rdma", th.rate_outlier_factor, th.rdma_retx_min_per_s)
+        tcp_hosts = rose("tcp", th.rate_outlier_factor, th.tcp_rate_min_per_s)
         if degraded:
-            if worse("io", 2.0, th.io_pressure_full_pct):
-                anomalous = sorted(h for h, v in cmp["io"][1].items() if v >= th.io_pressure_full_pct)
-                verdict, root = (
-                    "io-contention",
-                    "I/O pressure rose in the degraded window (checkpoint/NFS writes stall the data path).",
+            if worse("io", 2.0, th.io_pressure_full_pct) or io_hosts:
+                anomalous = io_hosts or sorted(
+                    h for h, v in cmp["io"][1].items() if v >= th.io_pressure_full_pct
                 )
-                chain = ["storage I/O pressure", "host threads blocked on I/O", "step time up", "TGS down"]
+                whole_cluster = worse("io", 2.0, th.io_pressure_full_pct)
+                extra = [
+                    f"blocked processes {show('blocked', anomalous)}" if "blocked" in cmp else "",
+                    f"dirty pages {show('dirty', anomalous, ' GB')}" if "dirty" in cmp else "",
+                ]
+                verdict = "io-contention"
+                root = (
+                    "I/O pressure rose in the degraded window (checkpoint/NFS writes stall the data path)."
+                    if whole_cluster
+                    else (
+                        f"Per-node storage contention on {', '.join(anomalous)}: IO pressure full "
+                        f"{show('io', anomalous, '%')}"
+                        + "".join(f"; {x}" for x in extra if x)
+                        + f", while the median host did not move; {slow}. Every collective waits for the "
+                        "node stalled on I/O (NFS/local writes or a background process on that node)."
+                    )
+                )
+                chain = [
+                    "storage I/O pressure" + ("" if whole_cluster else f" on {', '.join(anomalous)}"),
+                    "host threads blocked on I/O",
+                    "step time up",
+                    "TGS down",
+                ]
             elif hot := sorted(
                 h
                 for h, v in cmp.get("temp", ({}, {}))[1].items()
@@ -395,13 +500,59 @@ class TrainingStabilityPlaybook:
                     + "; every collective waits for the throttled node."
                 )
                 chain = ["GPU over thermal limit", "clock throttling", "step time up", "TGS down"]
-            elif worse("rdma", th.rate_outlier_factor, th.rdma_retx_min_per_s):
-                verdict, root = "rdma-degradation", "RDMA retransmits rose in the degraded window."
+            elif worse("rdma", th.rate_outlier_factor, th.rdma_retx_min_per_s) or rdma_hosts:
+                verdict, anomalous = "rdma-degradation", rdma_hosts
+                root = "RDMA retransmits rose in the degraded window" + (
+                    f" on {', '.join(rdma_hosts)} ({show('rdma', rdma_hosts, '/s')})." if rdma_hosts else "."
+                )
                 chain = ["RDMA retransmits", "slower collectives", "TGS down"]
+            elif tcp_hosts or worse("tcp", th.rate_outlier_factor, th.tcp_rate_min_per_s):
+                tcp_named = tcp_hosts or sorted(cmp["tcp"][1])
+                verdict, anomalous = "rdma-degradation", tcp_hosts
+                root = (
+                    f"Network event on {', '.join(tcp_named)}: TCP retransmits rose to "
+                    f"{show('tcp', tcp_named, '/s')} at the same time as the slowdown ({slow}); "
+                    "the network event caused the training issue. "
+                    + (
+                        "No RDMA retransmit increase: an IP/TCP path issue (host network, NFS/gRPC traffic), not "
+                        "the RDMA fabric; rdma-degradation is the closest verdict of the fixed set."
+                        if not rdma_hosts
+                        else ""
+                    )
+                )
+                chain = [
+                    f"TCP retransmit burst on {', '.join(tcp_named)}",
+                    "slower collectives / host communication",
+                    "step time up",
+                    "TGS down",
+                ]
             elif "procs" in cmp:
                 bvals, dvals = cmp["procs"]
-                deltas = [dvals[h] - bvals[h] for h in dvals if h in bvals]
-                if deltas and median(deltas) >= th.procs_leak_min_delta:
+                per_delta = {h: dvals[h] - bvals[h] for h in dvals if h in bvals}
+                deltas = list(per_delta.values())
+                md = median(deltas)
+                per_node = sorted(
+                    h
+                    for h, dl in per_delta.items()
+                    if dl >= th.procs_leak_min_delta and dl - md >= th.procs_leak_min_delta
+                )
+                if per_node:
+                    anomalous = per_node
+                    root = (
+                        f"Per-node CPU contention on {', '.join(per_node)}: runnable processes "
+                        f"{show('procs', per_node)} while the median host changed {md:+.1f}; {slow}. "
+                        "A per-node delta points to background processes or a different node allocation "
+                        "(not the uniform restore-leak signature); every collective waits for that node. "
+                        "Verdict healthy: the fixed set has no CPU-contention mechanism."
+                    )
+                    chain = [
+                        f"extra runnable processes on {', '.join(per_node)}",
+                        "CPU contention on that node",
+                        "slowest rank delays every collective",
+                        "step time up",
+                        "TGS down",
+                    ]
+                elif deltas and md >= th.procs_leak_min_delta:
                     cv = statistics.pstdev(deltas) / abs(median(deltas))
                     uniform = cv <= th.procs_uniform_max_cv
                     if uniform and ctx.restored_from_step is not None:
@@ -442,7 +593,11 @@ class TrainingStabilityPlaybook:
                     f"TGS down {drop_pct:.1f}%",
                 ]
             if not root:
-                root = f"Throughput dropped {drop_pct:.1f}% but no contention source moved clearly; compare with a baseline job (jobdiagd compare)."
+                root = (
+                    f"Throughput dropped {drop_pct:.1f}% but no contention source moved clearly; compare with a baseline job (jobdiagd compare)."
+                    if regression
+                    else f"Sustained slowdown ({slow}) but no contention source moved clearly; compare with a baseline job (jobdiagd compare)."
+                )
         elif rdma_out:
             verdict, anomalous = "rdma-degradation", rdma_out
             root = f"Constant RDMA retransmit load on {', '.join(rdma_out)}: every collective pays for it (constant TGS drop). Run --playbook network-health for device/port."
@@ -473,6 +628,15 @@ class TrainingStabilityPlaybook:
             ],
             "healthy": [],
         }[verdict]
+        if verdict == "rdma-degradation" and chain and chain[0].startswith("TCP"):
+            nxt = [
+                f"Check the host network of {', '.join(anomalous) or 'the nodes'} (NIC errors, NFS/gRPC traffic); "
+                "run --playbook network-health."
+            ]
+        if verdict == "healthy" and anomalous:
+            nxt = [
+                f"Check {', '.join(anomalous)} for background processes (top/ps); exclude the node if it recurs."
+            ]
         res = PlaybookResult(
             self.name, self.analysis_type, verdict, (start, end), findings, anomalous, root, chain, nxt
         )
