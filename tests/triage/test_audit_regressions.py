@@ -277,6 +277,8 @@ def test_undated_steps_are_dated_from_the_barrier(tmp_path: Path) -> None:
     hanging = triage(job, now=last + 3 * 3600, slurm_state="RUNNING")
     assert (hanging.status, hanging.primary) == ("hanging", "hang")
     assert hanging.progress.expected_step_now == 99 + (3 * 3600) // 5
+    assert not any(step.startswith("If RAY=1") for step in hanging.next_steps)  # a RAY=0 job
+    assert any(step.startswith("Kill the job") for step in hanging.next_steps)  # still live
     running = triage(job, now=last + 60, slurm_state="RUNNING")
     assert running.status == "running"
     assert "expected None" not in render_markdown(running)

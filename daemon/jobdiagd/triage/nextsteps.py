@@ -159,6 +159,8 @@ def _applies(template: str, r: TriageResult) -> bool:
     live = r.status in ("running", "hanging")
     if (template.startswith("Kill the job") or "job is still live" in template) and not live:
         return False
+    if template.startswith("If RAY=1") and not r.logs.ray:
+        return False
     return not ("jobdiagd diagnose" in template and not r.logs.ray)
 
 
