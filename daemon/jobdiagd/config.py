@@ -148,7 +148,7 @@ class HangConfig:
     # Before the first step (compilation, restore, barrier) allow this long.
     startup_grace_seconds: float = field(default=1800.0, metadata=_v(_non_negative))
     # Extra allowance for the step that overlaps a periodic checkpoint write.
-    checkpoint_budget_seconds: float = field(default=600.0, metadata=_v(_non_negative))
+    checkpoint_budget_seconds: float = field(default=900.0, metadata=_v(_non_negative))
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from jobdiagd.logs.state import LogState
 from jobdiagd.model.alerts import Finding
 from jobdiagd.model.jobview import JobView
 from jobdiagd.sim import lines as L
+from jobdiagd.triage.progress import checkpoint_config
 from jobdiagd.triage.resolve import JobRef
 from jobdiagd.triage.stall import StallPolicy
 
@@ -95,21 +96,100 @@ def test_startup_budget_before_the_first_step_and_warmup_after_it() -> None:
     f = only(det.check(job.view, T0 + 1801))
     assert f.details["phase"] == "startup" and f.at_step is None
     job.step(0, T0 + 1850, seconds=60.0)
-    # Warmup: the first steps (often recompiling) keep the startup budget.
-    assert only(det.check(job.view, T0 + 1850 + 1000)).resolved
+    # Warmup is learned from the run: 3 x the only step so far (60 s, compilation included),
+    # at least twice it and 120 s -- not the 30-min startup budget any more.
+    assert only(det.check(job.view, T0 + 1850 + 170)).resolved
+    f = only(det.check(job.view, T0 + 1850 + 190))
+    assert not f.resolved and f.details["phase"] == "warmup" and f.at_step == 0
+
+
+def test_warmup_allows_a_second_compilation_as_long_as_the_first() -> None:
+    job = Live()
+    det = HangDetector(POLICY)
+    job.step(0, T0 + 900, seconds=600.0)  # a 10-min compile inside step 0
+    assert only(det.check(job.view, T0 + 900 + 1750)).resolved  # step 1 may recompile
+    assert not only(det.check(job.view, T0 + 900 + 1850)).resolved
 
 
 def test_checkpoint_step_budget_is_learned_from_this_jobs_own_checkpoint_steps() -> None:
     job = Live(checkpoint_period=20)
     det = HangDetector(POLICY)
     t = T0
-    for k in range(20):  # step 1 carries the initial save: 200 s; the next step (20) saves again
+    for k in range(20):  # step 1 carries the initial save at step 0: 200 s; step 20 saves again
         t += 200.0 if k == 1 else 10.0
         job.step(k, t, seconds=200.0 if k == 1 else 10.0)
+        if k == 0:
+            job.feed(
+                "0: " + L.absl_prefix(t, 4242, "checkpointing.py:80") + "Saved a checkpoint at step 0.", t
+            )
     # Learned: 1.5 x the slowest checkpoint-adjacent step so far = 300 s (not the steady 120 s).
     assert only(det.check(job.view, t + 290)).resolved
     f = only(det.check(job.view, t + 301))
     assert not f.resolved and f.details["phase"] == "checkpoint" and f.details["budget"] == "5m 0s"
+
+
+def test_a_normal_step_1_is_not_taken_for_the_save_budget() -> None:
+    # Step 1 sits on the period's grid but no save happened at step 0: the first real save
+    # (step 20 -> step 21) gets the configured checkpoint budget, not 1.5 x a normal step.
+    job = Live(checkpoint_period=20)
+    det = HangDetector(POLICY)
+    t = T0
+    for k in range(21):
+        t += 10.0
+        job.step(k, t)
+    assert only(det.check(job.view, t + POLICY.checkpoint_s - 10)).resolved
+    f = only(det.check(job.view, t + POLICY.checkpoint_s + 10))
+    assert not f.resolved
+    assert f.details["phase"] == "checkpoint"
+
+
+def test_the_step_after_the_slow_post_save_step_has_the_normal_budget() -> None:
+    job = Live(checkpoint_period=20)
+    det = HangDetector(POLICY)
+    t = T0
+    for k in range(23):  # steps 20, 21 slowed by the save; 22 is normal again
+        s = 200.0 if k == 21 else 10.0
+        t += s
+        job.step(k, t, seconds=s)
+    f = only(det.check(job.view, t + 130))
+    assert f.details["phase"] == "steady"
+
+
+def test_eval_and_profiler_steps_are_expected_to_be_slow() -> None:
+    ck = checkpoint_config(
+        {
+            "eval_interval": "100",
+            "profiler": "xplane",
+            "skip_first_n_steps_for_profiler": "50",
+            "profiler_steps": "5",
+        },
+        {},
+        [],
+    )
+    assert ck.adjacent(100) and ck.adjacent(101) and not ck.adjacent(102)
+    assert all(ck.adjacent(s) for s in range(50, 57)) and not ck.adjacent(57)
+
+
+def test_async_save_lines_make_the_second_step_after_a_save_slow_too() -> None:
+    ck = checkpoint_config(
+        {"enable_checkpointing": "true", "checkpoint_period": "50"}, {}, [50], async_seen=True
+    )
+    assert ck.asynchronous and ck.adjacent(52) and not ck.adjacent(53)
+
+
+def test_the_learned_budget_counts_time_the_step_seconds_do_not(tmp_path: Path) -> None:
+    # Evals every 100 steps take 300 s of wall time that the step's own `seconds` leave out;
+    # the dated step lines show it (310 s for step 101), so the next eval gets 1.5 x 310 s.
+    job = Live()
+    job.state.config["eval_interval"] = "100"
+    det = HangDetector(POLICY)
+    t = T0
+    for k in range(201):
+        t += 310.0 if k == 101 else 10.0
+        job.step(k, t)
+    assert only(det.check(job.view, t + 455)).resolved
+    f = only(det.check(job.view, t + 475))
+    assert not f.resolved and f.details["phase"] == "checkpoint"
 
 
 def test_final_step_reached_is_not_a_hang() -> None:

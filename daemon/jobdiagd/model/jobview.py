@@ -111,7 +111,7 @@ class JobView:
         key = (
             len(states),
             sum(len(st.config) for st in states),
-            sum(len(st.saves) for st in states),
+            sum(len(st.saves) + len(st.async_saves) for st in states),
             self.main.header.get("PASSTHROUGH_ARGS") if self.main is not None else None,
         )
         cached = self.memo.get("_ckpt")
@@ -122,11 +122,13 @@ class JobView:
         passthrough = main.passthrough() if main is not None else {}
         config: dict[str, str] = {}
         saves: set[int] = set()
+        async_seen = False
         for st in states:
             for k, v in st.config.items():
                 config.setdefault(k, v)
-            saves |= set(st.saves)
-        ck = checkpoint_config(passthrough, config, sorted(saves))
+            saves |= set(st.saves) | st.async_saves
+            async_seen = async_seen or bool(st.async_saves)
+        ck = checkpoint_config(passthrough, config, sorted(saves), async_seen=async_seen)
         self.memo["_ckpt"] = (key, ck)
         return ck
 

@@ -189,13 +189,15 @@ def analyze(
     config: dict[str, str] = {}
     env: dict[str, str] = {}
     saves: set[int] = set()
+    async_seen = False
     restore: tuple[str, int | None] | None = None
     for st in logs.states:
         for k, v in st.config.items():
             config.setdefault(k, v)
         for k, v in st.env.items():
             env.setdefault(k, v)
-        saves |= set(st.saves)
+        saves |= set(st.saves) | st.async_saves
+        async_seen = async_seen or bool(st.async_saves)
         if st.restore is not None and (restore is None or st.restore[0] == "restored"):
             restore = (st.restore[0], st.restore[1])
     nodes: list[str] = []
@@ -208,7 +210,7 @@ def analyze(
         if raw:
             nodes = expand_hostlist(raw.replace(" ", ","))
     summary = main.summary if main else None
-    ckpt = checkpoint_config(passthrough, config, sorted(saves))
+    ckpt = checkpoint_config(passthrough, config, sorted(saves), async_seen=async_seen)
     completed = summary is not None and summary.exit_code == 0
     # Progress "expected step" is measured at now for live jobs; classify() refines the end time.
     at_time = now

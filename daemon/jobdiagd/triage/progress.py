@@ -30,16 +30,45 @@ def truthy(value: str | None) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class CheckpointConfig:
+    """When training steps are expected to be slow for a known reason: checkpoint saves (the
+    configured period, or the saves the log showed), evals every `eval_interval` steps and the
+    profiler window. Those steps are left out of steady-state figures, and the stall budget
+    allows for them."""
+
     enabled: bool | None
     period: int | None
     asynchronous: bool
+    saves: frozenset[int] = frozenset()  # checkpoint steps the log showed (0: the initial save)
+    eval_period: int | None = None  # eval_interval: an eval runs after step k*E
+    profile: tuple[int, int] | None = None  # profiler window, first and last slowed step
 
     def adjacent(self, step: int) -> bool:
-        """Is this step slowed by a checkpoint save (the save step and the one or two after)?"""
-        if not self.period:
+        """Is this step slowed by a save, an eval or the profiler (the step itself and the one
+        after it, two for asynchronous saves)?"""
+        if step <= 0:
             return False
-        r = step % self.period
-        return step > 0 and (r == 0 or r == 1 or (self.asynchronous and r == 2))
+        if self.period:
+            r = step % self.period
+            if r == 0 or r == 1 or (self.asynchronous and r == 2):
+                return True
+        if self.eval_period:
+            r = step % self.eval_period
+            if r == 0 or r == 1:
+                return True
+        if self.saves and (step in self.saves or step - 1 in self.saves):
+            return True
+        return self.profile is not None and self.profile[0] <= step <= self.profile[1]
+
+
+def _int_setting(passthrough: dict[str, str], config: dict[str, str], key: str) -> int | None:
+    for src in (config, passthrough):
+        raw = src.get(key)
+        if raw is not None:
+            try:
+                return int(float(raw.strip().strip("\"'").replace("_", "")))
+            except ValueError:
+                continue
+    return None
 
 
 def period_from_saves(saves: list[int]) -> int | None:
@@ -57,8 +86,10 @@ def period_from_saves(saves: list[int]) -> int | None:
 
 
 def checkpoint_config(
-    passthrough: dict[str, str], config: dict[str, str], saves: list[int]
+    passthrough: dict[str, str], config: dict[str, str], saves: list[int], *, async_seen: bool = False
 ) -> CheckpointConfig:
+    """`async_seen`: the log showed "Started an asynchronous checkpoint save" lines, so saves
+    are asynchronous whatever the flags say."""
     enabled: bool | None = None
     if "enable_checkpointing" in passthrough:
         enabled = truthy(passthrough["enable_checkpointing"])
@@ -86,8 +117,30 @@ def checkpoint_config(
         enabled = True
     if enabled is False:
         period = None
-    asynchronous = truthy(passthrough.get("async_checkpointing") or config.get("async_checkpointing"))
-    return CheckpointConfig(enabled, period if period and period > 0 else None, asynchronous)
+    asynchronous = async_seen or truthy(
+        passthrough.get("async_checkpointing") or config.get("async_checkpointing")
+    )
+    eval_period = _int_setting(passthrough, config, "eval_interval")
+    # MaxText's profiler: active from skip_first_n_steps_for_profiler (default 1) for
+    # profiler_steps (default 5) steps; the trace dump slows the step after it too.
+    profile: tuple[int, int] | None = None
+    if (passthrough.get("profiler") or config.get("profiler") or "").strip("\"' ") not in (
+        "",
+        "None",
+        "none",
+    ):
+        first = _int_setting(passthrough, config, "skip_first_n_steps_for_profiler")
+        first = 1 if first is None else first
+        n = _int_setting(passthrough, config, "profiler_steps")
+        profile = (first, first + (5 if n is None else n) + 1)
+    return CheckpointConfig(
+        enabled,
+        period if period and period > 0 else None,
+        asynchronous,
+        frozenset(saves) if enabled is not False else frozenset(),
+        eval_period if eval_period and eval_period > 0 else None,
+        profile,
+    )
 
 
 def steady_steps(steps: list[StepRecord], ckpt: CheckpointConfig, first_step: int) -> list[StepRecord]:

@@ -3,14 +3,18 @@ triage, the daemon's hang detector and backtest, so they can never disagree.
 
 Budget = max(stall_factor × steady step time, min_stall_s), phase-aware:
 - before the first step (startup, compilation, the pre-training barrier): `startup_s`;
-- when the next step follows a checkpoint save (the save step k·P and the one after it):
-  the slowest checkpoint-adjacent step this job has already shown × 1.5, else
-  `checkpoint_s`; never less than the normal budget;
-- the first steps after start/restore (warmup, often recompilation): `startup_s`.
+- when the next step is slowed by a checkpoint save (the save step k·P and the one after
+  it, or a save the log showed), an eval (`eval_interval`) or the profiler window: the
+  slowest such step this run has already shown past its warmup × 1.5, else `checkpoint_s`;
+  never less than the normal budget;
+- the first steps after start/restore (warmup): learned from the run itself -- twice the
+  first step (compilation) while waiting for the second, then the slowest step since the
+  first × 1.5 (a recompilation), never less than the normal budget.
 """
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 
 from jobdiagd.model.records import StepRecord
@@ -38,12 +42,51 @@ def stall_budget(
     if not steps:
         return Budget(policy.startup_s, "startup")
     normal = max(policy.stall_factor * (step_time or 0.0), policy.min_stall_s)
+    first = steps[0].step
     last = steps[-1].step
-    if last - steps[0].step < WARMUP_STEPS - 1 or step_time is None:
-        return Budget(max(policy.startup_s, normal), "warmup")
-    nxt = last + 1
-    if ckpt.adjacent(nxt) or ckpt.adjacent(last):
-        seen = [s.seconds for s in steps if s.seconds is not None and ckpt.adjacent(s.step)]
+    if last - first < WARMUP_STEPS - 1 or step_time is None:
+        return Budget(_warmup_budget(steps, normal, policy), "warmup")
+    if ckpt.adjacent(last + 1):
+        # Learned only from steps a save really slowed: past this run's warmup, or right after
+        # a save the log showed (MaxText's initial save at step 0). Step 1 merely sitting on
+        # the period's grid (1 % P == 1) says nothing about how long a save takes.
+        costs = [
+            _cost(steps, i)
+            for i, s in enumerate(steps)
+            if ckpt.adjacent(s.step)
+            and s.step <= last - 2  # the last two steps belong to the save now in progress
+            and (s.step - first >= WARMUP_STEPS or s.step - 1 in ckpt.saves)
+        ]
+        seen = [c for c in costs if c is not None]
         learned = max(seen) * policy.learned_checkpoint_factor if seen else policy.checkpoint_s
         return Budget(max(normal, learned), "checkpoint")
     return Budget(normal, "steady")
+
+
+def _cost(steps: list[StepRecord], i: int) -> float | None:
+    """How long step i really took: its `seconds`, or the time since the previous step's line
+    when both are dated and longer (an eval or a save may sit outside the step's own timing)."""
+    s = steps[i]
+    cost = s.seconds
+    if i > 0 and s.time is not None:
+        prev = steps[i - 1]
+        if prev.step == s.step - 1 and prev.time is not None and s.time > prev.time:
+            cost = max(cost or 0.0, s.time - prev.time)
+    return cost
+
+
+def _warmup_budget(steps: list[StepRecord], normal: float, policy: StallPolicy) -> float:
+    """The first steps of a run, learned from what the run has shown: after the first step
+    (compilation included) the next may recompile, so allow twice the first step; after
+    that, the slowest step since the first (a second compile) with the usual factor."""
+    secs = [s.seconds for s in steps if s.seconds is not None]
+    if not secs:
+        return max(policy.startup_s, normal)
+    if len(secs) == 1:
+        return max(normal, 2.0 * secs[0])
+    after = secs[1:]
+    return max(
+        normal,
+        policy.stall_factor * statistics.median(after),
+        policy.learned_checkpoint_factor * max(after),
+    )
