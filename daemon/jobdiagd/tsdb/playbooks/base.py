@@ -72,6 +72,22 @@ class PlaybookResult:
             raise ValueError(f"unknown verdict {self.verdict!r}")
 
 
+def not_applicable(
+    playbook: str, analysis_type: str, env: PlaybookEnv, title: str, root: str, next_step: str
+) -> PlaybookResult:
+    """The playbook's trigger is absent (no hang, no heartbeat error): say so, never invent one."""
+    return PlaybookResult(
+        playbook,
+        analysis_type,
+        "healthy",
+        (env.disc.min_time, env.disc.max_time),
+        [Finding(title, root, "info")],
+        root_cause=root,
+        next_steps=[next_step],
+        applicable=False,
+    )
+
+
 @dataclass
 class PlaybookEnv:
     client: PromClient

@@ -36,6 +36,7 @@ from jobdiagd.tsdb.playbooks.base import (
     iso,
     median,
     no_stall_reason,
+    not_applicable,
     outliers_high,
     per_gpu_rows,
     present,
@@ -128,17 +129,13 @@ class HangPlaybook:
                 f"No hang: {why}. The GPUs' idle state after {iso(last)} is the normal end of the job, "
                 "not a stuck collective or a dead node."
             )
-            return PlaybookResult(
+            return not_applicable(
                 self.name,
                 self.analysis_type,
-                "healthy",
-                (env.disc.min_time, env.disc.max_time),
-                [Finding("Hang mechanism", root, "info")],
-                [],
+                env,
+                "Hang mechanism",
                 root,
-                [],
-                ["No hang to diagnose; use --playbook training-stability for throughput questions."],
-                applicable=False,
+                "No hang to diagnose; use --playbook training-stability for throughput questions.",
             )
         w = end - start
         # GPU state is judged on the last <= 10 minutes: an init-phase hang window may still contain compilation.

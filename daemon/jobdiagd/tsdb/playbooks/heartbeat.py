@@ -28,6 +28,7 @@ from jobdiagd.tsdb.playbooks.base import (
     gpu_state,
     host_of,
     iso,
+    not_applicable,
     present,
     short_host,
 )
@@ -91,19 +92,13 @@ class HeartbeatPlaybook:
                 + (f"; status {env.ctx.status}" if env.ctx.status else "")
                 + "), so there is no heartbeat kill to classify as a false or true positive."
             )
-            return PlaybookResult(
+            return not_applicable(
                 self.name,
                 self.analysis_type,
-                "healthy",
-                (env.disc.min_time, env.disc.max_time),
-                [Finding("Heartbeat", root, "info")],
-                [],
+                env,
+                "Heartbeat",
                 root,
-                [],
-                [
-                    "Run the playbook matching triage's primary failure (default `jobdiagd diagnose` without --playbook)."
-                ],
-                applicable=False,
+                "Run the playbook matching triage's primary failure (default `jobdiagd diagnose` without --playbook).",
             )
         crash, timeout, stop = heartbeat_times(env)
         # Liveness is judged over the heartbeat window itself (heartbeats stopped -> kill); the GPU state
