@@ -223,6 +223,26 @@ def test_tgs_episode_opens_once_with_pattern_and_resolves_with_hysteresis() -> N
     assert only(det.check(job.view, t)).resolved
 
 
+def test_a_level_hovering_near_the_threshold_is_one_tgs_episode() -> None:
+    # After a 10000 baseline, throughput runs 20 steps at 8500 then 10 at 9900, repeatedly:
+    # the recent 10-step mean keeps crossing the close threshold, the 30-step median does not.
+    job = Live()
+    det = TgsDetector(10.0)
+    t = T0
+    opens, is_open = 0, False
+    for k in range(160):
+        t += 30.0
+        tokens = 10000.0 if k < 20 else (8500.0 if (k - 20) % 30 < 20 else 9900.0)
+        job.step(k, t, seconds=30.0, tokens=tokens)
+        out = det.check(job.view, t)
+        if isinstance(out, NoData) or not out:
+            continue
+        now_open = not out[0].resolved
+        opens += now_open and not is_open
+        is_open = now_open
+    assert opens == 1 and is_open
+
+
 def test_one_slow_step_is_not_a_tgs_episode() -> None:
     job = Live()
     det = TgsDetector(10.0)

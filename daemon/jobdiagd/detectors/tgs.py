@@ -2,8 +2,9 @@
 
 An episode opens when the recent TGS (last 10 clean steps) is more than `drop_pct` below the
 steps-5–15 baseline, with the pattern, step range and magnitude triage would report; it
-stays open (re-emitted every tick) until the recent TGS is back within half the threshold
-(hysteresis, so a job hovering at the threshold is one episode, not many). Checkpoint
+stays open (re-emitted every tick) until the TGS is back within half the threshold, on the
+recent mean and on the median of the last 30 clean steps (hysteresis, so a noisy job hovering
+near the threshold is one episode, not many). Checkpoint
 spikes are excluded by the analysis itself. The analysis is recomputed every
 `RECOMPUTE_STEPS` new steps but at most every `RECOMPUTE_S` per job (staggered), on the first
 64 and last 512 steps: a trend over 10-step windows cannot change faster than that, and
@@ -76,6 +77,30 @@ def _confirmed(
     return bool(recent) and statistics.median(recent) < a.baseline * (1 - drop_pct / 100.0)
 
 
+def _recovered(
+    steps: list[StepRecord], view: JobView, a: TgsAnalysis, drop_pct: float, b_from: int, recent_n: int
+) -> bool:
+    """An open episode ends when throughput is back within half the threshold -- on the recent
+    mean and on the median of 3x the recent window, so a noisy job hovering near the threshold
+    (a +-20% jitter around a slightly lower level) stays one episode instead of flapping."""
+    if a.baseline is None or a.change_pct is None:
+        return True
+    if a.change_pct <= -drop_pct / 2:
+        return False
+    ckpt = view.checkpoint()
+    first = steps[0].step if steps else 0
+    if a.metric == "tokens/s/device":
+        vals = [s.tgs for s in steps if s.tgs and s.step - first >= b_from and not ckpt.adjacent(s.step)]
+    else:
+        vals = [
+            1.0 / s.seconds
+            for s in steps
+            if s.seconds and s.step - first >= b_from and not ckpt.adjacent(s.step)
+        ]
+    window = [v for v in vals[-3 * recent_n :] if v is not None]
+    return not window or statistics.median(window) >= a.baseline * (1 - drop_pct / 200.0)
+
+
 class TgsDetector:
     name = NAME
 
@@ -125,7 +150,7 @@ class TgsDetector:
                 steps, view, a, self.drop_pct, self.baseline_steps[0], self.recent_steps
             ):
                 episode = True
-            elif a.change_pct is None or a.change_pct > -self.drop_pct / 2:
+            elif _recovered(steps, view, a, self.drop_pct, self.baseline_steps[0], self.recent_steps):
                 episode = False
             # First analysis: back-date it by a per-job offset to spread later recomputes.
             at = now if memo is not None else now - zlib.crc32(view.key.encode()) % int(RECOMPUTE_S)
