@@ -313,3 +313,80 @@ def test_a_restart_inside_the_log_is_a_new_run_and_every_step_line_is_summed(tmp
     assert p.step_time_s == 6.0  # this run's steady state, not the first run's
     assert any("restarted within this log" in n for n in r.cls.notes)
     assert r.status == "completed" and not r.tgs.degraded
+
+
+def test_an_interleaved_task_prefix_does_not_make_up_a_step_number(tmp_path: Path) -> None:
+    # srun -u: task 0's "completed step: 9" runs into task 9's "9: I1128 ..." prefix.
+    body, t = _steps(0, 40)
+    body.insert(40, "0: " + _stamp(T0 + 46) + "completed step: 99: " + _stamp(T0 + 46) + "x")
+    body += ["0: Traceback (most recent call last):", "0: ValueError: boom", *_summary(1, "4m 0s")]
+    r = _triage(_job(tmp_path, body), "FAILED")
+    assert r.progress.last_step == 40 and r.status == "failed" and r.primary == "python-exception"
+
+
+def test_a_requeued_job_is_triaged_on_its_last_run(tmp_path: Path) -> None:
+    run1, t = _steps(0, 60)
+    run1 += [
+        "slurmstepd: error: *** JOB 4711 ON node001 CANCELLED AT 2026-06-12T10:05:07 DUE TO PREEMPTION ***"
+    ]
+    run1 += _summary(143, "5m 10s", "CANCELLED (scancel / SIGTERM)")
+    header2 = ["JOB_ID=4711", "JOB_NAME=JAX-llama2-70b", "NNODES=4", "JOB_NODELIST=node[005-008]"]
+    restore = f"0: {_stamp(t + 600, src='checkpointing.py:120')}restoring from this run's directory step 50"
+    run2, t2 = _steps(51, 80, t0=t + 660)
+    job = _job(tmp_path, [*run1, *header2, restore, *run2])
+    r = triage(job, now=t2 + 20, slurm_state="RUNNING")
+    assert (r.status, r.primary) == ("running", None)
+    assert r.nodes[0] == "node005" and r.progress.first_step == 51 and r.progress.start == "restored"
+    assert any("earlier run" in n for n in r.cls.notes)
+
+
+def test_absl_stamps_cross_new_year_after_a_dated_first_line(tmp_path: Path) -> None:
+    dec31 = time.mktime((2026, 12, 31, 23, 58, 0, 0, 0, -1))
+    body = ["[2026-12-31 23:58:00] node001:1:1 [0] NCCL INFO Bootstrap"]
+    steps, last = _steps(0, 40, t0=dec31)  # crosses midnight into 2027-01-01
+    body += steps
+    r = triage(_job(tmp_path, body), now=last + 30, slurm_state="RUNNING")
+    assert r.status == "running"
+    assert r.progress.last_step_time is not None and abs(r.progress.last_step_time - last) < 1
+
+
+@pytest.mark.parametrize(
+    "status_line",
+    [
+        "  Status: FAILED (exit 143) (scancel by user)",
+        "  Status: Failed (exit 143) â€” CANCELLED",
+        "  \x00\x00Status: FAILED (exit 143) — CANCELLED (scancel / SIGTERM)",
+    ],
+)
+def test_status_line_variants_are_read(tmp_path: Path, status_line: str) -> None:
+    body, _ = _steps(0, 30)
+    body += [
+        "========================== JOB SUMMARY ==========================",
+        "  Wall:   1-00:02:00",
+        status_line,
+        "=================================================================",
+    ]
+    r = _triage(_job(tmp_path, body), "CANCELLED")
+    assert r.status == "cancelled" and r.progress.wall_time_s == 86400 + 120
+
+
+def test_a_summary_without_status_takes_the_failed_stage(tmp_path: Path) -> None:
+    body, _ = _steps(0, 30)
+    body += ["0: ValueError: boom", "== Training FAILED (exit=1, 200s) ==", *_summary(1, "4m 0s")]
+    body = [b for b in body if "Status:" not in b]
+    r = _triage(_job(tmp_path, body), "FAILED")
+    assert r.status == "failed"
+
+
+def test_task_0_going_back_without_a_restore_line_is_a_new_run(tmp_path: Path) -> None:
+    first, t = _steps(0, 60)
+    second, _ = _steps(30, 45, t0=t + 60)
+    body = [
+        *first,
+        *second,
+        "0: Traceback (most recent call last):",
+        "0: ValueError: boom",
+        *_summary(1, "9m 0s"),
+    ]
+    r = _triage(_job(tmp_path, body), "FAILED")
+    assert (r.progress.first_step, r.progress.last_step) == (30, 45)

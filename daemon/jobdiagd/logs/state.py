@@ -20,8 +20,10 @@ from jobdiagd.logs.steps import StepSeries, parse_step_fields
 from jobdiagd.model.records import ClassHits, Evidence, NodeExit, StageEvent, StepRecord, Summary
 from jobdiagd.triage.signatures import match_line
 
-_STEP = re.compile(r"completed step: (\d+)")
-_PROFILER_STEP = re.compile(r"completed profiler (?:activation|deactivation) step: (\d+)")
+# The number must end at a comma or the line end: with `srun -u` another task's prefix can
+# land right after it (`completed step: 9` + `9: I1128 ...` must not read as step 99).
+_STEP = re.compile(r"completed step: (\d+)(?=,|\s*$)")
+_PROFILER_STEP = re.compile(r"completed profiler (?:activation|deactivation) step: (\d+)(?=,|\s*$)")
 _FIELD = re.compile(r"([A-Za-z][\w /%-]*?)\s*[: ]\s*(-?[\d.]+(?:[eE][-+]?\d+)?|nan|inf)%?(?:,|$)")
 _CONFIG = re.compile(r"Config param (\w+): ?(.*)$")
 _RESTORE = re.compile(r"restoring from this run's directory(?: latest)? step\s+(\d+)")
@@ -32,9 +34,10 @@ _STAGE = re.compile(
     r"^== (Preflight|Docker pull|ECC check|Training|[A-Z][\w ]*?) (BEGIN|END|TIMEOUT|FAILED)\b(?: \((.*?)\))? =="
 )
 _STAGE_EXIT = re.compile(r"exit=(\d+)")
-_SUMMARY_STATUS = re.compile(
-    r"Status:\s*(SUCCESS|FAILED|CANCELLED|[A-Z]+)\s*(?:\(exit (\d+)\))?\s*(?:[—–-]+\s*(.*))?$"
-)
+# Tolerant: any case, any text after the exit code ("— reason", "(scancel by user)", a
+# mis-decoded dash).
+_SUMMARY_STATUS = re.compile(r"Status:\s*([A-Za-z]+)\s*(?:\(exit (\d+)\))?\s*(.*)$")
+_REASON_LEAD = re.compile(r"^[\s—–\-â€”\x80-\x9f]+")
 _WALL_PART = re.compile(r"(\d+)\s*([dhms])")
 _NODE_EXIT = re.compile(r"NODE_EXIT host=(\S+) exit=(\d+)")
 _SRUN_ERROR = re.compile(r"srun: error: (\S+?): tasks? ([\d,\-\[\] ]+): (.*)$")
@@ -87,6 +90,10 @@ _WALL_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 def parse_wall(text: str) -> float | None:
     """`1h 1m 2s`, `3m 5s`, `42s` (also `1d 2h`) -> seconds; `HH:MM:SS` too."""
     text = text.strip()
+    days = re.fullmatch(r"(\d+)-(\d+(?::\d\d){1,2})", text)  # Slurm's D-HH:MM:SS
+    if days:
+        rest = parse_wall(days.group(2))
+        return None if rest is None else int(days.group(1)) * 86400 + rest
     if re.fullmatch(r"\d+(?::\d\d){1,2}", text):
         total = 0
         for part in text.split(":"):
@@ -172,6 +179,7 @@ class StampClock:
         self._midnights: dict[tuple[int, int, int], float] = {}
         # (month, day) -> midnight in ref_year (None: no such day); fixed once the year is learned
         self._undated: dict[tuple[int, int], float | None] = {}
+        self._latest: float | None = None  # latest epoch produced, for the New Year rollover
 
     def epoch(self, stamp: Stamp) -> float | None:
         if not self._learned_year:
@@ -185,6 +193,16 @@ class StampClock:
         value = self._at(year, stamp)
         if value is not None and stamp.year is None and value > self.ref_time + 2 * 86400:
             value = self._at(year - 1, stamp)
+        return self._rolled(value, stamp)
+
+    def _rolled(self, value: float | None, stamp: Stamp) -> float | None:
+        """An undated stamp half a year before the latest one crossed New Year: next year."""
+        if value is None:
+            return None
+        if stamp.year is None and self._latest is not None and value < self._latest - 180 * 86400:
+            value = self._at(self.ref_year + 1, stamp) or value
+        if self._latest is None or value > self._latest:
+            self._latest = value
         return value
 
     def epoch_undated(self, month: int, day: int, seconds: float) -> float | None:
@@ -200,6 +218,10 @@ class StampClock:
         value = midnight + seconds
         if value > self.ref_time + 2 * 86400:
             return self._at(self.ref_year - 1, Stamp(month, day, seconds))
+        if self._latest is not None and value < self._latest - 180 * 86400:
+            return self._rolled(value, Stamp(month, day, seconds))
+        if self._latest is None or value > self._latest:
+            self._latest = value
         return value
 
     def _at(self, year: int, stamp: Stamp) -> float | None:
@@ -268,6 +290,10 @@ class LogState:
         self.last_stamp: float | None = None
         self.last_text: str = ""
         self.last_exception: Evidence | None = None
+        # Earlier runs of a requeued job in this same log (Slurm --open-mode=append): a new header
+        # after a JOB SUMMARY starts the run that triage reports; the earlier ones are counted.
+        self.earlier_runs = 0
+        self.run_start_line = 1
         self._raw_line = ""  # the line being fed, for evidence quoted verbatim
         # Training restarted inside this log (a restore line after steps were logged): the
         # re-run's step lines replace the first run's records, and the seconds they supersede
@@ -363,6 +389,12 @@ class LogState:
                 return
         self._on_event(text, task, when, lineno, offset)
 
+    def _new_run(self, lineno: int) -> None:
+        """Forget the finished run: its summary, steps and errors describe a job that is over."""
+        clock, earlier = self.clock, self.earlier_runs + 1
+        self.__init__(self.source, ref_time=clock.ref_time)  # type: ignore[misc]
+        self.clock, self.earlier_runs, self.run_start_line = clock, earlier, lineno
+
     def _in_rerun(self, step: int) -> bool:
         r = self._rerun
         return r is not None and r[0] <= step <= r[1] and step not in self._rerun_done
@@ -397,6 +429,11 @@ class LogState:
             prev = self.task_last_step.get(task)
             if prev is None or step > prev:
                 self.task_last_step[task] = step
+            elif task == 0 and step < prev - 1 and self.steps.seen(step) and not self._in_rerun(step):
+                # Task 0 went back without a restore line: a new run re-does these steps.
+                self.restarts.append((lineno, step))
+                self._rerun = (step, self.steps.max_step)
+                self._rerun_done = set()
         if task in (0, None) and self._in_rerun(step):
             self._on_rerun_step(step, rest, task, when, lineno)
             return
@@ -482,6 +519,8 @@ class LogState:
         if task is None and "=" in text and text[:1].isupper():
             m = _HEADER.match(text)
             if m:
+                if m.group(1) == "JOB_ID" and self.summary is not None and not self._in_summary:
+                    self._new_run(lineno)  # a requeued job appending to the same log
                 self._on_kv(m.group(1), m.group(2), header=True)
                 return
         elif "=" in text:
@@ -611,9 +650,16 @@ class LogState:
     def _on_summary_line(self, text: str) -> bool:
         summ = self.summary
         assert summ is not None
-        stripped = text.strip()
+        stripped = text.replace("\x00", "").strip()
         if stripped.startswith("===") and "JOB SUMMARY" not in stripped:
             self._in_summary = False
+            if summ.exit_code is None:
+                # *No (readable) Status line: the batch script's own stage marker says how it ended.
+                failed = [s for s in self.stages if s.kind in ("FAILED", "TIMEOUT")]
+                if failed:
+                    code = failed[-1].exit_code
+                    summ.status = "FAILED"
+                    summ.exit_code = code if code in (130, 143) else 1
             return True
         key, sep, value = stripped.partition(":")
         if not sep:
@@ -624,9 +670,9 @@ class LogState:
             m = _SUMMARY_STATUS.search(stripped)
             summ.status_text = value
             if m:
-                summ.status = m.group(1)
-                summ.exit_code = int(m.group(2)) if m.group(2) else (0 if m.group(1) == "SUCCESS" else None)
-                summ.reason = (m.group(3) or "").strip() or None
+                summ.status = m.group(1).upper()
+                summ.exit_code = int(m.group(2)) if m.group(2) else (0 if summ.status == "SUCCESS" else None)
+                summ.reason = _REASON_LEAD.sub("", m.group(3) or "").strip() or None
             return True
         if key == "Wall":
             summ.wall_s = parse_wall(value.split("(")[0])

@@ -184,7 +184,8 @@ def analyze(
     if restart is not None:
         # Training restarted inside this log: "this run" is the last one (runbook: steps
         # completed this run); the summed time below still covers every run.
-        steps = [s for s in steps if s.step >= restart[1]] or steps
+        # Records of the earlier run beyond where this one got to were logged before the restart.
+        steps = [s for s in steps if s.step >= restart[1] and s.line >= restart[0]] or steps
     passthrough = main.passthrough() if main else {}
     config: dict[str, str] = {}
     env: dict[str, str] = {}
@@ -233,6 +234,11 @@ def analyze(
     cls = classify(
         logs, steps, progress, ckpt, tgs, now=now, slurm_state=slurm_state, nodes=nodes, policy=policy
     )
+    if main is not None and main.earlier_runs:
+        cls.notes.append(
+            f"This log also holds {main.earlier_runs} earlier run(s) of the job (requeued, appended to the "
+            f"same log); this report covers the last run, from line {main.run_start_line}."
+        )
     if restart is not None and auth is not None:
         cls.notes.append(
             f"Training restarted within this log (line {restart[0]}: restored from step {restart[1] - 1}); "
