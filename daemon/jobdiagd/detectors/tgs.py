@@ -52,6 +52,21 @@ class _Memo:
     at: float
 
 
+def _recent_median(
+    steps: list[StepRecord], view: JobView, a: TgsAnalysis, b_from: int, n: int
+) -> float | None:
+    """Median throughput of the last `n` clean steps (checkpoint/eval/profiler steps left out)."""
+    ckpt = view.checkpoint()
+    first = steps[0].step if steps else 0
+    clean = [s for s in steps if s.step - first >= b_from and not ckpt.adjacent(s.step)]
+    if a.metric == "tokens/s/device":
+        vals = [s.tgs for s in clean if s.tgs]
+    else:
+        vals = [1.0 / s.seconds for s in clean if s.seconds]
+    recent = [v for v in vals[-n:] if v is not None]
+    return statistics.median(recent) if recent else None
+
+
 def _confirmed(
     steps: list[StepRecord], view: JobView, a: TgsAnalysis, drop_pct: float, b_from: int, recent_n: int
 ) -> bool:
@@ -63,18 +78,8 @@ def _confirmed(
     """
     if a.baseline is None:
         return False
-    ckpt = view.checkpoint()
-    first = steps[0].step if steps else 0
-    if a.metric == "tokens/s/device":
-        vals = [s.tgs for s in steps if s.tgs and s.step - first >= b_from and not ckpt.adjacent(s.step)]
-    else:
-        vals = [
-            1.0 / s.seconds
-            for s in steps
-            if s.seconds and s.step - first >= b_from and not ckpt.adjacent(s.step)
-        ]
-    recent = [v for v in vals[-recent_n:] if v is not None]
-    return bool(recent) and statistics.median(recent) < a.baseline * (1 - drop_pct / 100.0)
+    med = _recent_median(steps, view, a, b_from, recent_n)
+    return med is not None and med < a.baseline * (1 - drop_pct / 100.0)
 
 
 def _recovered(
@@ -87,18 +92,8 @@ def _recovered(
         return True
     if a.change_pct <= -drop_pct / 2:
         return False
-    ckpt = view.checkpoint()
-    first = steps[0].step if steps else 0
-    if a.metric == "tokens/s/device":
-        vals = [s.tgs for s in steps if s.tgs and s.step - first >= b_from and not ckpt.adjacent(s.step)]
-    else:
-        vals = [
-            1.0 / s.seconds
-            for s in steps
-            if s.seconds and s.step - first >= b_from and not ckpt.adjacent(s.step)
-        ]
-    window = [v for v in vals[-3 * recent_n :] if v is not None]
-    return not window or statistics.median(window) >= a.baseline * (1 - drop_pct / 200.0)
+    med = _recent_median(steps, view, a, b_from, 3 * recent_n)
+    return med is None or med >= a.baseline * (1 - drop_pct / 200.0)
 
 
 class TgsDetector:
