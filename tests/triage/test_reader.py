@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from jobdiagd.logs import reader
 from jobdiagd.logs.prefixes import strip
 from jobdiagd.logs.scan import HARMLESS_ONLY, TRIGGERS, HyperscanScanner, PythonScanner, candidates
-from jobdiagd.logs.state import LogState, parse_step_fields, parse_wall
+from jobdiagd.logs.state import LogState, parse_wall
+from jobdiagd.logs.steps import parse_step_fields
 
 _literal = st.sampled_from(TRIGGERS + tuple(h.decode() for h in HARMLESS_ONLY))
 _line = st.one_of(

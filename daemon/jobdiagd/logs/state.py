@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from jobdiagd.logs.prefixes import Stamp, strip, strip_ansi
 from jobdiagd.logs.scan import HARMLESS_ONLY
-from jobdiagd.logs.steps import StepSeries, parse_step_fields
+from jobdiagd.logs.steps import StepSeries, step_record
 from jobdiagd.model.records import ClassHits, Evidence, NodeExit, StageEvent, StepRecord, Summary
 from jobdiagd.triage.signatures import match_line
 
@@ -402,26 +402,13 @@ class LogState:
     def _on_rerun_step(self, step: int, rest: str, task: int | None, when: float | None, lineno: int) -> None:
         """The first copy of a re-run step replaces the earlier run's record."""
         self._rerun_done.add(step)
-        f = parse_step_fields(rest)
+        rec = step_record(step, rest, time=when, line=lineno, task=task, source=self.source)
         old = self.steps.get(step)
-        new_seconds = f.get("seconds")
         if old is not None:
             self.superseded_seconds += old.seconds or 0.0
-            self.steps.replace(
-                StepRecord(
-                    step=step,
-                    seconds=new_seconds,
-                    tgs=f.get("Tokens/s/device"),
-                    tflops=f.get("TFLOP/s/device", f.get("TFLOP/s")),
-                    loss=f.get("loss"),
-                    time=when,
-                    line=lineno,
-                    task=task,
-                    source=self.source,
-                )
-            )
+            self.steps.replace(rec)
         else:  # down-sampled away: the line still counts in the summed time
-            self.superseded_seconds += new_seconds or 0.0
+            self.superseded_seconds += rec.seconds or 0.0
 
     def _on_step(self, step: int, rest: str, task: int | None, when: float | None, lineno: int) -> None:
         self.step_lines += 1
@@ -444,13 +431,9 @@ class LogState:
             if existing.time is None and when is not None:
                 existing.time = when
             return
-        f = parse_step_fields(rest)
-        rec = StepRecord(
-            step=step,
-            seconds=f.get("seconds"),
-            tgs=f.get("Tokens/s/device"),
-            tflops=f.get("TFLOP/s/device", f.get("TFLOP/s")),
-            loss=f.get("loss"),
+        rec = step_record(
+            step,
+            rest,
             time=when if when is not None else (existing.time if existing else None),
             line=lineno,
             task=task,

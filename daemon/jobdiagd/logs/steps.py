@@ -37,6 +37,24 @@ def parse_step_fields(rest: str) -> dict[str, float]:
     return out
 
 
+def step_record(
+    step: int, rest: str, *, time: float | None, line: int, task: int | None, source: str
+) -> StepRecord:
+    """A step record with its fields parsed from the text after `completed step: N,`."""
+    f = parse_step_fields(rest)
+    return StepRecord(
+        step=step,
+        seconds=f.get("seconds"),
+        tgs=f.get("Tokens/s/device"),
+        tflops=f.get("TFLOP/s/device", f.get("TFLOP/s")),
+        loss=f.get("loss"),
+        time=time,
+        line=line,
+        task=task,
+        source=source,
+    )
+
+
 def materialize(rec: StepRecord) -> None:
     """Parse the deferred fields of a fast-path step record (most records are never read)."""
     raw = rec.pending
