@@ -248,6 +248,8 @@ def classify(
         hits[c][0] for c in classes if BY_CLASS.get(c) is not None and BY_CLASS[c].tier is Tier.ADVISORY
     ]
 
+    setup_s = _measured_setup_s(logs, steps)
+
     # ---- status ---------------------------------------------------------------------------
     state_up = (slurm_state or "").upper().split()[0] if slurm_state else ""
     alive = state_up in ALIVE_STATES
@@ -277,7 +279,7 @@ def classify(
             policy,
             now,
             barrier_time=_barrier_time(main),
-            setup_s=_measured_setup_s(logs, steps),
+            setup_s=setup_s,
         )
         advancing = recent.basis == "timestamps" and not recent.stalled
         if infra and not steps and not alive:
@@ -304,7 +306,7 @@ def classify(
         policy,
         at,
         barrier_time=_barrier_time(main),
-        setup_s=_measured_setup_s(logs, steps),
+        setup_s=setup_s,
     )
     if status == "hanging":
         stall.stalled = True
