@@ -1,10 +1,11 @@
 """Renders alert pictures off the event loop: a small spawned process pool with a timeout (or a thread).
 
-Decisions where the issue is silent (figures from `bench/bench_plots.py`):
-- Default is a process: a render holds the GIL for 0.1-0.3 s, which in a thread delays the
-  daemon's ticks and chat replies by that much; in a process the loop does not notice. The
-  worker is spawned (a fork of a daemon with threads is unsafe) and imports matplotlib itself,
-  so the daemon process never loads it (~0.8 s and ~40 MB); `warm()` pays that at start-up.
+Decisions where the issue is silent (figures from `bench/bench_plots.py` on the 2-core CI box):
+- Default is a process. In a thread a render (0.25-1 s) holds the GIL in 5 ms slices: the loop
+  stays responsive (a 10 ms ticker is up to ~30 ms late, ~17 ms with the process) but a thread
+  cannot be stopped at the timeout, and it would load matplotlib into the daemon (+~55 MB RSS
+  on a ~70 MB daemon). The worker is spawned (a fork of a daemon with threads is unsafe) and
+  imports the plotting code itself; `warm()` pays its ~1.2 s start-up once.
 - `multiprocessing.Pool` rather than `ProcessPoolExecutor`: its public `terminate()` kills a
   render stuck past the timeout; the next render starts a fresh worker. Workers are recycled
   after `max_tasks_per_child` renders, so a leak in a plotting library cannot grow forever.
