@@ -346,3 +346,17 @@ def test_rendering_loads_no_pyplot_global_state() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
     assert out.stdout.strip() == "False"
+
+
+def test_pale_shadings_survive_the_palette() -> None:
+    """The stall and slide shadings are pale: the PNG palette must not merge them into white."""
+    chart = hang(steady(737), 736, 836)
+    fig = step_figure(chart)
+    _, ax_s = fig.axes
+    lo, hi = ax_s.get_ylim()
+    x, y = ax_s.transData.transform((786.0, lo + 0.05 * (hi - lo)))  # inside the stall, below the data
+    img = decode(render(chart)).convert("RGB")
+    stall = img.getpixel((round(x), HEIGHT_PX - round(y)))
+    background = img.getpixel((5, HEIGHT_PX // 2))
+    assert background == (255, 255, 255)
+    assert stall != background and stall[0] > stall[1]  # a visible red tint
