@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
+from jobdiagd.alerts.incidents import format_duration
 from jobdiagd.model.jobview import JobView
 from jobdiagd.model.plotdata import (
     HostSeries,
@@ -90,15 +91,6 @@ def chart_title(job_id: str, job_name: str | None, what: str) -> str:
     return title if len(title) <= TITLE_MAX else title[: TITLE_MAX - 1] + "…"
 
 
-def _fmt_duration(seconds: float) -> str:
-    m = round(seconds / 60)
-    if seconds < 90:
-        return f"{max(0, round(seconds))} s"
-    if m < 90:
-        return f"{m} min"
-    return f"{m // 60} h {m % 60:02d} min"
-
-
 def hang_chart(
     history: Iterable[HistoryItem],
     ckpt: CheckpointConfig,
@@ -118,7 +110,7 @@ def hang_chart(
     hi = max(x for x in (last_step, projected, points[-1].step if points else None, 0) if x is not None)
     facts = []
     if stalled_s is not None:
-        facts.append(f"no step for {_fmt_duration(stalled_s)}")
+        facts.append(f"no step for {format_duration(stalled_s)}")
     if last_step is not None:
         facts.append(f"last step {last_step:,}")
     if projected is not None and last_step is not None and projected > last_step:

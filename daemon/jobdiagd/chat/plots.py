@@ -24,8 +24,9 @@ Decisions where the issue is silent:
 - Power strip: hosts that agree are one median line with the min-max band of all their GPUs;
   a host deviates when it stopped reporting in the last 10 % of the window, or its median over
   the last quarter differs from the hosts' median by more than max(15 %, 60 W) / 25 points of
-  utilization. Up to 6 deviating hosts are drawn as their own lines (same colour in both
-  panels), more are counted. Time runs in minutes before the window's end (UTC in the label).
+  utilization. Deviating hosts with the same reason ("silent since -10 min", "95 W") are one
+  group; up to 5 groups are drawn as their own lines (same colour in both panels), the other
+  hosts are named. Time runs in minutes before the window's end (UTC in the label).
 - No data: the picture still renders, with a placeholder sentence saying what is missing.
 """
 
@@ -49,6 +50,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 from PIL import Image
 
+from jobdiagd.alerts.incidents import format_duration
 from jobdiagd.model.plotdata import (
     HostSeries,
     IncidentKind,
@@ -187,20 +189,6 @@ def _fmt_num(v: float) -> str:
     if abs(v) >= 10:
         return f"{v:.1f}"
     return f"{v:.3g}"
-
-
-def _fmt_duration(seconds: float) -> str:
-    s = max(0, round(seconds))
-    if s < 90:
-        return f"{s} s"
-    m = round(s / 60)
-    if m < 90:
-        return f"{m} min"
-    h, m = divmod(m, 60)
-    if h < 48:
-        return f"{h} h {m:02d} min"
-    d, h = divmod(h, 24)
-    return f"{d} d {h} h"
 
 
 def _new_figure() -> Figure:
@@ -360,7 +348,7 @@ def step_figure(chart: StepChart) -> Figure:
     if not have:
         msg = "no training step with step time or throughput yet"
         if m is not None and m.kind == "hang" and m.stalled_s is not None:
-            msg += f"\n(no step for {_fmt_duration(m.stalled_s)})"
+            msg += f"\n(no step for {format_duration(m.stalled_s)})"
         _placeholder(fig, msg)
         return fig
     first, last = min(have), max(have)
@@ -455,7 +443,7 @@ def _hang_marks(ax_t: Axes, ax_s: Axes, m: IncidentMarks, x_lo: float, x_hi: flo
         Line2D([], [], color=C_BAD, linestyle="--", linewidth=2.2, label=f"expected ≈ step {proj:,} by now")
     )
     out.append(Patch(color=C_BAD, alpha=0.15, label="no steps (stalled)"))
-    lines = [f"stalled {_fmt_duration(m.stalled_s)}" if m.stalled_s is not None else "stalled"]
+    lines = [f"stalled {format_duration(m.stalled_s)}" if m.stalled_s is not None else "stalled"]
     lines.append(f"≈ {proj - start:,} steps behind")
     text = ax_t.text(
         (start + proj) / 2,
@@ -596,7 +584,7 @@ def split_hosts(
 
 
 def _ago(t: float, end: float) -> str:
-    return f"−{_fmt_duration(end - t)}" if end - t >= 1 else "the end"
+    return f"−{format_duration(end - t)}" if end - t >= 1 else "the end"
 
 
 def _typical_band(group: Sequence[HostSeries], grid: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -857,7 +845,7 @@ def describe_strip(strip: PowerStrip) -> str | None:
     level = " at ".join(
         x for x in (f"{u:.0f} % util" if u is not None else "", f"{p:.0f} W" if p is not None else "") if x
     )
-    head = f"last {_fmt_duration(0.10 * span)}: {level}"
+    head = f"last {format_duration(0.10 * span)}: {level}"
     if p is not None and u is not None and u >= b.busy_util_pct and p <= b.busy_wait_w[1] * 1.15:
         verdict = f"{b.gpu_model} busy-wait power, spinning, not computing"
     elif p is not None and p >= b.train_w[0] * 0.9:
