@@ -245,8 +245,10 @@ def test_split_hosts_flags_silent_and_off_level_hosts_only() -> None:
     series[2] = _host("node003", _power, silent_after=STALL + 5)
     series[5] = _host("node006", lambda t: 680.0 if t < STALL else 95.0)
     series[6] = _host("node007", lambda t: 680.0 if t < STALL else 320.0)  # within tolerance: agrees
+    series.append(HostSeries("node009", (), ()))  # listed in the job, never reported
     g = split_hosts(series, START, END, tolerance=60.0, relative=0.15, unit=" W")
-    assert set(g.deviating) == {"node003", "node006"}
+    assert set(g.deviating) == {"node003", "node006", "node009"}
+    assert g.deviating["node009"] == "no data"
     assert g.deviating["node003"].startswith("silent since −")
     assert g.deviating["node006"] == "95 W"
     assert len(g.typical) == 6
