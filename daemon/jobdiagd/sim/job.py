@@ -24,6 +24,8 @@ class JobSpec:
     tag: str | None = None
     nnodes: int = 8
     first_node: int = 1
+    # Explicit host names, one per node (e.g. the hosts a real-world excerpt names); empty: node001...
+    hosts: tuple[str, ...] = ()
     ray: bool = False
     steps: int = 100
     checkpointing: bool = False
@@ -97,7 +99,9 @@ class JobSim:
         self.spec = spec
         self.rng = rng
         self.t = spec.start
-        self.hosts = L.hostnames(spec.nnodes, spec.first_node)
+        if spec.hosts and (len(spec.hosts) != spec.nnodes or len(set(spec.hosts)) != len(spec.hosts)):
+            raise ValueError(f"JobSpec.hosts must name {spec.nnodes} distinct hosts, got {spec.hosts!r}")
+        self.hosts = list(spec.hosts) if spec.hosts else L.hostnames(spec.nnodes, spec.first_node)
         self.head = self.hosts[0]
         self.ntasks = spec.nnodes
         self.slurm: list[str] = []
