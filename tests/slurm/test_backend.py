@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
+import signal
 import sys
 import types
+from collections.abc import Awaitable, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -22,6 +26,9 @@ from jobdiagd.sources.slurm import (
     make_backend,
     resolve_job_paths,
 )
+from tests.helpers.procs import alive, exists, live_group_members, open_fds, pids_in, zombie_children
+
+T = TypeVar("T")
 
 
 def _exe(tmp_path: Path, name: str, body: str) -> str:
@@ -64,6 +71,110 @@ async def test_timeout_kills_the_command(tmp_path: Path) -> None:
     pid = int(pidfile.read_text())
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+async def bounded(aw: Awaitable[T], seconds: float) -> T:
+    """Await `aw`, failing the test after `seconds` even if the code under test ignores one
+    cancellation (as a cancel handler that waits for a stuck child does)."""
+    task = asyncio.ensure_future(aw)
+    done, _ = await asyncio.wait({task}, timeout=seconds)
+    if not done:
+        await _cancel_hard(task)
+        pytest.fail(f"call did not finish within {seconds:g} s")
+    return task.result()
+
+
+async def _cancel_hard(task: asyncio.Future[Any]) -> None:
+    for _ in range(5):
+        if task.done():
+            return
+        task.cancel()
+        await asyncio.wait({task}, timeout=2)
+
+
+@pytest.fixture
+def pids(tmp_path: Path) -> Iterator[Path]:
+    """File the test's wrapper scripts append their PIDs to (the shell's, its children's);
+    whatever of them still runs is killed at the end, so a failing run leaks nothing."""
+    path = tmp_path / "pids"
+    yield path
+    for pid in pids_in(path):
+        for victim in [pid, *live_group_members(pid)]:
+            if alive(victim):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(victim, signal.SIGKILL)
+
+
+async def _gone(pid: int) -> bool:
+    """Whether `pid` was reaped (asyncio's child watcher does it soon after the exit)."""
+    for _ in range(100):
+        if not exists(pid):
+            return True
+        await asyncio.sleep(0.05)
+    return False
+
+
+async def test_timeout_kills_a_wrapper_scripts_whole_process_group(tmp_path: Path, pids: Path) -> None:
+    # The issue's wrapper: sleep, then the real command. Killing only the shell left `sleep`
+    # holding our pipes, and the call returned when it ended (here: 600 s; bounded at 30).
+    squeue = _exe(
+        tmp_path, "squeue", f'echo $$ >> "{pids}"; sleep 600 & echo $! >> "{pids}"; wait $!; exec squeue "$@"'
+    )
+    b = CliSlurmBackend(squeue=squeue, timeout_s=0.5)
+    fds = open_fds()
+    for _ in range(3):
+        with pytest.raises(SlurmCommandError) as ei:
+            await bounded(b.list_jobs(), 30)
+        assert ei.value.kind == "timeout" and "no answer within 0.5 s" in str(ei.value)
+    started = pids_in(pids)
+    assert len(started) == 6
+    assert [p for p in started if alive(p)] == []  # the sleeps too, not only the shells
+    for shell in started[::2]:
+        assert await _gone(shell)  # reaped: no zombie left behind
+    assert zombie_children(os.getpid()) == []
+    assert open_fds() == fds  # no pipe left open
+
+
+async def test_cancelling_a_call_kills_the_commands_process_group(tmp_path: Path, pids: Path) -> None:
+    squeue = _exe(
+        tmp_path,
+        "squeue",
+        f'echo $$ >> "{pids}"; sleep 600 & echo $! >> "{pids}"; sleep 600 & echo $! >> "{pids}"; wait',
+    )
+    b = CliSlurmBackend(squeue=squeue, timeout_s=300)
+    task = asyncio.ensure_future(b.list_jobs())
+    try:
+        for _ in range(200):
+            if len(pids_in(pids)) == 3:
+                break
+            await asyncio.sleep(0.05)
+        started = pids_in(pids)
+        assert len(started) == 3 and all(alive(p) for p in started)  # the shell and both sleeps
+        task.cancel()
+        await bounded(asyncio.gather(task, return_exceptions=True), 30)
+        assert task.cancelled()
+        assert [p for p in started if alive(p)] == []
+        assert await _gone(started[0])
+    finally:
+        await _cancel_hard(task)
+
+
+async def test_leftover_children_of_a_finished_command_are_stopped(tmp_path: Path, pids: Path) -> None:
+    # Exits at once, leaving a child that does not hold our pipes.
+    squeue = _exe(
+        tmp_path, "squeue", f'echo $$ >> "{pids}"; sleep 600 >/dev/null 2>&1 & echo $! >> "{pids}"; exit 0'
+    )
+    assert await bounded(CliSlurmBackend(squeue=squeue, timeout_s=30).list_jobs(), 30) == []
+    started = pids_in(pids)
+    assert len(started) == 2 and [p for p in started if alive(p)] == []
+
+
+async def test_endless_output_is_cut_off_and_the_command_killed(tmp_path: Path, pids: Path) -> None:
+    squeue = _exe(tmp_path, "squeue", f'echo $$ >> "{pids}"; exec yes 1')
+    with pytest.raises(SlurmCommandError) as ei:
+        await bounded(CliSlurmBackend(squeue=squeue, timeout_s=10).list_jobs(), 30)
+    assert ei.value.kind == "output" and "more than 64 MiB" in str(ei.value)
+    assert [p for p in pids_in(pids) if alive(p)] == []
 
 
 async def test_environment_reaches_the_command(tmp_path: Path) -> None:

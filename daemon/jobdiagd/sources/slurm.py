@@ -10,6 +10,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,12 +68,13 @@ class SlurmError(Exception):
 
 
 class SlurmCommandError(SlurmError):
-    """A Slurm command failed. `kind` says how: missing binary, timeout, or non-zero exit."""
+    """A Slurm command failed. `kind` says how: missing binary, timeout, non-zero exit, or
+    output that cannot be trusted (unparseable, or too large)."""
 
     def __init__(
         self,
         argv: Sequence[str],
-        kind: Literal["missing", "timeout", "exit"],
+        kind: Literal["missing", "timeout", "exit", "output"],
         detail: str,
         returncode: int | None = None,
         stderr: str = "",
@@ -104,6 +106,11 @@ class SlurmBackend(Protocol):
 def _check_filters(users: Iterable[str], partitions: Iterable[str]) -> tuple[list[str], list[str]]:
     return [validate_user(u) for u in users], [validate_partition(p) for p in partitions]
 
+
+# A command that outlives its timeout gets SIGTERM, then SIGKILL this much later.
+KILL_GRACE_S = 1.0
+# More than this on one pipe is not a squeue answer (100k jobs print ~20 MB).
+MAX_OUTPUT_BYTES = 64 << 20
 
 _INVALID_JOB_RE = re.compile(r"Invalid job id", re.IGNORECASE)
 _SQUEUE_ERROR_RE = re.compile(r"\berror:", re.IGNORECASE)
@@ -151,40 +158,56 @@ class CliSlurmBackend:
         return (await self._run2(argv))[0]
 
     async def _run2(self, argv: Sequence[str]) -> tuple[str, str]:
-        """(stdout, stderr) of a successful command; SlurmCommandError otherwise."""
+        """(stdout, stderr) of a successful command; SlurmCommandError otherwise.
+
+        The command runs in its own session (process group): on timeout, on cancellation and
+        after it exits, the whole group is stopped (SIGTERM, SIGKILL after KILL_GRACE_S), so a
+        wrapper script's children cannot hold the call (or our pipes) past the timeout. The
+        call returns within `timeout_s + KILL_GRACE_S`.
+        """
         env = self._env()
         exe = shutil.which(argv[0], path=env.get("PATH"))
         if exe is None:
             raise SlurmCommandError(argv, "missing", "command not found on PATH")
+        loop = asyncio.get_running_loop()
         try:
-            proc = await asyncio.create_subprocess_exec(
+            transport, proto = await loop.subprocess_exec(
+                lambda: _Collector(loop, MAX_OUTPUT_BYTES),
                 exe,
                 *argv[1:],
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 env=env,
+                start_new_session=True,
             )
         except OSError as e:
             raise SlurmCommandError(argv, "missing", f"cannot execute: {e}") from e
+        pgid = transport.get_pid()
         try:
-            out, err = await asyncio.wait_for(proc.communicate(), self._timeout_s)
-        except TimeoutError:
-            await _kill(proc)
-            raise SlurmCommandError(argv, "timeout", f"no answer within {self._timeout_s:g} s") from None
-        except BaseException:
-            await _kill(proc)
-            raise
-        stderr = err.decode(errors="replace").strip()
-        if proc.returncode != 0:
+            try:
+                async with asyncio.timeout(self._timeout_s):
+                    await asyncio.wait({proto.done, proto.overflow}, return_when=asyncio.FIRST_COMPLETED)
+            except TimeoutError:
+                raise SlurmCommandError(argv, "timeout", f"no answer within {self._timeout_s:g} s") from None
+            if proto.overflow.done():
+                raise SlurmCommandError(argv, "output", f"printed more than {MAX_OUTPUT_BYTES >> 20} MiB")
+        finally:
+            try:
+                await _end_group(pgid)
+            finally:
+                transport.close()
+        returncode = transport.get_returncode()
+        stderr = proto.text(2).strip()
+        if returncode != 0:
             raise SlurmCommandError(
                 argv,
                 "exit",
-                f"exit {proc.returncode}: {stderr or '(no stderr)'}",
-                returncode=proc.returncode,
+                f"exit {returncode}: {stderr or '(no stderr)'}",
+                returncode=returncode,
                 stderr=stderr,
             )
-        return out.decode(errors="replace"), stderr
+        return proto.text(1), stderr
 
     async def list_jobs(
         self, users: Sequence[str] = (), partitions: Sequence[str] = (), *, include_finished: bool = False
@@ -296,12 +319,84 @@ class CliSlurmBackend:
         return None
 
 
-async def _kill(proc: asyncio.subprocess.Process) -> None:
-    if proc.returncode is None:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        with contextlib.suppress(Exception):
-            await proc.wait()
+class _Collector(asyncio.SubprocessProtocol):
+    """A command's stdout (fd 1) and stderr (fd 2), each up to `limit` bytes; `done` once it
+    exited and closed both pipes, `overflow` once it printed more than `limit`."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, limit: int) -> None:
+        self.limit = limit
+        self.buffers: dict[int, bytearray] = {1: bytearray(), 2: bytearray()}
+        self.done: asyncio.Future[None] = loop.create_future()
+        self.overflow: asyncio.Future[None] = loop.create_future()
+
+    def pipe_data_received(self, fd: int, data: bytes | str) -> None:
+        buf = self.buffers.get(fd)
+        if buf is None or self.overflow.done():
+            return
+        if len(buf) + len(data) > self.limit:
+            self.overflow.set_result(None)
+            return
+        buf += data.encode() if isinstance(data, str) else data
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        # asyncio calls this once the process exited *and* every pipe closed.
+        if not self.done.done():
+            self.done.set_result(None)
+
+    def text(self, fd: int) -> str:
+        return self.buffers[fd].decode(errors="replace")
+
+
+def _group_members_alive(pgid: int) -> bool:
+    """Whether a process of group `pgid` is still running (zombies waiting for a reaper that
+    is not us do not count: they hold nothing)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return True
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        # Fields after the command name (which may hold spaces or ')'): state, ppid, pgrp, ...
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 2 and fields[2] == str(pgid).encode() and fields[0] != b"Z":
+            return True
+    return False
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+async def _end_group(pgid: int) -> None:
+    """Stop what is left of a command's process group: SIGTERM, then SIGKILL after the grace.
+
+    The group is the command's own session (start_new_session), so this never reaches the
+    daemon. The final SIGKILL is sent even if this coroutine is cancelled while waiting.
+    """
+    if not _group_members_alive(pgid):
+        return
+    try:
+        _signal_group(pgid, signal.SIGTERM)
+        deadline = clock.monotonic() + KILL_GRACE_S
+        while clock.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+            if not _group_members_alive(pgid):
+                return
+    finally:
+        _signal_group(pgid, signal.SIGKILL)
 
 
 def _replace(job: SlurmJob, **changes: Any) -> SlurmJob:
