@@ -169,6 +169,33 @@ async def test_leftover_children_of_a_finished_command_are_stopped(tmp_path: Pat
     assert len(started) == 2 and [p for p in started if alive(p)] == []
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        'echo "slurm_load_jobs: <html>502 Bad Gateway</html>"',
+        "echo garbage; echo '1 2 3'",
+        "printf 'x\\037RUNNING\\037me\\n'",  # separators, but not a job line
+        "head -c 4096 /dev/urandom",
+    ],
+)
+async def test_unparseable_squeue_output_is_an_error_not_an_empty_cluster(tmp_path: Path, body: str) -> None:
+    b = CliSlurmBackend(squeue=_exe(tmp_path, "squeue", body + "; exit 0"))
+    with pytest.raises(SlurmCommandError) as ei:
+        await b.list_jobs()
+    assert ei.value.kind == "output" and "unparseable output" in str(ei.value)
+
+
+async def test_json_listing_garbage_is_an_error(tmp_path: Path) -> None:
+    b = CliSlurmBackend(squeue=_exe(tmp_path, "squeue", "echo '{oops'"), listing="json")
+    with pytest.raises(SlurmCommandError) as ei:
+        await b.list_jobs()
+    assert ei.value.kind == "output"
+
+
+async def test_empty_squeue_output_is_an_empty_list(tmp_path: Path) -> None:
+    assert await CliSlurmBackend(squeue=_exe(tmp_path, "squeue", "exit 0")).list_jobs() == []
+
+
 async def test_endless_output_is_cut_off_and_the_command_killed(tmp_path: Path, pids: Path) -> None:
     squeue = _exe(tmp_path, "squeue", f'echo $$ >> "{pids}"; exec yes 1')
     with pytest.raises(SlurmCommandError) as ei:
@@ -410,7 +437,7 @@ def test_paths_reject_non_numeric_ids(tmp_path: Path) -> None:
 class _ScriptedBackend:
     def __init__(self) -> None:
         self.listings: list[list[SlurmJob]] = []
-        self.final: dict[str, SlurmJob] = {}
+        self.final: dict[str, SlurmJob | Exception] = {}
         self.asked: list[str] = []
 
     async def list_jobs(
@@ -420,14 +447,17 @@ class _ScriptedBackend:
 
     async def job_info(self, job_id: str) -> SlurmJob | None:
         self.asked.append(job_id)
-        return self.final.get(job_id)
+        info = self.final.get(job_id)
+        if isinstance(info, Exception):
+            raise info
+        return info
 
 
 async def test_watcher_reports_appeared_changed_finished_lost() -> None:
     a = _job("1", stdout="/o/1-a.log")
     b = _job("2")
     fake = _ScriptedBackend()
-    fake.listings = [[replace(a, state="PENDING"), b], [a, b], []]
+    fake.listings = [[replace(a, state="PENDING"), b], [a, b], [], [], []]
     fake.final = {"1": replace(a, state="COMPLETED", exit_code=0, stdout=None)}
     w = SlurmWatcher(fake, users=["u"])
     p1 = await w.poll()
@@ -436,6 +466,29 @@ async def test_watcher_reports_appeared_changed_finished_lost() -> None:
     assert (p2.appeared, [j.job_id for j in p2.changed]) == ((), ["1"])
     p3 = await w.poll()
     assert [(j.job_id, j.state, j.stdout) for j in p3.finished] == [("1", "COMPLETED", "/o/1-a.log")]
-    assert p3.lost == ("2",)
-    assert sorted(fake.asked) == ["1", "2"]
-    assert w.known == {}
+    # Nobody remembers job 2: lost only after LOST_AFTER_POLLS answers in a row without it.
+    assert (p3.lost, list(w.known)) == ((), ["2"])
+    assert (await w.poll()).lost == ()
+    assert (await w.poll()).lost == ("2",)
+    assert fake.asked == ["1", "2", "2", "2"]
+    assert w.known == {} and w.missing == {}
+
+
+async def test_watcher_does_not_end_a_job_scontrol_still_runs() -> None:
+    a, b = _job("1", stdout="/o/1-a.log"), _job("2")
+    fake = _ScriptedBackend()
+    # Empty answers while both run: scontrol says job 1 runs, and cannot be asked about job 2.
+    fake.listings = [[a, b], [], [], [a, b]]
+    fake.final = {"1": replace(a, stdout=None), "2": SlurmCommandError(["scontrol"], "timeout", "slow")}
+    w = SlurmWatcher(fake)
+    await w.poll()
+    for _ in range(2):
+        p = await w.poll()
+        assert (p.finished, p.lost) == ((), ())
+        assert [(j.job_id, j.state, j.stdout) for j in p.jobs] == [("1", "RUNNING", "/o/1-a.log")]
+        assert len(p.problems) == 2
+        assert "omits job 1, which scontrol reports RUNNING" in p.problems[0]
+        assert "job 2 is missing from squeue and its end cannot be confirmed" in p.problems[1]
+        assert sorted(w.known) == ["1", "2"]
+    p = await w.poll()
+    assert (p.appeared, p.finished, p.problems) == ((), (), ())

@@ -283,6 +283,18 @@ def test_parse_squeue_format_name_with_separator_and_garbage_lines() -> None:
     assert jobs[0].state == "RUNNING"
 
 
+def test_strict_squeue_parse_refuses_lines_that_are_not_jobs() -> None:
+    assert len(parse_squeue_format(SQUEUE_22_05, strict=True)) == 4
+    line = S.join(["9", "R", "bob", "p", "n1", "1795945920", "0:05", "5:00", "/w", "None", "two"])
+    # The rest of a job name with a newline in it is not garbage.
+    assert [j.name for j in parse_squeue_format(line + "\nlines\n", strict=True)] == ["two"]
+    assert parse_squeue_format("", strict=True) == [] == parse_squeue_format("\n \n", strict=True)
+    for text in ["JOBID STATE\n" + line, "garbage", f"x{S}RUNNING{S}me", line.replace("9", "-9", 1)]:
+        assert len(parse_squeue_format(text)) <= 1  # lenient: skipped
+        with pytest.raises(ValueError, match=r"line\(s\) are not jobs, first '"):
+            parse_squeue_format(text, strict=True)
+
+
 # --- scontrol -o show job -------------------------------------------------------------------------
 
 

@@ -214,8 +214,13 @@ class CliSlurmBackend:
     ) -> list[SlurmJob]:
         u, p = _check_filters(users, partitions)
         if self._listing == "json":
-            text = await self._run([self._squeue, "--json"])
-            jobs = filter_jobs(parse_squeue_json(text, now=clock.wall()), u, p)
+            argv = [self._squeue, "--json"]
+            text = await self._run(argv)
+            try:
+                parsed = parse_squeue_json(text, now=clock.wall())
+            except ValueError as e:
+                raise _bad_output(argv, text, str(e)) from None
+            jobs = filter_jobs(parsed, u, p)
             if not include_finished:
                 jobs = [j for j in jobs if j.state not in FINISHED_STATES]
         else:
@@ -231,7 +236,11 @@ class CliSlurmBackend:
                 # 22.05 exits 0 after "squeue: error: Invalid user: x" and lists nothing:
                 # a typo in the watched users must not look like "no jobs".
                 raise SlurmCommandError(argv, "exit", f"exit 0 with error: {err}", returncode=0, stderr=err)
-            jobs = parse_squeue_format(out)
+            try:
+                # Strict: a line that is not a job is a broken answer, never "fewer jobs".
+                jobs = parse_squeue_format(out, strict=True)
+            except ValueError as e:
+                raise _bad_output(argv, out, str(e)) from None
         return await self._with_stdout(jobs)
 
     async def _with_stdout(self, jobs: list[SlurmJob]) -> list[SlurmJob]:
@@ -317,6 +326,10 @@ class CliSlurmBackend:
             if j.job_id == job_id:
                 return j
         return None
+
+
+def _bad_output(argv: Sequence[str], text: str, why: str) -> SlurmCommandError:
+    return SlurmCommandError(argv, "output", f"exit 0 but unparseable output ({len(text)} bytes): {why}")
 
 
 class _Collector(asyncio.SubprocessProtocol):
@@ -574,28 +587,47 @@ def resolve_job_paths(
 
 # --- polling: what changed since last time -------------------------------------------------------------
 
+# A job that left squeue and that neither scontrol nor accounting knows is "lost" only after
+# this many consecutive answers without it (scontrol keeps finished jobs for MinJobAge, 300 s
+# by default, so a real end is nearly always confirmed by scontrol long before that).
+LOST_AFTER_POLLS = 3
+# Concurrent scontrol/sacct look-ups when several watched jobs are missing from one answer.
+CONFIRM_PARALLEL = 4
+
 
 @dataclass(frozen=True)
 class SlurmPoll:
-    """One poll's news. `finished` jobs left squeue (or reached a final state) since last poll,
-    with their final state from scontrol/sacct; `lost` left and nobody remembers them."""
+    """One poll's news. `finished` jobs left squeue and scontrol/sacct confirmed a final state;
+    `lost` left it LOST_AFTER_POLLS answers in a row and nobody remembers them. `problems` say
+    why this answer cannot be fully trusted (squeue omitted a job Slurm still runs, or a job's
+    end could not be confirmed): the jobs concerned stay watched."""
 
     jobs: tuple[SlurmJob, ...]
     appeared: tuple[SlurmJob, ...] = ()
     changed: tuple[SlurmJob, ...] = ()
     finished: tuple[SlurmJob, ...] = ()
     lost: tuple[str, ...] = ()
+    problems: tuple[str, ...] = ()
 
 
 @dataclass
 class SlurmWatcher:
     """Keeps the last view of the watched jobs; `poll()` reports what changed (the caller
-    decides when to poll: the daemon's default is every 30 s)."""
+    decides when to poll: the daemon's default is every 30 s).
+
+    Confirmation rule: a job missing from one squeue answer is *not* over. It is finished only
+    when scontrol (or, once scontrol forgot it, sacct / the jobcomp file) reports a final state;
+    a live state there means squeue's answer was wrong (a problem; the job stays watched with
+    scontrol's record); nobody knowing it makes it lost after LOST_AFTER_POLLS answers in a row.
+    An empty answer is handled the same way, job by job.
+    """
 
     backend: SlurmBackend
     users: Sequence[str] = ()
     partitions: Sequence[str] = ()
     known: dict[str, SlurmJob] = field(default_factory=dict)
+    missing: dict[str, int] = field(default_factory=dict)  # job id -> answers in a row without it
+    lost_after: int = LOST_AFTER_POLLS
 
     async def poll(self) -> SlurmPoll:
         current = await self.backend.list_jobs(self.users, self.partitions)
@@ -604,23 +636,53 @@ class SlurmWatcher:
         changed = tuple(
             j for j in current if j.job_id in self.known and self.known[j.job_id].state != j.state
         )
+        absent = [(job_id, old) for job_id, old in self.known.items() if job_id not in by_id]
+        sem = asyncio.Semaphore(CONFIRM_PARALLEL)
+
+        async def confirm(job_id: str) -> SlurmJob | None | Exception:
+            async with sem:
+                try:
+                    return await self.backend.job_info(job_id)
+                except (SlurmError, ValueError) as e:
+                    return e
+
+        answers = await asyncio.gather(*(confirm(job_id) for job_id, _ in absent))
         finished: list[SlurmJob] = []
         lost: list[str] = []
-        for job_id, old in self.known.items():
-            if job_id in by_id:
-                continue
-            final = await self.backend.job_info(job_id)
-            if final is None:
-                lost.append(job_id)
+        problems: list[str] = []
+        still: dict[str, SlurmJob] = {}  # absent from the answer but not over
+        alive: list[SlurmJob] = []  # ... of which Slurm says they run
+        for (job_id, old), info in zip(absent, answers, strict=True):
+            if isinstance(info, Exception):
+                problems.append(
+                    f"job {job_id} is missing from squeue and its end cannot be confirmed: {info}"
+                )
+                still[job_id] = old
+            elif info is None:
+                count = self.missing.get(job_id, 0) + 1
+                if count >= self.lost_after:
+                    lost.append(job_id)
+                else:
+                    self.missing[job_id] = count
+                    still[job_id] = old
+            elif not info.is_finished:
+                problems.append(f"squeue's answer omits job {job_id}, which scontrol reports {info.state}")
+                if info.stdout is None and old.stdout is not None:
+                    info = _replace(info, stdout=old.stdout)
+                still[job_id] = info
+                alive.append(info)
             else:
-                if final.stdout is None and old.stdout is not None:
-                    final = _replace(final, stdout=old.stdout)
-                finished.append(final)
+                if info.stdout is None and old.stdout is not None:
+                    info = _replace(info, stdout=old.stdout)
+                finished.append(info)
         self.known = {j.job_id: j for j in current if j.state not in FINISHED_STATES}
+        self.known.update(still)
+        self.missing = {k: v for k, v in self.missing.items() if k in still}
         return SlurmPoll(
-            jobs=tuple(current),
+            jobs=(*current, *alive),
             appeared=appeared,
             changed=changed,
             finished=tuple(finished),
             lost=tuple(lost),
+            problems=tuple(problems),
         )

@@ -409,24 +409,36 @@ SQUEUE_FIELDS = ("%A", "%T", "%u", "%P", "%N", "%S", "%M", "%l", "%Z", "%r", "%j
 SQUEUE_FORMAT = SQUEUE_SEP.join(SQUEUE_FIELDS)
 
 
-def parse_squeue_format(text: str, tz: tzinfo | None = None, sep: str = SQUEUE_SEP) -> list[SlurmJob]:
+def _show_line(line: str, limit: int = 80) -> str:
+    return repr(line[:limit] + ("…" if len(line) > limit else ""))
+
+
+def parse_squeue_format(
+    text: str, tz: tzinfo | None = None, sep: str = SQUEUE_SEP, *, strict: bool = False
+) -> list[SlurmJob]:
     """Parse `squeue -h -o SQUEUE_FORMAT` output (fields as in SQUEUE_FIELDS, job name last).
 
     Lines with too few fields or a non-numeric job id are skipped (a header, or a job name with
-    a newline in it).
+    a newline in it). With `strict`, only the rest of such a job name is tolerated (a line
+    without a separator right after a job's line): any other such line raises ValueError, so
+    garbage printed with exit 0 is a broken answer rather than a smaller cluster.
     """
     jobs: list[SlurmJob] = []
     n = len(SQUEUE_FIELDS)
+    bad: list[str] = []
+    after_job = False
     for line in text.splitlines():
         if not line.strip():
             continue
         parts = line.split(sep, n - 1)
-        if len(parts) != n:
+        job_id = parts[0].strip()
+        if len(parts) != n or not JOB_ID_RE.fullmatch(job_id):
+            if not (after_job and sep not in line):
+                bad.append(line)
+                after_job = False
             continue
-        job_id, state, user, partition, nodes, start, used, limit, work_dir, reason, name = parts
-        job_id = job_id.strip()
-        if not JOB_ID_RE.fullmatch(job_id):
-            continue
+        after_job = True
+        _, state, user, partition, nodes, start, used, limit, work_dir, reason, name = parts
         jobs.append(
             _make(
                 job_id=job_id,
@@ -446,6 +458,8 @@ def parse_squeue_format(text: str, tz: tzinfo | None = None, sep: str = SQUEUE_S
                 end=None,
             )
         )
+    if strict and bad:
+        raise ValueError(f"{len(bad)} line(s) are not jobs, first {_show_line(bad[0])}")
     return jobs
 
 
