@@ -492,3 +492,15 @@ async def test_watcher_does_not_end_a_job_scontrol_still_runs() -> None:
         assert sorted(w.known) == ["1", "2"]
     p = await w.poll()
     assert (p.appeared, p.finished, p.problems) == ((), (), ())
+
+
+async def test_watcher_keeps_a_job_moved_out_of_the_watched_partitions_without_a_problem() -> None:
+    a = _job("1")
+    fake = _ScriptedBackend()
+    fake.listings = [[a], []]
+    fake.final = {"1": replace(a, partition="other")}  # scontrol update Partition=other
+    w = SlurmWatcher(fake, partitions=[a.partition])
+    await w.poll()
+    p = await w.poll()
+    assert (p.finished, p.lost, p.problems) == ((), (), ())
+    assert list(w.known) == ["1"]

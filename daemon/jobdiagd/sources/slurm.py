@@ -666,7 +666,11 @@ class SlurmWatcher:
                     self.missing[job_id] = count
                     still[job_id] = old
             elif not info.is_finished:
-                problems.append(f"squeue's answer omits job {job_id}, which scontrol reports {info.state}")
+                if filter_jobs([info], self.users, self.partitions):
+                    problems.append(
+                        f"squeue's answer omits job {job_id}, which scontrol reports {info.state}"
+                    )
+                # else: moved out of the watched partitions, so rightly not listed; still watched
                 if info.stdout is None and old.stdout is not None:
                     info = _replace(info, stdout=old.stdout)
                 still[job_id] = info
