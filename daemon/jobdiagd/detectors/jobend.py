@@ -4,6 +4,10 @@ A job ends when it leaves the Slurm queue (final state from scontrol/sacct) or, 
 when its log gets a JOB SUMMARY. The engine re-reads the job's files once at that moment
 (`load_job`, all worker logs: exact parity with `jobdiagd triage`) and stores the result on
 the view as `final`; without it the tailed states are analysed.
+
+The report's key carries Slurm's end time when there is one (`end:<epoch>`), so the id of a
+real end never collides with an earlier report for the same job id (a requeued job, or an end
+reported from a wrong squeue answer by an older daemon); without an end time it is `end`.
 """
 
 from __future__ import annotations
@@ -31,7 +35,13 @@ class JobEndDetector:
             title += f" (primary {primary})"
         if view.slurm is not None:
             title += f" [Slurm {state}]"
-        return [Report(view.key, KIND, "end", title, render_markdown(res))]
+        return [Report(view.key, KIND, report_key(view), title, render_markdown(res))]
+
+
+def report_key(view: JobView) -> str:
+    """Stable per end (a restart re-sending it is deduplicated), distinct between two ends."""
+    end = view.slurm.end_time if view.slurm is not None and view.slurm.is_finished else None
+    return f"end:{int(end)}" if end else "end"
 
 
 def _factory(cfg: Config) -> JobEndDetector:

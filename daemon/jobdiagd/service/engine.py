@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from jobdiagd import clock
+from jobdiagd.alerts.incidents import format_duration
 from jobdiagd.alerts.pipeline import AlertPipeline
 from jobdiagd.config import Config
 from jobdiagd.detectors import Detector, NoData, Report, keep_resolution
@@ -27,13 +28,14 @@ from jobdiagd.detectors.hang import NAME as HANG
 from jobdiagd.detectors.hang import BudgetMemo, policy_from_config
 from jobdiagd.detectors.tgs import NAME as TGS
 from jobdiagd.logs.job import load_job
-from jobdiagd.model.alerts import Finding
+from jobdiagd.model.alerts import Finding, Severity
 from jobdiagd.model.jobview import JobView
 from jobdiagd.service.health import Health
 from jobdiagd.service.logging import EdgeTrigger, get_logger
 from jobdiagd.service.metrics import DaemonMetrics
 from jobdiagd.service.tsdb_enrich import TsdbEnricher
 from jobdiagd.sources.slurm import SlurmError, SlurmJob, SlurmWatcher, resolve_job_paths
+from jobdiagd.sources.slurm_parse import FINISHED_STATES
 from jobdiagd.sources.tail import ChangeWatcher, FileTail, OffsetStore
 from jobdiagd.triage.engine import analyze
 from jobdiagd.triage.hostlist import expand_hostlist
@@ -43,6 +45,10 @@ from jobdiagd.triage.slurmstate import slurm_wall_s
 # Detectors that react to new lines run on partial (event-driven) ticks too.
 ON_DATA = frozenset({"failure_signature", "job_end"})
 MIN_PARTIAL_GAP_S = 2.5
+# A full tick waits at most this long (and at most half a tick) for a discovery poll it started.
+DISCOVERY_WAIT_S = 1.0
+# A source's "degraded" notice goes out after this many failures in a row (one blip is not news).
+SOURCE_NOTICE_AFTER = 2
 GC_EVERY_S = 300.0
 PERSIST_EVERY_S = 60.0
 WORKER_RESCAN_S = 30.0
@@ -78,6 +84,7 @@ class Discovered:
     new: list[NewJob] = field(default_factory=list)
     slurm: dict[str, SlurmJob] = field(default_factory=dict)  # current records of queued jobs
     ended: dict[str, tuple[str, SlurmJob | None]] = field(default_factory=dict)  # key -> (state, final)
+    problem: str | None = None  # the answer was used but cannot be fully trusted: source degraded
 
 
 class Discovery(Protocol):
@@ -124,17 +131,27 @@ class SlurmDiscovery:
             out.ended[job.job_id] = (job.state, job)
         for job_id in p.lost:
             out.ended[job_id] = ("UNKNOWN", None)
+        if p.problems:
+            out.problem = "; ".join(p.problems)
         # Jobs watched before a restart that ended meanwhile: their report is still owed.
         current = {j.job_id for j in p.jobs}
         for job_id in sorted(self._known_before_restart - current - watched):
             try:
                 final = await self.watcher.backend.job_info(job_id)
             except (SlurmError, ValueError):
-                final = None
-            if final is not None and final.is_finished:
+                continue  # asked again next poll
+            self._known_before_restart.discard(job_id)
+            if final is None:
+                continue
+            if final.is_finished:
                 out.new.append(NewJob(job_id, self.ref_for(final), final, restart_known=True))
                 out.ended[job_id] = (final.state, final)
-        self._known_before_restart.clear()
+            else:
+                # Still running, but this squeue answer did not list it: watch it again anyway.
+                self.watcher.known[job_id] = final
+                out.slurm[job_id] = final
+                out.new.append(NewJob(job_id, self.ref_for(final), final, restart_known=True))
+        self._known_before_restart -= current | watched
         return out
 
     def ref_for(self, job: SlurmJob) -> JobRef:
@@ -270,6 +287,8 @@ class Engine:
         }
         self._full_ticks = 0
         self._persisted_at = float("-inf")
+        self._discovery_task: asyncio.Future[Discovered | None] | None = None
+        self._sources_noticed: dict[str, float] = {}  # source -> failing since, once "degraded" was sent
 
     def reconfigure(self, cfg: Config, detectors: Sequence[Detector]) -> None:
         """SIGHUP: new detector settings apply from the next tick, to jobs already watched too."""
@@ -423,20 +442,37 @@ class Engine:
         return stats
 
     async def _discover(self, now: float) -> None:
+        """Apply discovery's news. The poll runs as its own task: a tick waits for it at most
+        DISCOVERY_WAIT_S (a quick squeue is used at once); a slow one is applied by a later
+        tick, while this one reads files and checks hangs (squeue may block up to its timeout)."""
         d = self.discovery
         if d is None:
             return
-        edge = self._source(d.name)
+        task = self._discovery_task
+        if task is not None and task.done():
+            self._discovery_task = None
+            self._take_news(d, task, now)  # a late answer: then ask again at once
+        if self._discovery_task is None:
+            task = self._discovery_task = asyncio.ensure_future(d.poll(now, set(self.jobs)))
+            await asyncio.wait({task}, timeout=min(DISCOVERY_WAIT_S, self.cfg.daemon.tick_seconds / 2))
+            if task.done():
+                self._discovery_task = None
+                self._take_news(d, task, now)
+
+    def _take_news(self, d: Discovery, task: asyncio.Future[Discovered | None], now: float) -> None:
+        if task.cancelled():
+            return
         try:
-            news = await d.poll(now, set(self.jobs))
+            news = task.result()
         except (SlurmError, OSError, ValueError) as exc:
-            edge.failure(exc, now)
-            self.metrics.observe_source(d.name, False)
+            self._source_failed(d.name, exc, now)
             return
         if news is None:
             return
-        edge.success(now)
-        self.metrics.observe_source(d.name, True)
+        if news.problem is not None:
+            self._source_failed(d.name, news.problem, now)
+        else:
+            self._source_ok(d.name, now)
         for new in news.new:
             if new.key not in self.jobs:
                 self.add_job(new, now)
@@ -461,10 +497,58 @@ class Engine:
             w2 = self.jobs.get(key)
             if w2 is None:
                 continue
+            live = final.state if final is not None and not final.is_finished else None
+            if live is None and state != "UNKNOWN" and state not in FINISHED_STATES:
+                live = state
+            if live is not None:
+                # Never an end report for a job Slurm still runs (a broken squeue answer).
+                self._log.error("job_end_refused", job_id=key, slurm_state=live)
+                continue
             w2.view.ended = True
             w2.view.end_state = state
             if final is not None:
                 w2.view.slurm = final
+
+    def _source_failed(self, name: str, error: BaseException | str, now: float) -> None:
+        edge = self._source(name)
+        edge.failure(error, now)
+        self.metrics.observe_source(name, False)
+        if edge.failures < SOURCE_NOTICE_AFTER or name in self._sources_noticed:
+            return
+        since = edge.failing_since if edge.failing_since is not None else now
+        sent = self._source_notice(
+            f"source-degraded:{name}:{int(since)}",
+            f"source degraded: {name}",
+            f"`{name}` has failed {edge.failures} times in a row: {edge.last_error}\n\n"
+            "Jobs already watched are still read and checked for hangs, but new jobs are not "
+            "discovered and job ends are not confirmed until it answers again; the daemon will "
+            "say when it does.",
+            now,
+            "warning",
+        )
+        if sent:  # else tried again at the next failure (same id: never sent twice)
+            self._sources_noticed[name] = since
+
+    def _source_ok(self, name: str, now: float) -> None:
+        self._source(name).success(now)
+        self.metrics.observe_source(name, True)
+        since = self._sources_noticed.get(name)
+        if since is not None and self._source_notice(
+            f"source-recovered:{name}:{int(since)}",
+            f"source recovered: {name}",
+            f"`{name}` answers again (degraded for {format_duration(now - since)}).",
+            now,
+            "info",
+        ):
+            del self._sources_noticed[name]
+
+    def _source_notice(self, key: str, title: str, body: str, now: float, severity: Severity) -> bool:
+        try:
+            self.metrics.record_notifications(self.pipeline.notice(key, title, body, now, severity=severity))
+        except Exception as exc:
+            self._log.error("notice_failed", error=f"{type(exc).__name__}: {exc}")
+            return False
+        return True
 
     def _source(self, name: str) -> EdgeTrigger:
         if self.health is not None:
@@ -680,7 +764,21 @@ class Engine:
 
         `sleep(s)` returns True when the service is stopping (Lifecycle.sleep).
         """
+        try:
+            await self._run(sleep, tick_seconds)
+        finally:
+            await self.stop_discovery()
 
+    async def stop_discovery(self) -> None:
+        """Cancel a discovery poll in flight (its Slurm command's process group is killed)."""
+        task, self._discovery_task = self._discovery_task, None
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def _run(
+        self, sleep: Callable[[float], Awaitable[bool]], tick_seconds: float | Callable[[], float]
+    ) -> None:
         def period() -> float:
             return tick_seconds() if callable(tick_seconds) else tick_seconds
 
