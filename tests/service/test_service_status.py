@@ -18,6 +18,7 @@ import pytest
 
 from jobdiagd.service.health import assess
 from jobdiagd.service.status_cli import (
+    EXIT_DEGRADED,
     EXIT_NOT_RUNNING,
     EXIT_OK,
     EXIT_UNHEALTHY,
@@ -174,20 +175,27 @@ async def test_status_command_exit_codes(
     server: tuple[StatusServer, dict[str, Any]], capsys: pytest.CaptureFixture[str]
 ) -> None:
     srv, state = server
-    assert await asyncio.to_thread(run_status, args(argv=["--socket", str(srv.path)])) == EXIT_OK
+    # A failing source: still ticking, but degraded (exit 1), and the header names it.
+    assert await asyncio.to_thread(run_status, args(argv=["--socket", str(srv.path)])) == EXIT_DEGRADED
     out = capsys.readouterr().out
-    assert "last tick: 5 s ago (every 15 s)  OK" in out
+    assert "last tick: 5 s ago (every 15 s)  DEGRADED: source prometheus failing for 2 min\n" in out
     assert "job 123  hang [critical]  open 12 min  acked by alice" in out
     assert "prometheus: FAILING since 2 min ago (8 failures): ConnectionRefused" in out
+
+    state["snap"] = snapshot(sources={"squeue": {"failing": False}})
+    assert await asyncio.to_thread(run_status, args(argv=["--socket", str(srv.path)])) == EXIT_OK
+    assert "last tick: 5 s ago (every 15 s)  OK\n" in capsys.readouterr().out
 
     state["snap"] = snapshot(last_tick_at=NOW - 46)  # > 3 x 15 s
     assert (
         await asyncio.to_thread(run_status, args(argv=["--socket", str(srv.path), "--json"]))
         == EXIT_UNHEALTHY
+        == 3
     )
     data = json.loads(capsys.readouterr().out)
-    assert data["healthy"] is False and data["running"] is True
+    assert data["healthy"] is False and data["running"] is True and data["state"] == "unhealthy"
     assert data["problems"] == ["last tick 46 s ago (limit 45 s)"]
+    assert data["degraded"] == ["source prometheus failing for 2 min"]
 
     await srv.stop()
     assert await asyncio.to_thread(run_status, args(argv=["--socket", str(srv.path)])) == EXIT_NOT_RUNNING
@@ -216,6 +224,26 @@ def test_status_reads_socket_path_from_config(short_dir: Path, capsys: pytest.Ca
 )
 def test_assess(snap: dict[str, Any], ok: bool) -> None:
     assert assess(snap, NOW).ok is ok
+
+
+def test_degraded_names_failing_sources_notifiers_and_blind_jobs() -> None:
+    snap = snapshot(
+        sources={"squeue": {"failing": True, "failing_since": NOW - 30, "last_error": "exit 1"}},
+        notifiers={"slack": {"failing": True, "failing_since": NOW - 600}, "console": {"failing": False}},
+        jobs=[{"job_id": "77", "blind": ["/o/77.log"]}, {"job_id": "78", "blind": []}],
+    )
+    verdict = assess(snap, NOW)
+    assert verdict.ok and verdict.state == "degraded"
+    assert verdict.degraded == [
+        "source squeue failing for 30 s",
+        "notifier slack failing for 10 min",
+        "job 77 blind",
+    ]
+    header = format_status(snap, NOW).splitlines()[1]
+    assert header.endswith(
+        "DEGRADED: source squeue failing for 30 s; notifier slack failing for 10 min; job 77 blind"
+    )
+    assert assess(snapshot(sources={}), NOW).state == "ok"
 
 
 def test_format_minimal_snapshot() -> None:

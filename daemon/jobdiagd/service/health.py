@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from jobdiagd import __version__
 from jobdiagd.alerts.incidents import format_duration
@@ -16,13 +16,44 @@ STALE_FACTOR = 3.0
 
 @dataclass(frozen=True)
 class Verdict:
+    """`ok`: ticks complete (what the systemd watchdog checks: a restart cannot fix a broken
+    squeue). `degraded`: ticking, but something the daemon relies on fails — a source, a
+    notifier, or a job's log — so some pages may be late or missing."""
+
     ok: bool
     problems: list[str] = field(default_factory=list)
     tick_age: float | None = None
+    degraded: list[str] = field(default_factory=list)
+
+    @property
+    def state(self) -> Literal["ok", "degraded", "unhealthy"]:
+        """One of "unhealthy" (ticks stale or failing), "degraded", or "ok"."""
+        if not self.ok:
+            return "unhealthy"
+        return "degraded" if self.degraded else "ok"
+
+
+def degradations(status: Mapping[str, Any], now: float) -> list[str]:
+    """Failing sources, failing notifiers and blind jobs in a status snapshot, one line each."""
+    out: list[str] = []
+    for kind, key in (("source", "sources"), ("notifier", "notifiers")):
+        entries = status.get(key)
+        if not isinstance(entries, Mapping):
+            continue
+        for name, st in sorted(entries.items()):
+            if isinstance(st, Mapping) and st.get("failing"):
+                since = st.get("failing_since")
+                ago = f" for {format_duration(now - float(since))}" if since is not None else ""
+                out.append(f"{kind} {name} failing{ago}")
+    for job in status.get("jobs") or []:
+        if isinstance(job, Mapping) and job.get("blind"):
+            out.append(f"job {job.get('job_id')} blind")
+    return out
 
 
 def assess(status: Mapping[str, Any], now: float) -> Verdict:
-    """Healthy when the last tick is younger than 3 x tick (or the daemon is younger than that).
+    """Healthy when the last tick is younger than 3 x tick (or the daemon is younger than that);
+    degraded (but ok) when a source or notifier fails or a job is blind.
 
     One rule for `jobdiagd status` and the systemd watchdog, so they never disagree.
     """
@@ -41,7 +72,7 @@ def assess(status: Mapping[str, Any], now: float) -> Verdict:
         problems.append(f"last tick {format_duration(age)} ago (limit {format_duration(limit)})")
     if status.get("last_tick_ok") is False:
         problems.append("last tick failed")
-    return Verdict(not problems, problems, age)
+    return Verdict(not problems, problems, age, degradations(status, now))
 
 
 @dataclass

@@ -56,6 +56,7 @@ class EdgeTrigger:
     failing_since: float | None = None
     failures: int = 0
     last_error: str | None = None
+    last_ok_at: float | None = None
 
     def __post_init__(self) -> None:
         if self.logger is None:
@@ -76,6 +77,7 @@ class EdgeTrigger:
         return True
 
     def success(self, now: float) -> bool:
+        self.last_ok_at = now
         if self.failing_since is None:
             return False
         self.logger.info(
@@ -95,4 +97,5 @@ class EdgeTrigger:
             "failing_since": self.failing_since,
             "failures": self.failures,
             "last_error": self.last_error,
+            "last_ok_at": self.last_ok_at,
         }

@@ -6,6 +6,11 @@ gives the first line): version, pid, started_at, tick_seconds, last_tick_at, las
          phase?, tgs?: {degraded, pattern, change_pct}, open_incidents?, blind?}], open_incidents: [Incident as dict],
   mutes: [Mute as dict], notifiers: Dispatcher.snapshot(),
   deliveries: Outbox.counts().
+
+Exit codes, worst last: 0 healthy; 1 degraded (ticking, but a source such as squeue or a notifier
+fails, or a job is blind: pages may be late or missing); 2 usage or bad config (argparse's own
+code); 3 not monitoring (no daemon, no answer, or its ticks are stale or failing). The header
+says OK, DEGRADED or UNHEALTHY and names what fails; `--json` adds `state` and `degraded`.
 """
 
 from __future__ import annotations
@@ -25,9 +30,11 @@ from jobdiagd.service.health import assess
 from jobdiagd.service.status_socket import StatusUnavailable, request
 
 EXIT_OK = 0
-EXIT_UNHEALTHY = 1
+EXIT_DEGRADED = 1
 EXIT_USAGE = 2
-EXIT_NOT_RUNNING = 3
+EXIT_DOWN = 3
+EXIT_NOT_RUNNING = EXIT_DOWN
+EXIT_UNHEALTHY = EXIT_DOWN
 
 
 def _ago(now: float, t: Any) -> str:
@@ -48,7 +55,12 @@ def format_status(status: Mapping[str, Any], now: float) -> str:
     if status.get("started_at") is not None:
         head += f", up {format_duration(now - float(status['started_at']))}"
     lines.append(head)
-    verdict = "OK" if health.ok else "UNHEALTHY: " + "; ".join(health.problems)
+    if not health.ok:
+        verdict = "UNHEALTHY: " + "; ".join(health.problems + health.degraded)
+    elif health.degraded:
+        verdict = "DEGRADED: " + "; ".join(health.degraded)
+    else:
+        verdict = "OK"
     lines.append(
         f"last tick: {_ago(now, status.get('last_tick_at'))} (every {format_duration(float(status.get('tick_seconds') or 0))})"
         f"  {verdict}"
@@ -149,36 +161,39 @@ def run_status(args: argparse.Namespace) -> int:
         reply = request(path, "status", timeout=args.timeout)
     except StatusUnavailable as exc:
         if args.json:
-            print(json.dumps({"running": False, "healthy": False, "error": str(exc)}))
+            print(json.dumps({"running": False, "healthy": False, "state": "down", "error": str(exc)}))
         else:
             print(f"jobdiagd status: {exc}", file=sys.stderr)
         return EXIT_NOT_RUNNING
     if not reply.get("ok"):
         print(f"jobdiagd status: daemon error: {reply.get('error')}", file=sys.stderr)
-        return EXIT_UNHEALTHY
+        return EXIT_DOWN
     status = reply.get("result") or {}
     now = float(reply.get("now") or 0)
     health = assess(status, now)
     if args.json:
         out = {
             "running": True,
-            "healthy": health.ok,
+            "healthy": health.state == "ok",
+            "state": health.state,
             "problems": health.problems,
+            "degraded": health.degraded,
             "now": now,
             "status": status,
         }
         print(jsonsafe.dumps(out, indent=2, sort_keys=True, default=str))
     else:
         sys.stdout.write(format_status(status, now))
-    return EXIT_OK if health.ok else EXIT_UNHEALTHY
+    return {"ok": EXIT_OK, "degraded": EXIT_DEGRADED}.get(health.state, EXIT_DOWN)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "status",
         help="show the running daemon's state",
-        description="Ask the running daemon for its state. Exit 0 healthy, 1 unhealthy "
-        "(last tick older than 3 x tick_seconds), 2 bad config, 3 not running.",
+        description="Ask the running daemon for its state. Exit 0 healthy; 1 degraded (a source "
+        "such as squeue or a notifier failing, or a job's log blind); 2 bad config; 3 not "
+        "monitoring (not running, not answering, or last tick older than 3 x tick_seconds / failed).",
     )
     p.add_argument("--config", help=f"config file naming the socket (default {DEFAULT_CONFIG_PATH})")
     p.add_argument("--socket", help="status socket path (overrides --config)")
