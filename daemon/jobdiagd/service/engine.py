@@ -5,6 +5,11 @@ the outputs roots), reads every watched file, and runs every detector. A watchfi
 wakes a *partial* tick for the jobs whose files changed: it reads them (so step arrival
 times are precise) and runs only the detectors that react to new lines (failure signature,
 job end) — absence-of-data checks (hang) and trends (TGS) wait for the full tick.
+
+Discovery runs as its own task, so a hung squeue (bounded by command_timeout_seconds) never
+holds file reading or hang detection. A job leaves the watch only on an end Slurm confirms
+(SlurmWatcher's rule); an end whose Slurm state is still live is refused. A source that fails
+twice in a row gets one "source degraded" notice, and one "source recovered" when it answers.
 """
 
 from __future__ import annotations
