@@ -10,6 +10,10 @@ Discovery runs as its own task, so a hung squeue (bounded by command_timeout_sec
 holds file reading or hang detection. A job leaves the watch only on an end Slurm confirms
 (SlurmWatcher's rule); an end whose Slurm state is still live is refused. A source that fails
 twice in a row gets one "source degraded" notice, and one "source recovered" when it answers.
+
+Decided here: a file that cannot be read, from the first read on (only "does not exist yet"
+is waiting), gives one "monitoring blind" notice and pauses that job's detectors; the others
+keep running.
 """
 
 from __future__ import annotations
@@ -595,11 +599,14 @@ class Engine:
                 _, replaced = ft.poll()
         except OSError as exc:
             ft.error = f"{type(exc).__name__}: {exc.strerror or exc}"
-            if ft.ever_read and ft.blind_since is None:
+            # Unreadable is blind whether or not it was ever read; only a file that does not
+            # exist yet (a job whose log Slurm has not created) is merely waiting.
+            if ft.blind_since is None and (ft.ever_read or not isinstance(exc, FileNotFoundError)):
                 ft.blind_since = now
                 ft.dirty = True
-                view.blind[ft.key] = ft.error
                 self._blind_notice(view, ft, now)
+            if ft.blind_since is not None:
+                view.blind[ft.key] = ft.error
             return
         if ft.blind_since is not None:
             self._log.info("monitoring_restored", job_id=view.key, path=ft.key)
@@ -731,7 +738,7 @@ class Engine:
             phase = (
                 hang.budget.phase
                 if hang and v.last_step is not None
-                else ("startup" if v.main else "waiting")
+                else ("startup" if v.main else ("blind" if v.blind else "waiting"))
             )
             expected = None
             if v.last_step is not None and v.last_step_at is not None and step_time:
