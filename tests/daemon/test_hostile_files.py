@@ -1,12 +1,16 @@
-"""`jobdiagd run` against hostile or unlucky log files (issue 7): FIFOs, sockets, devices and
-directories in place of a log, symlinks out of the outputs root, another user's file, a log
-unreadable from the start (the daemon runs as `nobody`), a bogus step line, and the hang clock
-across a SIGKILL. Real daemon processes, real files, real permissions; every wait is bounded.
+"""`jobdiagd run` against hostile or unlucky log files (issue 7). Real daemon processes, real
+files, real permissions: `nobody` is the second local user owning foreign files, and the daemon
+that must not read a mode-000 log runs without the capabilities that let root bypass file
+permissions. Every wait is bounded, so a wedged daemon fails a test instead of hanging it.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import pwd
+import socket
+import stat
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,7 +21,8 @@ import pytest
 
 from jobdiagd.sim import live
 from tests.daemon.conftest import JobLog
-from tests.daemon.test_run import notes, status, stop, wait_for
+from tests.daemon.test_run import notes, start_daemon, status, stop, wait_for
+from tests.helpers.slurm_cluster import SlurmCluster
 
 NOBODY = pwd.getpwnam("nobody")
 SLURM_JOB_SCRIPT = Path(live.__file__).with_name("slurm_job.sh")
@@ -130,4 +135,188 @@ def test_a_log_unreadable_from_the_start_is_reported_blind_then_restored(
     wait_for(lambda: jobs(cfg)["7301"]["last_step"] == 4, "the log read after the fix")
     assert jobs(cfg)["7301"]["blind"] == []
     assert len(blind_notices(work)["7301"]) == 1
+    assert stop(daemon) == 0
+
+
+# -- FIFOs, sockets, devices, directories; links out of the root; another user's file ------------
+
+
+def test_fifo_socket_device_and_directory_logs_are_refused_while_other_jobs_stay_watched(
+    short_tmp: Path, procs: list[subprocess.Popen[bytes]]
+) -> None:
+    work, outputs = short_tmp, short_tmp / "outputs"
+    outputs.mkdir()
+    _, fifo = bad_job(outputs, "7101")
+    os.mkfifo(fifo)  # open(O_RDONLY) on it blocks until a writer comes: none ever does
+    _, directory = bad_job(outputs, "7102")
+    directory.mkdir()
+    _, sock_path = bad_job(outputs, "7103")
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(sock_path))
+    _, device = bad_job(outputs, "7104")
+    os.mknod(device, 0o600 | stat.S_IFCHR, os.makedev(1, 3))  # /dev/null's numbers
+    hanging = JobLog(outputs, "7105")
+    for k in range(8):
+        hanging.step(k, seconds=0.2)
+    cfg = write_cfg(work, min_stall=3)
+    daemon = start_daemon(cfg, outputs, work / "daemon.out")
+    procs.append(daemon)
+    try:
+        # A real hang elsewhere is still paged: the bad files did not stop the ticks.
+        wait_for(lambda: bool(of("7105", work, "open")), "the hang page of the healthy job", timeout=60)
+        wait_for(lambda: len(blind_notices(work)) == 4, "one blind notice per bad log", timeout=30)
+        kinds = {"7101": "a FIFO", "7102": "a directory", "7103": "a socket", "7104": "a character device"}
+        for job_id, kind in kinds.items():
+            (n,) = blind_notices(work)[job_id]
+            assert f"not a regular file ({kind})" in n["body"] and "refused" in n["body"]
+        st = jobs(cfg)
+        for job_id in kinds:
+            assert st[job_id]["phase"] == "blind" and st[job_id]["blind"], st[job_id]
+        assert st["7105"]["last_step"] == 7 and st["7105"]["open_incidents"] == ["hang"]
+        ticks = status(cfg)["status"]["ticks"]
+        wait_for(lambda: status(cfg)["status"]["ticks"] >= ticks + 6, "more ticks")
+        assert {k: len(v) for k, v in blind_notices(work).items()} == dict.fromkeys(
+            kinds, 1
+        )  # edge-triggered
+    finally:
+        sock.close()
+    assert stop(daemon) == 0  # SIGTERM stops it (bounded: 30 s, then the test fails)
+
+
+def test_log_links_out_of_the_root_or_to_another_users_file_are_refused_and_never_quoted(
+    short_tmp: Path, procs: list[subprocess.Popen[bytes]]
+) -> None:
+    work, outputs = short_tmp, short_tmp / "outputs"
+    outputs.mkdir()
+    secret = work / "shadow"
+    # A line a hang page would quote ("last line read") and a failure page too (oom signature).
+    secret.write_text(f"{SECRET}\nslurmstepd: error: Detected 1 oom-kill event(s) {SECRET}\n")
+    secret.chmod(0o600)
+    d, _ = bad_job(outputs, "7201")
+    (d / "log").unlink()
+    (d / "log").symlink_to(secret)  # out of the root from the start
+    moved = JobLog(outputs, "7202")  # repointed out of the root while watched
+    for k in range(5):
+        moved.step(k, seconds=0.2)
+    tagged = JobLog(outputs, "7203")  # the TGS tagger's rename inside the root: keeps working
+    for k in range(5):
+        tagged.step(k, seconds=0.2)
+    foreign = JobLog(outputs, "7204")  # a log inside the root, but another user's file
+    os.chown(foreign.path, NOBODY.pw_uid, NOBODY.pw_gid)
+    cfg = write_cfg(work, min_stall=600)
+    daemon = start_daemon(cfg, outputs, work / "daemon.out")
+    procs.append(daemon)
+    wait_for(lambda: jobs(cfg).get("7202", {}).get("last_step") == 4, "job 7202 read")
+    wait_for(lambda: jobs(cfg).get("7203", {}).get("last_step") == 4, "job 7203 read")
+    (moved.dir / "log").unlink()
+    (moved.dir / "log").symlink_to("../../shadow")
+    renamed = outputs / f"{tagged.path.stem}-2N-TGS_3000.log"
+    os.rename(tagged.path, renamed)
+    (tagged.dir / "log").unlink()
+    (tagged.dir / "log").symlink_to(f"../{renamed.name}")
+    tagged.path = renamed
+    tagged.step(5, seconds=0.2)
+
+    def told() -> bool:  # a blind notice for each, or (the old code) a page quoting the secret
+        return set(blind_notices(work)) >= {"7201", "7202", "7204"} or SECRET in json.dumps(notes(work))
+
+    wait_for(told, "a notice for each refused log", timeout=60)
+    everything = json.dumps(notes(work)) + json.dumps(status(cfg)) + (work / "daemon.out").read_text()
+    assert "SECRET" not in everything  # not a byte of the refused files, anywhere
+    blind = blind_notices(work)
+    assert sorted(blind) == ["7201", "7202", "7204"]
+    assert all(len(v) == 1 for v in blind.values())
+    for job_id in ("7201", "7202"):
+        assert "outside the allowed log roots" in blind[job_id][0]["body"]
+    assert f"owned by uid {NOBODY.pw_uid}, not by uid 0" in blind["7204"][0]["body"]
+    wait_for(lambda: jobs(cfg)["7203"]["last_step"] == 5, "the renamed log followed")
+    assert not jobs(cfg)["7203"]["blind"]
+    assert stop(daemon) == 0
+
+
+def test_under_slurm_a_log_repointed_to_another_users_file_is_refused(
+    slurm_cluster: SlurmCluster, short_tmp: Path, procs: list[subprocess.Popen[bytes]]
+) -> None:
+    """Slurm discovery: the job's Slurm user (root here) owns its logs; a `log` link repointed to
+    a file of another user inside the same outputs root is refused, even in the end report."""
+    work, outputs = short_tmp, short_tmp / "outputs"
+    outputs.mkdir()
+    outputs.chmod(0o777)
+    stolen = outputs / "stolen.log"
+    stolen.write_text(f"{SECRET}\nslurmstepd: error: Detected 1 oom-kill event(s) {SECRET}\n")
+    os.chown(stolen, NOBODY.pw_uid, NOBODY.pw_gid)
+    stolen.chmod(0o600)
+    cfg = work / "cfg.toml"
+    cfg.write_text(
+        f"""
+[daemon]
+state_dir = "{work}/state"
+socket_path = "{work}/jd.sock"
+tick_seconds = 0.5
+squeue_interval_seconds = 1
+[slurm]
+backend = "cli"
+slurm_conf = "{slurm_cluster.conf}"
+outputs_roots = ["{outputs}"]
+[detectors.hang]
+min_stall_seconds = 600
+[notifiers.console]
+stream = "stdout"
+color = "never"
+[notifiers.jsonl]
+enabled = true
+"""
+    )
+    with open(work / "daemon.out", "ab") as fh:
+        daemon = subprocess.Popen(
+            [sys.executable, "-m", "jobdiagd.cli", "run", "--config", str(cfg), "--discover", "slurm"],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            env=slurm_cluster.env,
+        )
+    procs.append(daemon)
+    job_id = ""
+    try:
+        job_id = slurm_cluster.sbatch(
+            f"--export=ALL,SIM_PYTHON={sys.executable}",
+            "--job-name=JAX-llama3.1-8b-owner",
+            f"--output={outputs}/%j-%x.log",
+            "--ntasks=2",
+            "--overcommit",
+            str(SLURM_JOB_SCRIPT),
+            str(outputs),
+            "--steps",
+            "3000",
+            "--step-time",
+            "0.3",
+            "--compile-time",
+            "0.2",
+        )
+        link = outputs / f"{job_id}-JAX-llama3.1-8b-owner" / "log"
+        wait_for(
+            lambda: (
+                jobs(cfg).get(job_id, {}).get("log") == str(link)
+                and (jobs(cfg)[job_id]["last_step"] or 0) >= 3
+            ),
+            "the job's log followed through its job dir",
+            timeout=120,
+        )
+        link.unlink()
+        link.symlink_to("../stolen.log")
+
+        def told() -> bool:
+            return bool(blind_notices(work).get(job_id)) or SECRET in json.dumps(notes(work))
+
+        wait_for(told, "the refusal", timeout=60)
+        assert SECRET not in json.dumps(notes(work))
+        (n,) = blind_notices(work)[job_id]
+        assert f"owned by uid {NOBODY.pw_uid}, not by uid 0 (root, the job's Slurm user)" in n["body"]
+        assert jobs(cfg)[job_id]["blind"] == [str(link)]
+        slurm_cluster.scancel(job_id)
+        wait_for(lambda: bool(of(job_id, work, "report")), "the job-end report", timeout=120)
+        everything = json.dumps(notes(work)) + (work / "daemon.out").read_text()
+        assert "SECRET" not in everything
+    finally:
+        if job_id and slurm_cluster.state(job_id) not in ("CANCELLED", "COMPLETED", "FAILED", None):
+            slurm_cluster.scancel(job_id)
     assert stop(daemon) == 0

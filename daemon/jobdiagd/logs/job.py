@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jobdiagd.logs.reader import read_file
+from jobdiagd.logs.safeopen import ANYWHERE, LogAccess, RefusedFile
 from jobdiagd.logs.state import LogState
 from jobdiagd.triage.hostlist import expand_hostlist
 from jobdiagd.triage.resolve import JobRef
@@ -65,19 +66,27 @@ class JobLogs:
         return best
 
 
-def _safe_read(path: Path, state: LogState, errors: list[str]) -> LogState | None:
+def _safe_read(path: Path, state: LogState, errors: list[str], access: LogAccess) -> LogState | None:
     try:
-        return read_file(path, state)
+        return read_file(path, state, access=access)
     except OSError as exc:
         errors.append(f"{path}: {exc.strerror or exc}")
         return None
 
 
-def load_job(ref: JobRef, *, ref_time: float) -> JobLogs:
+def load_job(ref: JobRef, *, ref_time: float, access: LogAccess = ANYWHERE) -> JobLogs:
+    """Every log of the job, each opened through `access`. A refused main log raises
+    RefusedFile (nothing can be triaged without it); an unreadable or refused worker or rank
+    log is skipped and named in `errors` (the report's notes)."""
     errors: list[str] = []
     main: LogState | None = None
     if ref.log is not None:
-        main = _safe_read(ref.log, LogState(str(ref.log), ref_time=ref_time), errors)
+        try:
+            main = read_file(ref.log, LogState(str(ref.log), ref_time=ref_time), access=access)
+        except RefusedFile:
+            raise
+        except OSError as exc:
+            errors.append(f"{ref.log}: {exc.strerror or exc}")
     logs = JobLogs(ref=ref, main=main, errors=errors)
     d = ref.job_dir
     if d is None or not d.is_dir():
@@ -94,7 +103,7 @@ def load_job(ref: JobRef, *, ref_time: float) -> JobLogs:
                 if count >= MAX_WORKER_FILES:
                     break
                 count += 1
-                st = _safe_read(f, LogState(str(f), ref_time=ref_time), errors)
+                st = _safe_read(f, LogState(str(f), ref_time=ref_time), errors, access)
                 if st is not None:
                     logs.workers.setdefault(host_dir.name, []).append(st)
         if head is None and main is not None:
@@ -107,7 +116,7 @@ def load_job(ref: JobRef, *, ref_time: float) -> JobLogs:
         m = _RANK.match(f.name)
         if not m:
             continue
-        st = _safe_read(f, LogState(str(f), ref_time=ref_time), errors)
+        st = _safe_read(f, LogState(str(f), ref_time=ref_time), errors, access)
         if st is not None:
             rank = int(m.group(1))
             # Rank logs carry no srun prefix: stamp their evidence with the rank as task.

@@ -6,7 +6,8 @@ literal, which is what makes multi-GB logs cheap. Files are read into one reusab
 buffer (no per-chunk allocations), and a big body can be pre-filtered by forked workers
 (`set_default_workers`, used by the one-shot CLI) while this process folds their results
 into the state in file order. `TailReader` is the incremental form the daemon uses: it
-remembers its offset and feeds only new complete lines.
+remembers its offset and feeds only new complete lines. Files are opened through a
+`safeopen.LogAccess` (regular files only, never blocking; the caller's roots and owner).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from jobdiagd.logs.safeopen import ANYWHERE, LogAccess
 from jobdiagd.logs.scan import HARMLESS_ONLY, HyperscanScanner, LineScanner, default_scanner
 from jobdiagd.logs.state import FastStep, LogState, parse_fast_step
 
@@ -261,24 +263,23 @@ def set_default_workers(n: int) -> None:
 
 
 def _prefilter_range(
-    path: str, start: int, stop: int, prefixes: tuple[bytes, ...]
+    fd: int, start: int, stop: int, prefixes: tuple[bytes, ...]
 ) -> tuple[int, list[tuple[int, int, bytes, FastStep | None]]]:
     """Worker: the pre-filtered lines of [start, stop) with line indexes from `start`, file
-    offsets and the fast step parse (the parent's share of a step line shrinks to bookkeeping)."""
+    offsets and the fast step parse (the parent's share of a step line shrinks to bookkeeping).
+
+    `fd` is the parent's checked descriptor, inherited through the fork: the worker reads the
+    very file the parent opened, never a path that may have been swapped since."""
     global _worker_buffer
     if _worker_buffer is None:
         _worker_buffer = _ReadBuffer()
     rb = _worker_buffer
     lines = 0
     out: list[tuple[int, int, bytes, FastStep | None]] = []
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        for n, offset in rb.chunks(fd, start, stop):
-            total, got = prefilter(rb.buf, prefixes, _worker_scan, end=1 + n, eq=rb.eq)
-            out.extend((lines + i, offset + o, raw, parse_fast_step(raw)) for i, o, raw in got)
-            lines += total
-    finally:
-        os.close(fd)
+    for n, offset in rb.chunks(fd, start, stop):
+        total, got = prefilter(rb.buf, prefixes, _worker_scan, end=1 + n, eq=rb.eq)
+        out.extend((lines + i, offset + o, raw, parse_fast_step(raw)) for i, o, raw in got)
+        lines += total
     return lines, out
 
 
@@ -317,40 +318,54 @@ def read_file(
     scan: LineScanner | None = None,
     full: bool = False,
     workers: int | None = None,
+    access: LogAccess = ANYWHERE,
 ) -> LogState:
     """Parse a whole file into `state` (head and tail fully, body through the pre-filter).
 
     With `workers` > 1 (default: `set_default_workers`) a big body is pre-filtered in
     forked processes, in pieces, while this process feeds the results in order: the same
-    facts as a serial read, in about half the time on two cores."""
-    fd = os.open(path, os.O_RDONLY)
+    facts as a serial read, in about half the time on two cores. The file is opened through
+    `access` (regular files only; RefusedFile otherwise)."""
+    fd = access.open(path)
     try:
-        size = os.fstat(fd).st_size
-        prefixes = task0_prefixes(os.pread(fd, 2 << 20, 0))
-        head_end, tail_start = (size, size) if full else _regions(fd, size)
-        rb = _ReadBuffer()
-        lineno = 1
-        for n, offset in rb.chunks(fd, 0, head_end):
-            lineno += rb.feed(state, n, offset, lineno, True, scan, prefixes)
-        nworkers = _default_workers if workers is None else workers
-        if nworkers > 1 and tail_start - head_end >= PARALLEL_MIN:
-            lineno = _parallel_middle(state, path, head_end, tail_start, lineno, nworkers, scan, prefixes)
-        else:
-            for n, offset in rb.chunks(fd, head_end, tail_start):
-                lineno += rb.feed(state, n, offset, lineno, False, scan, prefixes)
-        for n, offset in rb.chunks(fd, tail_start, size):
-            lineno += rb.feed(state, n, offset, lineno, True, scan, prefixes)
-        state.ends_with_newline = size == 0 or os.pread(fd, 1, size - 1) == b"\n"
-        state.lines = lineno - 1
-        state.bytes = size
+        return read_fd(fd, state, scan=scan, full=full, workers=workers)
     finally:
         os.close(fd)
+
+
+def read_fd(
+    fd: int,
+    state: LogState,
+    *,
+    scan: LineScanner | None = None,
+    full: bool = False,
+    workers: int | None = None,
+) -> LogState:
+    """`read_file` on a descriptor already opened (and checked) by the caller."""
+    size = os.fstat(fd).st_size
+    prefixes = task0_prefixes(os.pread(fd, 2 << 20, 0))
+    head_end, tail_start = (size, size) if full else _regions(fd, size)
+    rb = _ReadBuffer()
+    lineno = 1
+    for n, offset in rb.chunks(fd, 0, head_end):
+        lineno += rb.feed(state, n, offset, lineno, True, scan, prefixes)
+    nworkers = _default_workers if workers is None else workers
+    if nworkers > 1 and tail_start - head_end >= PARALLEL_MIN:
+        lineno = _parallel_middle(state, fd, head_end, tail_start, lineno, nworkers, scan, prefixes)
+    else:
+        for n, offset in rb.chunks(fd, head_end, tail_start):
+            lineno += rb.feed(state, n, offset, lineno, False, scan, prefixes)
+    for n, offset in rb.chunks(fd, tail_start, size):
+        lineno += rb.feed(state, n, offset, lineno, True, scan, prefixes)
+    state.ends_with_newline = size == 0 or os.pread(fd, 1, size - 1) == b"\n"
+    state.lines = lineno - 1
+    state.bytes = size
     return state
 
 
 def _parallel_middle(
     state: LogState,
-    path: Path,
+    fd: int,
     start: int,
     stop: int,
     lineno: int,
@@ -365,28 +380,37 @@ def _parallel_middle(
     if isinstance(sc, HyperscanScanner):
         sc.scan_lines(b"\n", prefixes)  # compile the database once, before the fork
     _worker_scan = sc
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        bounds = [start]
-        while bounds[-1] < stop:
-            bounds.append(_line_boundary(fd, min(bounds[-1] + PIECE, stop), stop))
-    finally:
-        os.close(fd)
+    bounds = [start]
+    while bounds[-1] < stop:
+        bounds.append(_line_boundary(fd, min(bounds[-1] + PIECE, stop), stop))
     pieces = list(zip(bounds, bounds[1:], strict=False))
     ctx = multiprocessing.get_context("fork")
     with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
         pending: deque[Future[tuple[int, list[tuple[int, int, bytes, FastStep | None]]]]] = deque()
         it = iter(pieces)
         for a, b in itertools.islice(it, 2 * workers):
-            pending.append(pool.submit(_prefilter_range, str(path), a, b, prefixes))
+            pending.append(pool.submit(_prefilter_range, fd, a, b, prefixes))
         while pending:
             total, lines = pending.popleft().result()
             nxt = next(it, None)
             if nxt is not None:
-                pending.append(pool.submit(_prefilter_range, str(path), nxt[0], nxt[1], prefixes))
+                pending.append(pool.submit(_prefilter_range, fd, nxt[0], nxt[1], prefixes))
             _feed_parsed(state, lines, lineno)
             lineno += total
     return lineno
+
+
+def _pread_all(fd: int, n: int, offset: int) -> bytes:
+    """Up to `n` bytes at `offset` (fewer only at the end of the file)."""
+    parts: list[bytes] = []
+    while n > 0:
+        chunk = os.pread(fd, n, offset)
+        if not chunk:
+            break
+        parts.append(chunk)
+        n -= len(chunk)
+        offset += len(chunk)
+    return b"".join(parts)
 
 
 @dataclass
@@ -400,28 +424,32 @@ class TailReader:
     inode: int | None = None
     head: bytes = b""  # the file's first bytes: a new file reusing the inode differs here
     _carry: bytes = b""
+    access: LogAccess = ANYWHERE  # which files may be opened (regular files only, at least)
 
     def poll(self, max_bytes: int = 64 << 20) -> int:
         """Feed whatever complete lines were appended since the last call. Returns bytes consumed.
 
-        Raises OSError when the file cannot be read (the caller reports "monitoring blind").
+        Raises OSError when the file cannot be read (the caller reports "monitoring blind"),
+        RefusedFile when `access` refuses it.
         """
-        st = os.stat(self.path)
-        if self.inode is not None and st.st_ino != self.inode:
-            self.reset()  # rotated / replaced: the new file starts from zero
-        if st.st_size < self.offset:
-            self.reset()  # truncated in place
-        self.inode = st.st_ino
-        with open(self.path, "rb") as fh:
-            first = fh.read(len(self.head) or 64)
+        fd = self.access.open(self.path)
+        try:
+            st = os.fstat(fd)
+            if self.inode is not None and st.st_ino != self.inode:
+                self.reset()  # rotated / replaced: the new file starts from zero
+            if st.st_size < self.offset:
+                self.reset()  # truncated in place
+            self.inode = st.st_ino
+            first = os.pread(fd, len(self.head) or 64, 0)
             if self.head and not first.startswith(self.head):
                 self.reset()  # replaced by a new file that happens to reuse the inode
             if not self.head:
                 self.head = first
             if st.st_size == self.offset:
                 return 0
-            fh.seek(self.offset)
-            data = fh.read(min(max_bytes, st.st_size - self.offset))
+            data = _pread_all(fd, min(max_bytes, st.st_size - self.offset), self.offset)
+        finally:
+            os.close(fd)
         body_start = self.offset - len(self._carry)
         buf = self._carry + data
         cut = buf.rfind(b"\n") + 1

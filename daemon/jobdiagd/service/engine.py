@@ -11,9 +11,12 @@ holds file reading or hang detection. A job leaves the watch only on an end Slur
 (SlurmWatcher's rule); an end whose Slurm state is still live is refused. A source that fails
 twice in a row gets one "source degraded" notice, and one "source recovered" when it answers.
 
-Decided here: a file that cannot be read, from the first read on (only "does not exist yet"
-is waiting), gives one "monitoring blind" notice and pauses that job's detectors; the others
-keep running.
+Decided here: a job's logs are read only inside `[slurm] outputs_roots` or the directory
+holding its job dir (the watched root; under Slurm the root it was found in, or the
+directory of its StdOut before the job dir exists), and only when owned by its Slurm user
+(without Slurm: the job dir's owner) — `triage.resolve.job_access`. A file that cannot be read
+or is refused, from the first read on (only "does not exist yet" is waiting), gives one
+"monitoring blind" notice and pauses that job's detectors; the others keep running.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from jobdiagd.detectors.hang import NAME as HANG
 from jobdiagd.detectors.hang import BudgetMemo, policy_from_config
 from jobdiagd.detectors.tgs import NAME as TGS
 from jobdiagd.logs.job import load_job
+from jobdiagd.logs.safeopen import ANYWHERE, LogAccess, RefusedFile
 from jobdiagd.model.alerts import Finding, Severity
 from jobdiagd.model.jobview import JobView
 from jobdiagd.service.health import Health
@@ -48,7 +52,7 @@ from jobdiagd.sources.slurm_parse import FINISHED_STATES
 from jobdiagd.sources.tail import ChangeWatcher, FileTail, OffsetStore
 from jobdiagd.triage.engine import analyze
 from jobdiagd.triage.hostlist import expand_hostlist
-from jobdiagd.triage.resolve import JobRef, ResolveError, parse_dirname, resolve
+from jobdiagd.triage.resolve import JobRef, ResolveError, job_access, parse_dirname, resolve
 from jobdiagd.triage.slurmstate import slurm_wall_s
 
 # Detectors that react to new lines run on partial (event-driven) ticks too.
@@ -75,6 +79,7 @@ class Watched:
     worker_scan_at: float = float("-inf")
     slurm_mode: bool = False
     known_before: bool = False  # watched before a restart: its end is still owed a report
+    access: LogAccess = ANYWHERE  # which files of this job may be read (`job_access`)
 
     def tails(self) -> list[FileTail]:
         return ([self.main] if self.main is not None else []) + list(self.workers.values())
@@ -213,7 +218,11 @@ class OutputsDiscovery:
                     continue
                 try:
                     ref = resolve(str(d), [])
-                except (ResolveError, OSError):
+                except ResolveError:
+                    # A `log` link to something that is no log (a directory, a loop): still a
+                    # job; watching it makes the file check report it (monitoring blind).
+                    ref = JobRef(job_id, name, d, link, _platform)
+                except OSError:
                     continue
                 ref = replace(ref, log=link)  # follow the link: a rename repoints it
                 out.new.append(NewJob(key, ref, None, restart_known=known))
@@ -315,8 +324,11 @@ class Engine:
             key=new.key, ref=new.ref, first_seen=now, slurm=new.slurm, policy=policy_from_config(self.cfg)
         )
         link = new.ref.log
-        main = FileTail(link, ref_time=now) if link is not None else None
-        w = Watched(view, main, slurm_mode=new.slurm is not None, known_before=new.restart_known)
+        access = self._access_for(new.ref, new.slurm)
+        main = FileTail(link, ref_time=now, access=access) if link is not None else None
+        w = Watched(
+            view, main, slurm_mode=new.slurm is not None, known_before=new.restart_known, access=access
+        )
         if main is not None and self.offsets is not None:
             main.saved = self.offsets.load(main.key)
             if main.saved is not None:
@@ -325,6 +337,12 @@ class Engine:
         self._log.info("job_watched", job_id=new.key, log=str(link) if link else None, slurm=w.slurm_mode)
         self._update_watch_dirs()
         return w
+
+    def _access_for(self, ref: JobRef, job: SlurmJob | None) -> LogAccess:
+        """The job's logs must lie in a configured outputs root or the directory holding its
+        job dir (outputs mode: the watched root; Slurm: the root it was found in, or StdOut's
+        directory) and belong to its Slurm user (else the job dir's owner)."""
+        return job_access(ref, self.cfg.slurm.outputs_roots, job.user if job is not None else None)
 
     def _update_watch_dirs(self) -> None:
         if self.watcher is None:
@@ -497,8 +515,12 @@ class Engine:
                 ref = d.ref_for(job)
                 if ref.job_dir is not None:
                     w.view.ref = ref
+                    w.access = self._access_for(ref, job)
                     if w.main is not None and ref.log is not None:
                         w.main.link = ref.log
+                        w.main.access = w.access
+                        if w.main.reader is not None:
+                            w.main.reader.access = w.access
                     relinked = True
         if relinked:
             self._update_watch_dirs()
@@ -632,11 +654,13 @@ class Engine:
 
     def _blind_notice(self, view: JobView, ft: FileTail, now: float) -> None:
         self._log.warning("monitoring_blind", job_id=view.key, path=ft.key, error=ft.error)
+        refused = (ft.error or "").startswith(f"{RefusedFile.__name__}:")
+        what = "is refused and not read" if refused else "cannot be read"
         try:
             notes = self.pipeline.notice(
                 f"blind:{view.key}:{ft.key}:{int(now)}",
                 f"monitoring blind: job {view.key}",
-                f"`{ft.key}` cannot be read ({ft.error}). Hang and failure detection for this job are "
+                f"`{ft.key}` {what} ({ft.error}). Hang and failure detection for this job are "
                 "paused until it is readable again; the daemon will say when it is.",
                 now,
                 severity="warning",
@@ -667,7 +691,7 @@ class Engine:
         added = False
         for f in files[:MAX_WORKER_FILES]:
             if str(f) not in w.workers:
-                w.workers[str(f)] = FileTail(f, ref_time=now)
+                w.workers[str(f)] = FileTail(f, ref_time=now, access=w.access)
                 added = True
         if added:
             self._update_watch_dirs()
@@ -685,7 +709,7 @@ class Engine:
         job = view.slurm if w.slurm_mode else None
         state = job.state if job is not None else None
         try:
-            logs = await asyncio.to_thread(load_job, ref, ref_time=now)
+            logs = await asyncio.to_thread(load_job, ref, ref_time=now, access=w.access)
             view.final = analyze(
                 logs, now=now, slurm_state=state, policy=view.policy, slurm_wall_s=slurm_wall_s(job, now)
             )

@@ -9,7 +9,10 @@ and the outbox live in the alert store, whose ids make a repeat a no-op.
 
 Files are followed through truncation, rotation (new inode), a rename or a repointed job
 `log` link (same inode: the reader keeps its offset) and deletion (OSError -> the engine's
-"monitoring blind" notice, once per episode).
+"monitoring blind" notice, once per episode). Every open goes through the job's
+`logs.safeopen.LogAccess`: a FIFO, socket, device or directory in place of a log, a link out
+of the job's roots or another user's file is refused (RefusedFile, an OSError: the same
+notice), never read and never waited on.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jobdiagd.alerts.store import DB_NAME
-from jobdiagd.logs.reader import HEAD_FULL, TailReader, read_file
+from jobdiagd.logs.reader import HEAD_FULL, TailReader, read_fd
+from jobdiagd.logs.safeopen import ANYWHERE, LogAccess
 from jobdiagd.logs.state import LogState
 
 _SCHEMA = """
@@ -120,21 +124,14 @@ class PrefilterTailReader(TailReader):
         return body_start < HEAD_FULL and not self.state.training_started
 
 
-def _target(link: Path) -> Path:
-    """Where a (possibly symlinked) log path points; one readlink instead of a full realpath."""
-    try:
-        dest = os.readlink(link)
-    except OSError:
-        return link  # not a link (or gone: the poll reports that)
-    return Path(os.path.normpath(os.path.join(link.parent, dest)))
-
-
 @dataclass
 class FileTail:
-    """One followed file. `link` may be a job dir's `log` symlink: it is re-resolved every poll."""
+    """One followed file. `link` may be a job dir's `log` symlink: it is re-resolved every poll,
+    and every open goes through `access` (regular files inside the job's roots, of its owner)."""
 
     link: Path
     ref_time: float
+    access: LogAccess = ANYWHERE
     reader: TailReader | None = None
     ever_read: bool = False
     blind_since: float | None = None
@@ -153,9 +150,9 @@ class FileTail:
     def poll(self) -> tuple[int, bool]:
         """(bytes read, replaced): replaced means the old state was dropped (new file / truncation).
 
-        Raises OSError when the file cannot be read.
+        Raises OSError when the file cannot be read, RefusedFile when `access` refuses it.
         """
-        target = _target(self.link)
+        target = self.access.resolve(self.link)
         if self.reader is None:
             self.reader = self._initial(target)
             self.ever_read = True
@@ -167,7 +164,9 @@ class FileTail:
             if st.st_ino == self.reader.inode:
                 self.reader.path = target  # renamed (e.g. the TGS tagger): same file, keep the offset
             else:
-                self.reader = PrefilterTailReader(target, LogState(str(target), ref_time=self.ref_time))
+                self.reader = PrefilterTailReader(
+                    target, LogState(str(target), ref_time=self.ref_time), access=self.access
+                )
                 replaced = True
         before = self.reader.state
         n = self.reader.poll()
@@ -181,21 +180,29 @@ class FileTail:
     def _initial(self, target: Path) -> TailReader:
         """Catch up with the file as it is now (the pre-filtered reader triage uses)."""
         state = LogState(str(target), ref_time=self.ref_time)
-        with open(target, "rb") as fh:
-            st = os.fstat(fh.fileno())
-            head = fh.read(64)
-        read_file(target, state)
-        # Continue after the last complete line; a partial last line is read again once finished
-        # (its prefix cannot create a new step record: step numbers only grow).
-        offset = state.bytes
-        if not state.ends_with_newline:
-            with open(target, "rb") as fh:
-                fh.seek(max(0, offset - (1 << 16)))
-                chunk = fh.read(offset - fh.tell())
-            cut = chunk.rfind(b"\n")
-            offset = offset - (len(chunk) - cut - 1) if cut >= 0 else offset
+        fd = self.access.open(target)
+        try:
+            st = os.fstat(fd)
+            head = os.pread(fd, 64, 0)
+            read_fd(fd, state)
+            # Continue after the last complete line; a partial last line is read again once
+            # finished (its prefix cannot create a new step record: step numbers only grow).
+            offset = state.bytes
+            if not state.ends_with_newline:
+                start = max(0, offset - (1 << 16))
+                chunk = os.pread(fd, offset - start, start)
+                cut = chunk.rfind(b"\n")
+                offset = offset - (len(chunk) - cut - 1) if cut >= 0 else offset
+        finally:
+            os.close(fd)
         reader = PrefilterTailReader(
-            target, state, offset=offset, lineno=state.lines + 1, inode=st.st_ino, head=head
+            target,
+            state,
+            offset=offset,
+            lineno=state.lines + 1,
+            inode=st.st_ino,
+            head=head,
+            access=self.access,
         )
         if not state.ends_with_newline:
             reader.lineno = max(1, state.lines)

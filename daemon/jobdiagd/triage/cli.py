@@ -10,9 +10,10 @@ from pathlib import Path
 
 from jobdiagd import clock, jsonsafe
 from jobdiagd.logs import reader
+from jobdiagd.logs.safeopen import RefusedFile
 from jobdiagd.triage.engine import TriageResult, triage_ref
 from jobdiagd.triage.report import SUMMARY_HEADER, render_json, render_markdown, render_row
-from jobdiagd.triage.resolve import JobRef, ResolveError, list_jobs, resolve
+from jobdiagd.triage.resolve import JobRef, ResolveError, job_access, list_jobs, resolve
 
 
 def parse_now(text: str) -> float:
@@ -64,30 +65,37 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=run)
 
 
-def _roots(args: argparse.Namespace) -> list[Path]:
+def _roots(args: argparse.Namespace, *, implicit: bool = True) -> list[Path]:
+    """--outputs, else $JOBDIAGD_OUTPUTS, else (`implicit`) ./outputs."""
     if args.outputs:
         return list(args.outputs)
     env = os.environ.get("JOBDIAGD_OUTPUTS")
     if env:
         return [Path(p) for p in env.split(os.pathsep) if p]
-    return [Path("outputs")]
+    return [Path("outputs")] if implicit else []
 
 
-def _slurm(ref: JobRef, args: argparse.Namespace, now: float) -> tuple[str | None, float | None]:
-    """(state, wall time so far) from scontrol; --slurm-state replaces the query (reproducible runs)."""
+def _slurm(ref: JobRef, args: argparse.Namespace, now: float) -> tuple[str | None, float | None, str | None]:
+    """(state, wall time so far, user) from scontrol; --slurm-state replaces the query
+    (reproducible runs)."""
     if args.slurm_state:
-        return str(args.slurm_state).upper(), None
+        return str(args.slurm_state).upper(), None, None
     if args.no_slurm or ref.platform != "slurm" or not ref.job_id:
-        return None, None
+        return None, None, None
     from jobdiagd.triage.slurmstate import query_job, slurm_wall_s
 
     job = query_job(ref.job_id)
-    return (job.state if job is not None else None), slurm_wall_s(job, now)
+    if job is None:
+        return None, None, None
+    return job.state, slurm_wall_s(job, now), job.user
 
 
 def _one(ref: JobRef, args: argparse.Namespace, now: float) -> TriageResult:
-    state, wall = _slurm(ref, args, now)
-    return triage_ref(ref, now=now, slurm_state=state, slurm_wall_s=wall)
+    state, wall, user = _slurm(ref, args, now)
+    # Only files inside the job's outputs root (or a root named by --outputs/$JOBDIAGD_OUTPUTS)
+    # and owned by the job's user are read.
+    access = job_access(ref, _roots(args, implicit=False), user)
+    return triage_ref(ref, now=now, slurm_state=state, slurm_wall_s=wall, access=access)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -116,6 +124,9 @@ def run(args: argparse.Namespace) -> int:
     for ref in refs:
         try:
             results.append(_one(ref, args, now))
+        except RefusedFile as exc:
+            print(f"jobdiagd triage: {ref.job_dir or ref.log}: log refused: {exc.strerror}", file=sys.stderr)
+            bad += 1
         except OSError as exc:
             print(f"jobdiagd triage: {ref.log or ref.job_dir}: {exc.strerror or exc}", file=sys.stderr)
             bad += 1

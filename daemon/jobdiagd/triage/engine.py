@@ -11,12 +11,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from jobdiagd.logs.job import JobLogs, load_job
+from jobdiagd.logs.safeopen import LogAccess
 from jobdiagd.model.records import StepRecord
 from jobdiagd.triage.classify import Classification, classify
 from jobdiagd.triage.hostlist import expand_hostlist, valid_host
 from jobdiagd.triage.nextsteps import next_steps
 from jobdiagd.triage.progress import CheckpointConfig, Progress, checkpoint_config, compute_progress
-from jobdiagd.triage.resolve import JobRef, resolve
+from jobdiagd.triage.resolve import JobRef, job_access, resolve
 from jobdiagd.triage.stall import StallPolicy
 from jobdiagd.triage.tgs import TgsAnalysis, analyze_tgs
 
@@ -280,7 +281,7 @@ def triage(
     """Resolve `path` (job dir, .log, Slurm/k8s id) and triage it. Raises ResolveError."""
     roots = [outputs_root] if isinstance(outputs_root, Path) else list(outputs_root or [])
     ref = resolve(str(path), roots)
-    return triage_ref(ref, now=now, slurm_state=slurm_state, policy=policy)
+    return triage_ref(ref, now=now, slurm_state=slurm_state, policy=policy, access=job_access(ref, roots))
 
 
 def triage_ref(
@@ -290,6 +291,9 @@ def triage_ref(
     slurm_state: str | None = None,
     policy: StallPolicy | None = None,
     slurm_wall_s: float | None = None,
+    access: LogAccess | None = None,
 ) -> TriageResult:
-    logs = load_job(ref, ref_time=now)
+    """Triage one resolved job. `access` (default: `job_access(ref)`) says which of its files
+    may be read; a refused main log raises RefusedFile."""
+    logs = load_job(ref, ref_time=now, access=access if access is not None else job_access(ref))
     return analyze(logs, now=now, slurm_state=slurm_state, policy=policy, slurm_wall_s=slurm_wall_s)

@@ -5,13 +5,24 @@ Rules: a job directory holds a `log` symlink (to `../<dirname>.log`, or to a ren
 (or the sibling whose `log` link points at it); ids are looked up as `<id>-*` under the
 outputs roots. Directories without a `log` link are shared checkpoint dirs — skipped,
 except an *empty* one with no `.log` sibling, which is the `prolog-kill-no-log` case.
+
+Which files of a job may be read (`job_access`, decided here): those inside the job's outputs
+root — the directory holding the job dir (or the log given) — or another root the caller
+names, and owned by the job's user: its Slurm user when known, else the owner of the job
+directory (the batch script creates both). A link out of the roots (`log -> /etc/shadow`) or
+to another user's file is refused by `logs.safeopen`, never read.
 """
 
 from __future__ import annotations
 
+import os
+import pwd
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+from jobdiagd.logs.safeopen import LogAccess, kind_of
 
 _SLURM_NAME = re.compile(r"^(\d+)-(.+)$")
 _K8S_NAME = re.compile(r"^(k8s[-_]\d{8}[-_]\d{6}[-_][0-9A-Za-z]+)-(.+)$")
@@ -102,6 +113,12 @@ def resolve(target: str, outputs_roots: list[Path]) -> JobRef:
         return _ref_for_dir(p)
     if p.is_file():
         return _ref_for_log(p)
+    try:
+        mode = p.stat().st_mode
+    except OSError:
+        mode = None
+    if mode is not None:
+        raise ResolveError(f"{target}: {kind_of(mode)}, not a job directory or log file")
     if JOB_ID_RE.match(target):
         for root in outputs_roots:
             if not root.is_dir():
@@ -143,3 +160,34 @@ def list_jobs(root: Path) -> list[JobRef]:
         except OSError:
             continue
     return refs
+
+
+def user_uid(user: str | None) -> int | None:
+    """The uid of a Slurm user name (or a numeric uid); None when this host does not know it."""
+    if not user:
+        return None
+    if user.isdigit():
+        return int(user)
+    try:
+        return pwd.getpwnam(user).pw_uid
+    except KeyError:
+        return None
+
+
+def job_access(ref: JobRef, roots: Iterable[Path] = (), slurm_user: str | None = None) -> LogAccess:
+    """Where the logs of `ref` may be and whom they must belong to (see the module docstring)."""
+    allowed = list(roots)
+    home = ref.job_dir if ref.job_dir is not None else ref.log
+    if home is not None:
+        allowed.append(Path(os.path.abspath(home)).parent)
+    uid = user_uid(slurm_user)
+    if uid is not None:
+        return LogAccess.within(allowed, uid, f"uid {uid} ({slurm_user}, the job's Slurm user)")
+    if ref.job_dir is not None:
+        try:
+            uid = os.lstat(ref.job_dir).st_uid
+        except OSError:
+            uid = None
+        if uid is not None:
+            return LogAccess.within(allowed, uid, f"uid {uid} (the owner of the job directory)")
+    return LogAccess.within(allowed)
