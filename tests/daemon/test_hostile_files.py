@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from jobdiagd.sim import lines as L
 from jobdiagd.sim import live
 from tests.daemon.conftest import JobLog
 from tests.daemon.test_run import notes, start_daemon, status, stop, wait_for
@@ -319,4 +320,66 @@ enabled = true
     finally:
         if job_id and slurm_cluster.state(job_id) not in ("CANCELLED", "COMPLETED", "FAILED", None):
             slurm_cluster.scancel(job_id)
+    assert stop(daemon) == 0
+
+
+# -- progress: bogus step lines ----------------------------------------------------------------------
+
+
+def test_a_bogus_step_line_is_ignored_and_the_hang_is_still_paged(
+    short_tmp: Path, procs: list[subprocess.Popen[bytes]]
+) -> None:
+    work, outputs = short_tmp, short_tmp / "outputs"
+    outputs.mkdir()
+    past_total = JobLog(outputs, "7401", steps=5000)
+    jump = JobLog(outputs, "7402", steps=100000)
+    restored = JobLog(outputs, "7403", steps=5000)  # legitimate: the first step is 3000
+    final = JobLog(outputs, "7404", steps=10)  # legitimate: the last step is total - 1
+    rerun = JobLog(outputs, "7405", steps=5000)  # legitimate: a re-run goes back to a checkpoint
+    for k in range(10):
+        past_total.step(k, seconds=0.2)
+        jump.step(k, seconds=0.2)
+        final.step(k, seconds=0.2)
+        rerun.step(k, seconds=0.2)
+    cfg = write_cfg(work, min_stall=4)
+    daemon = start_daemon(cfg, outputs, work / "daemon.out")
+    procs.append(daemon)
+    wait_for(lambda: len(jobs(cfg)) == 5 and jobs(cfg)["7402"]["last_step"] == 9, "the jobs read")
+    past_total.write("completed step: 9999999, seconds: 1.000")  # the line, verbatim
+    jump.task(0, "completed step: 50000, seconds: 0.200, Tokens/s/device: 3000.0, loss: 2.5")
+    restored.task(0, L.restore_line(2999))  # the daemon saw no step of this job before
+    for k in range(3000, 3006):
+        restored.step(k, seconds=0.2)
+    rerun.task(0, L.restore_line(4))  # requeued: re-does 5..9 from the checkpoint, then 10..12
+    for k in range(5, 13):
+        rerun.step(k, seconds=0.2)
+
+    def hang_pages(job_id: str) -> list[dict[str, Any]]:
+        return [n for n in of(job_id, work, "open") if n["kind"] == "hang"]
+
+    # (A page may open and resolve before the new lines are read: the newest one counts.)
+    for job_id, step in (("7401", 9), ("7402", 9), ("7403", 3005), ("7405", 12)):
+        wait_for(
+            lambda j=job_id, s=step: any(f"step {s} was read" in p["body"] for p in hang_pages(j)),
+            f"the hang page of {job_id} at step {step}",
+            timeout=60,
+        )
+    st = jobs(cfg)
+    assert (st["7401"]["last_step"], st["7401"]["total_steps"]) == (9, 5000)
+    assert st["7402"]["last_step"] == 9
+    assert st["7404"]["last_step"] == 9 and st["7404"]["open_incidents"] == []  # finished, not hung
+    ignored = {
+        n["title"].rsplit(" ", 1)[1]: n
+        for n in notes(work)
+        if n["title"].startswith("implausible step line ignored: job ")
+    }
+    assert sorted(ignored) == ["7401", "7402"]
+    assert "past the configured total of 5000 steps" in ignored["7401"]["body"]
+    assert "step 50000 is 49991 steps after step 9" in ignored["7402"]["body"]
+    assert ignored["7401"]["severity"] == "warning"
+    # Real progress after the bogus line counts again, and resolves the page.
+    past_total.step(10, seconds=0.2)
+    wait_for(lambda: jobs(cfg)["7401"]["last_step"] == 10, "real progress after the bogus line")
+    wait_for(lambda: bool(of("7401", work, "resolve")), "the hang resolved by step 10")
+    assert len([n for n in notes(work) if n["title"].startswith("implausible")]) == 2  # said once
     assert stop(daemon) == 0

@@ -1,6 +1,6 @@
 """`jobdiagd triage` against hostile log files (issue 7): a FIFO, socket or directory where a
 log (main, Ray worker or rank log) should be, symlinks out of the job's outputs root, another
-user's file. Each run is a real CLI process with a timeout, so a reader
+user's file, and a bogus step line. Each run is a real CLI process with a timeout, so a reader
 that blocks fails the test instead of hanging the suite.
 """
 
@@ -140,3 +140,18 @@ def test_another_users_file_is_refused_but_links_inside_the_roots_work(tmp_path:
     assert run_triage(str(moved.dir)).returncode == 2
     res = run_triage(str(moved.dir), "--outputs", str(archive), "--json")
     assert res.returncode == 0, res.stderr
+
+
+def test_a_bogus_step_line_is_left_out_of_triage_progress(tmp_path: Path) -> None:
+    outputs = tmp_path / "outputs"
+    job = a_job(outputs, "8110")
+    job.write("completed step: 9999999, seconds: 1.000")
+    res = run_triage(str(job.dir), "--json")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["progress"]["last_step"] == 4
+    assert any(
+        "Implausible step line(s) ignored" in n
+        and "9999999 (step 9999999 is past the configured total of 100" in n
+        for n in doc["notes"]
+    )

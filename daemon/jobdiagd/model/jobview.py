@@ -8,6 +8,7 @@ from typing import Any
 from jobdiagd.logs.job import JobLogs
 from jobdiagd.logs.state import LogState
 from jobdiagd.model.records import StepRecord
+from jobdiagd.model.stepguard import StepGuard
 from jobdiagd.sources.slurm_parse import SlurmJob
 from jobdiagd.triage.engine import TriageResult, analyze
 from jobdiagd.triage.progress import CheckpointConfig, checkpoint_config, steady_step_time
@@ -49,6 +50,7 @@ class JobView:
     _auth_source: str | None = None
     _analysis: tuple[int, str | None, float, TriageResult] | None = None
     final: TriageResult | None = None  # full re-read at job end (set by the engine)
+    step_guard: StepGuard = field(default_factory=StepGuard)  # implausible steps kept out of progress
     memo: dict[str, Any] = field(default_factory=dict)  # per-detector caches (keyed by detector)
 
     # -- reading -----------------------------------------------------------
@@ -135,12 +137,15 @@ class JobView:
     def sorted_steps(self) -> list[StepRecord]:
         """The authoritative state's `sorted_steps()`, built once per new step line (detectors share it)."""
         cached = self.memo.get("_steps")
-        key = (self._auth_source, self._seen_step_lines)
+        suspects = self.step_guard.suspects
+        key = (self._auth_source, self._seen_step_lines, len(suspects))
         if cached is not None and cached[0] == key:
             steps: list[StepRecord] = cached[1]
             return steps
         auth = self.authoritative()
         steps = auth.sorted_steps() if auth is not None else []
+        if suspects:
+            steps = [r for r in steps if r.step not in suspects]
         self.memo["_steps"] = (key, steps)
         return steps
 
@@ -174,7 +179,8 @@ class JobView:
         auth = self.authoritative()
         if auth is None:
             return False
-        if auth.source != self._auth_source:
+        new_source = auth.source != self._auth_source
+        if new_source:
             self._auth_source = auth.source
             self._seen_step_lines = -1
         if auth.step_lines == self._seen_step_lines:
@@ -185,6 +191,16 @@ class JobView:
         top = getattr(auth.steps, "max_step", None)
         if not isinstance(top, int) or top < 0:
             top = max(auth.steps)
+        steps = auth.steps
+        top = self.step_guard.newest(
+            top,
+            lambda: steps,
+            prev=-1 if new_source else self._seen_max_step,
+            prev_at=None if new_source else self.last_step_at,
+            now=now,
+            total=self.total_steps(),
+            step_time=self.step_time,
+        )
         if top <= self._seen_max_step:
             return False
         # Every number up to the new top gets this arrival time (a missing one is harmless: only
@@ -208,6 +224,7 @@ class JobView:
         self._seen_max_step = -1
         self._auth_source = None
         self.arrivals.clear()
+        self.step_guard.clear()
         self.version += 1
 
     # -- analysis ----------------------------------------------------------
@@ -223,6 +240,12 @@ class JobView:
             and now - cached[2] < ANALYSIS_MAX_AGE_S
         ):
             return cached[3]
-        result = analyze(self.logs(), now=now, slurm_state=state, policy=policy or self.policy)
+        result = analyze(
+            self.logs(),
+            now=now,
+            slurm_state=state,
+            policy=policy or self.policy,
+            ignore_steps=self.step_guard.suspects,
+        )
         self._analysis = (self.version, state, now, result)
         return result

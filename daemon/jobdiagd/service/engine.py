@@ -602,6 +602,9 @@ class Engine:
         for ft in list(w.workers.values()):
             await self._poll_file(w, ft, now, main=False)
         view.note_read(now)
+        ignored = view.step_guard.take_news()
+        if ignored:
+            self._steps_ignored(view, ignored, now)
         if w.main is not None and w.main.saved is not None and view.last_step is not None:
             saved = w.main.saved
             if saved.last_step is not None and saved.last_step_at is not None:
@@ -669,6 +672,26 @@ class Engine:
         except Exception as exc:
             self._log.error("notice_failed", error=f"{type(exc).__name__}: {exc}")
 
+    def _steps_ignored(self, view: JobView, ignored: list[tuple[int, str]], now: float) -> None:
+        """Implausible step lines (`model.stepguard`): each logged, the first one per job announced."""
+        for step, why in ignored[:20]:
+            self._log.warning("step_ignored", job_id=view.key, step=step, reason=why)
+        try:
+            step, why = ignored[0]
+            kept = view.last_step
+            notes = self.pipeline.notice(
+                f"steps-ignored:{view.key}",  # one notice per job, ever (the outbox id dedupes)
+                f"implausible step line ignored: job {view.key}",
+                f"A `completed step: {step}` line was read but not counted as progress: {why}. "
+                f"Status and hang detection keep using step {kept if kept is not None else 'none'}; "
+                "the hang clock keeps running. Later implausible step lines of this job are only logged.",
+                now,
+                severity="warning",
+            )
+            self.metrics.record_notifications(notes)
+        except Exception as exc:
+            self._log.error("notice_failed", error=f"{type(exc).__name__}: {exc}")
+
     def _scan_workers(self, w: Watched, now: float) -> None:
         """RAY=1: follow the head node's worker logs (the authoritative step record)."""
         view = w.view
@@ -711,7 +734,12 @@ class Engine:
         try:
             logs = await asyncio.to_thread(load_job, ref, ref_time=now, access=w.access)
             view.final = analyze(
-                logs, now=now, slurm_state=state, policy=view.policy, slurm_wall_s=slurm_wall_s(job, now)
+                logs,
+                now=now,
+                slurm_state=state,
+                policy=view.policy,
+                slurm_wall_s=slurm_wall_s(job, now),
+                ignore_steps=view.step_guard.suspects,
             )
         except Exception as exc:
             self._log.error("final_triage_failed", job_id=view.key, error=f"{type(exc).__name__}: {exc}")

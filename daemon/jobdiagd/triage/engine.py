@@ -7,16 +7,24 @@ edge (resolution and reading files).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from jobdiagd.logs.job import JobLogs, load_job
 from jobdiagd.logs.safeopen import LogAccess
 from jobdiagd.model.records import StepRecord
+from jobdiagd.model.stepguard import implausible_top
 from jobdiagd.triage.classify import Classification, classify
 from jobdiagd.triage.hostlist import expand_hostlist, valid_host
 from jobdiagd.triage.nextsteps import next_steps
-from jobdiagd.triage.progress import CheckpointConfig, Progress, checkpoint_config, compute_progress
+from jobdiagd.triage.progress import (
+    CheckpointConfig,
+    Progress,
+    checkpoint_config,
+    compute_progress,
+    configured_total,
+)
 from jobdiagd.triage.resolve import JobRef, job_access, resolve
 from jobdiagd.triage.stall import StallPolicy
 from jobdiagd.triage.tgs import TgsAnalysis, analyze_tgs
@@ -174,13 +182,23 @@ def analyze(
     slurm_state: str | None = None,
     policy: StallPolicy | None = None,
     slurm_wall_s: float | None = None,
+    ignore_steps: Mapping[int, str] | None = None,
 ) -> TriageResult:
     """`slurm_wall_s` (start to end, or to `now`, per Slurm) stands in for the JOB SUMMARY's
     Wall when the log has no summary: a live or truncated job still gets the runbook's
-    "total training time vs wall time" check."""
+    "total training time vs wall time" check. Implausible step lines (`model.stepguard`: past
+    the configured total, or far ahead of the step before) are left out of progress and named
+    in the notes; `ignore_steps` adds those the daemon judged on its own clock."""
     main = logs.main
     auth = logs.authoritative()
     steps = auth.sorted_steps() if auth is not None else []
+    ignored = implausible_top(
+        [s.step for s in steps],
+        configured_total(main.passthrough() if main else {}, auth.config if auth else {}),
+    )
+    ignored.update(ignore_steps or {})
+    if ignored:
+        steps = [s for s in steps if s.step not in ignored]
     restart: tuple[int, int] | None = auth.restarts[-1] if auth is not None and auth.restarts else None
     if restart is not None:
         # Training restarted inside this log: "this run" is the last one (runbook: steps
@@ -245,6 +263,10 @@ def analyze(
             f"Training restarted within this log (line {restart[0]}: restored from step {restart[1] - 1}); "
             f"this run starts at step {restart[1]}. The summed training time includes the re-run steps."
         )
+    if ignored:
+        shown = ", ".join(f"{step} ({why})" for step, why in sorted(ignored.items())[:3])
+        more = f" and {len(ignored) - 3} more" if len(ignored) > 3 else ""
+        cls.notes.append(f"Implausible step line(s) ignored for progress: {shown}{more}.")
     if cls.status == "completed" and progress.progress_lost_steps not in (0, None):
         # A soft-success has no exit 0, so progress saw "not completed"; nothing was lost.
         progress = replace(progress, progress_lost_steps=0, progress_lost_s=0.0)

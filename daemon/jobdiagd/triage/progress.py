@@ -207,6 +207,17 @@ class Progress:
         return d
 
 
+def configured_total(passthrough: dict[str, str], config: dict[str, str]) -> int | None:
+    """The run's total steps (`steps=` in PASSTHROUGH_ARGS, else the config), when given."""
+    raw_total = passthrough.get("steps") or config.get("steps")
+    if raw_total:
+        try:
+            return int(float(raw_total.strip().strip("\"'")))
+        except ValueError:
+            return None
+    return None
+
+
 def compute_progress(
     steps: list[StepRecord],
     *,
@@ -223,13 +234,7 @@ def compute_progress(
     """`summed_seconds` is the exact sum over every step when `steps` is a bounded sample;
     `time_base`, the dated start of training, dates the last step when step lines are undated."""
     ckpt = checkpoint_config(passthrough, config, saves)
-    total: int | None = None
-    raw_total = passthrough.get("steps") or config.get("steps")
-    if raw_total:
-        try:
-            total = int(float(raw_total.strip().strip("\"'")))
-        except ValueError:
-            total = None
+    total = configured_total(passthrough, config)
     first = steps[0].step if steps else None
     last = steps[-1].step if steps else None
     start: str | None = None
