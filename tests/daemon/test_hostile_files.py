@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import signal
 import socket
 import stat
 import subprocess
@@ -323,7 +324,7 @@ enabled = true
     assert stop(daemon) == 0
 
 
-# -- progress: bogus step lines ----------------------------------------------------------------------
+# -- progress: bogus step lines; the hang clock across a SIGKILL -------------------------------------
 
 
 def test_a_bogus_step_line_is_ignored_and_the_hang_is_still_paged(
@@ -383,3 +384,30 @@ def test_a_bogus_step_line_is_ignored_and_the_hang_is_still_paged(
     wait_for(lambda: bool(of("7401", work, "resolve")), "the hang resolved by step 10")
     assert len([n for n in notes(work) if n["title"].startswith("implausible")]) == 2  # said once
     assert stop(daemon) == 0
+
+
+def test_the_hang_clock_survives_a_sigkill_right_after_a_step(
+    short_tmp: Path, procs: list[subprocess.Popen[bytes]]
+) -> None:
+    work, outputs = short_tmp, short_tmp / "outputs"
+    job = JobLog(outputs, "7501")
+    for k in range(8):
+        job.step(k, seconds=0.2)
+    cfg = write_cfg(work, min_stall=600)
+    daemon = start_daemon(cfg, outputs, work / "daemon.out")
+    procs.append(daemon)
+    wait_for(lambda: jobs(cfg).get("7501", {}).get("last_step") == 7, "the log read")
+    job.step(8, seconds=0.2)
+    job.step(9, seconds=0.2)
+    wait_for(lambda: jobs(cfg)["7501"]["last_step"] == 9, "steps 8 and 9 read")
+    read_at = jobs(cfg)["7501"]["last_step_at"]
+    ticks = status(cfg)["status"]["ticks"]
+    wait_for(lambda: status(cfg)["status"]["ticks"] > ticks, "the tick after")
+    assert stop(daemon, signal.SIGKILL) == -signal.SIGKILL  # well within the minute of the old saves
+
+    daemon2 = start_daemon(cfg, outputs, work / "daemon2.out")
+    procs.append(daemon2)
+    wait_for(lambda: status(cfg).get("running") is True, "restarted daemon")
+    wait_for(lambda: jobs(cfg).get("7501", {}).get("last_step") == 9, "the log re-read")
+    assert jobs(cfg)["7501"]["last_step_at"] == pytest.approx(read_at, abs=1e-3)  # the clock survived
+    assert stop(daemon2) == 0

@@ -307,6 +307,7 @@ class Engine:
         self._persisted_at = float("-inf")
         self._discovery_task: asyncio.Future[Discovered | None] | None = None
         self._sources_noticed: dict[str, float] = {}  # source -> failing since, once "degraded" was sent
+        self._stepped: set[str] = set()  # jobs whose newest step arrived since the last save
 
     def reconfigure(self, cfg: Config, detectors: Sequence[Detector]) -> None:
         """SIGHUP: new detector settings apply from the next tick, to jobs already watched too."""
@@ -450,13 +451,18 @@ class Engine:
         # The first full tick catches up with every file (a restart re-reads them): kept apart.
         kind = "partial" if not full else ("full" if self._full_ticks else "startup")
         self.durations[kind].append(clock.monotonic() - started)
+        # Offsets are re-derivable (a restart re-reads the files), the arrival time of a job's
+        # newest step is not: it is the hang clock. Write it in the tick that read the step (a
+        # few rows, only those jobs), so a crash or a wedge does not restart the clock; the
+        # rest once a minute, and at once when this tick told people something.
+        if full and (stats.notifications or now - self._persisted_at >= PERSIST_EVERY_S):
+            self._persist(now)
+            self._persisted_at = now
+        elif self._stepped:
+            self._persist(now, only=self._stepped)
+        self._stepped = set()
         if full:
             self._full_ticks += 1
-            # Offsets and arrival times are re-derivable (a restart re-reads the files); write them
-            # once a minute, and at once when this tick told people something.
-            if stats.notifications or now - self._persisted_at >= PERSIST_EVERY_S:
-                self._persist(now)
-                self._persisted_at = now
             self.metrics.set_incidents_open(self.pipeline.open_counts())
             self.metrics.outbox_pending.set(self.pipeline.outbox.pending_count())
             self.metrics.jobs_watched.set(len(self.jobs))
@@ -601,7 +607,8 @@ class Engine:
             self._scan_workers(w, now)
         for ft in list(w.workers.values()):
             await self._poll_file(w, ft, now, main=False)
-        view.note_read(now)
+        if view.note_read(now):
+            self._stepped.add(view.key)
         ignored = view.step_guard.take_news()
         if ignored:
             self._steps_ignored(view, ignored, now)
@@ -744,11 +751,13 @@ class Engine:
         except Exception as exc:
             self._log.error("final_triage_failed", job_id=view.key, error=f"{type(exc).__name__}: {exc}")
 
-    def _persist(self, now: float) -> None:
+    def _persist(self, now: float, only: set[str] | None = None) -> None:
         if self.offsets is None:
             return
         rows = []
         for key, w in self.jobs.items():
+            if only is not None and key not in only:
+                continue
             for ft in w.tails():
                 if ft.dirty or w.view.last_step_at is not None:
                     rows.append(ft.row(key, w.view.last_step, w.view.last_step_at))

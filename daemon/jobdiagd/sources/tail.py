@@ -13,6 +13,9 @@ Files are followed through truncation, rotation (new inode), a rename or a repoi
 `logs.safeopen.LogAccess`: a FIFO, socket, device or directory in place of a log, a link out
 of the job's roots or another user's file is refused (RefusedFile, an OSError: the same
 notice), never read and never waited on.
+
+The arrival time of a job's newest step is written in the tick that read it (the hang clock
+must survive a crash or a wedge); other offsets once a minute (`service.engine`).
 """
 
 from __future__ import annotations
