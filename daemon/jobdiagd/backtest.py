@@ -11,11 +11,14 @@ time is the line's own time (what a daemon tailing it live would have seen); ful
 every `tick` seconds of virtual time through the same detectors, the same resolution rule and
 the same incident book as the daemon. The job ends at its last line (JOB SUMMARY state, or
 UNKNOWN) and the job-end report runs on a fresh `load_job` of its files, like the daemon's.
+Files are opened as `jobdiagd triage` opens them (`triage.resolve.job_access`): one that is no
+regular file, leaves the job's outputs root or belongs to another user is left out.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -31,12 +34,13 @@ from jobdiagd.detectors.hang import policy_from_config
 from jobdiagd.logs.job import load_job
 from jobdiagd.logs.prefixes import strip
 from jobdiagd.logs.reader import MAX_LINE
+from jobdiagd.logs.safeopen import ANYWHERE, LogAccess
 from jobdiagd.logs.state import LogState
 from jobdiagd.model.alerts import Finding
 from jobdiagd.model.jobview import JobView
 from jobdiagd.triage.engine import analyze
 from jobdiagd.triage.hostlist import expand_hostlist
-from jobdiagd.triage.resolve import JobRef, ResolveError, list_jobs, resolve
+from jobdiagd.triage.resolve import JobRef, ResolveError, job_access, list_jobs, resolve
 
 MAX_TICKS = 200_000  # a guard against a log whose clock jumps by years
 
@@ -99,15 +103,18 @@ class JobReplay:
         }
 
 
-def timeline(path: Path, order: int, ref_time: float, anchor: float | None = None) -> list[Line]:
+def timeline(
+    path: Path, order: int, ref_time: float, anchor: float | None = None, access: LogAccess = ANYWHERE
+) -> list[Line]:
     """Every line of one file with its virtual time (see the module docstring).
 
     `anchor`: where a file without any timestamp starts (the job's other files' first stamp).
+    The file is opened through `access` (regular files only: a FIFO never blocks the replay).
     """
     scratch = LogState(str(path), ref_time=ref_time)
     raw_lines: list[tuple[int, str, float | None, float | None]] = []  # offset, text, stamp, step seconds
     offset = 0
-    with open(path, "rb") as fh:
+    with os.fdopen(access.open(path), "rb") as fh:
         for lineno, raw in enumerate(fh, 1):
             text = raw[:MAX_LINE].rstrip(b"\r\n").decode("utf-8", errors="replace")
             stamp = strip(text).stamp
@@ -132,13 +139,24 @@ def timeline(path: Path, order: int, ref_time: float, anchor: float | None = Non
     return out
 
 
-def _files(ref: JobRef, ref_time: float) -> tuple[list[Path], str | None]:
-    """Main log plus, for RAY=1, the head node's worker logs (what the daemon tails)."""
-    files: list[Path] = [ref.log] if ref.log is not None and ref.log.is_file() else []
+def _readable(path: Path, access: LogAccess) -> bool:
+    try:
+        os.close(access.open(path))
+    except OSError:
+        return False
+    return True
+
+
+def _files(ref: JobRef, ref_time: float, access: LogAccess) -> tuple[list[Path], str | None]:
+    """Main log plus, for RAY=1, the head node's worker logs (what the daemon tails); files that
+    `access` refuses (not regular, outside the job's root, another user's) are left out."""
+    files: list[Path] = [ref.log] if ref.log is not None and _readable(ref.log, access) else []
     head: str | None = None
     d = ref.job_dir
     if files and d is not None and (d / "ray_logs").is_dir():
-        probe = load_job(JobRef(ref.job_id, ref.name, None, ref.log, ref.platform), ref_time=ref_time).main
+        probe = load_job(
+            JobRef(ref.job_id, ref.name, None, ref.log, ref.platform), ref_time=ref_time, access=access
+        ).main
         if probe is not None:
             head = probe.ray_head or probe.tunnel_host
             if head is None and probe.header.get("JOB_NODELIST"):
@@ -146,7 +164,8 @@ def _files(ref: JobRef, ref_time: float) -> tuple[list[Path], str | None]:
                 head = nodes[0] if nodes else None
         if head is not None and (d / "ray_logs" / head).is_dir():
             hd = d / "ray_logs" / head
-            files += sorted(hd.glob("worker-*.out")) + sorted(hd.glob("worker-*.err"))
+            workers = sorted(hd.glob("worker-*.out")) + sorted(hd.glob("worker-*.err"))
+            files += [f for f in workers if _readable(f, access)]
         else:
             head = None
     return files, head
@@ -155,16 +174,17 @@ def _files(ref: JobRef, ref_time: float) -> tuple[list[Path], str | None]:
 def replay(ref: JobRef, cfg: Config, *, tick: float, ref_time: float) -> JobReplay:
     key = ref.job_id or ref.name or str(ref.log)
     result = JobReplay(job=key, log=str(ref.log) if ref.log else None)
-    files, head = _files(ref, ref_time)
+    access = job_access(ref)
+    files, head = _files(ref, ref_time, access)
     if not files:
         return result
-    per_file = [timeline(f, i, ref_time) for i, f in enumerate(files)]
+    per_file = [timeline(f, i, ref_time, access=access) for i, f in enumerate(files)]
     stamped = [tl[0].t for tl in per_file if tl and tl[0].t > 0]
     anchor = min(stamped) if stamped else None
     lines: list[Line] = []
     for i, tl in enumerate(per_file):
         if anchor is not None and tl and tl[0].t == 0.0:
-            tl = timeline(files[i], i, ref_time, anchor)  # no stamps at all: start with the job
+            tl = timeline(files[i], i, ref_time, anchor, access)  # no stamps at all: start with the job
         lines += tl
     lines.sort(key=lambda ln: (ln.t, ln.order, ln.lineno))
     states = [LogState(str(f), ref_time=ref_time) for f in files]
@@ -202,7 +222,7 @@ def replay(ref: JobRef, cfg: Config, *, tick: float, ref_time: float) -> JobRepl
             "COMPLETED" if s.exit_code == 0 else "CANCELLED" if s.exit_code in (130, 143) else "FAILED"
         )
     final_ref = ref
-    view.final = analyze(load_job(final_ref, ref_time=ref_time), now=end, policy=policy)
+    view.final = analyze(load_job(final_ref, ref_time=ref_time, access=access), now=end, policy=policy)
     _tick(view, detectors, book, end, result, t0)
     base = t0 if t0 is not None else lines[0].t
     result.end_at_s = end - base

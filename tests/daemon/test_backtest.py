@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -119,3 +120,28 @@ def test_cli_json_shape(corpus: dict[str, Path]) -> None:
     assert kinds[0] == ("hang", "hang")
     for a in job["alerts"]:
         assert {"kind", "at_step", "at_s", "class"} <= set(a)
+
+
+def test_a_fifo_or_a_link_out_of_the_root_among_the_logs_is_left_out(tmp_path: Path) -> None:
+    outputs = tmp_path / "outputs"
+    job = JobLog(outputs, "9301", nnodes=1)  # JOB_NODELIST=node001: the Ray head's worker logs
+    for k in range(5):
+        job.step(k, seconds=2.0)
+    job.summary(0)
+    head = job.dir / "ray_logs" / "node001"
+    head.mkdir(parents=True)
+    os.mkfifo(head / "worker-0001-01000000-11.out")  # open() would wait for a writer forever
+    secret = tmp_path / "shadow"
+    secret.write_text("slurmstepd: error: Detected 1 oom-kill event(s) SECRET\n")
+    (head / "worker-0002-01000000-12.out").symlink_to(secret)
+    out = subprocess.run(
+        [sys.executable, "-m", "jobdiagd.cli", "backtest", str(job.dir), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,  # the old reader blocked here; bounded, it fails instead
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "SECRET" not in out.stdout
+    (res,) = json.loads(out.stdout)["jobs"]
+    assert res["last_step"] == 4 and res["final_status"] == "completed"
