@@ -305,6 +305,19 @@ def test_job_end_reports_the_triage_when_the_job_ended() -> None:
     assert rep.kind == "job-end" and "## Job triage" in rep.body  # type: ignore[union-attr]
 
 
+def test_job_end_of_a_job_whose_log_was_never_readable_says_so_instead_of_a_prolog_kill() -> None:
+    ref = JobRef("7002", "JAX-t", None, Path("/x/7002-JAX-t/log"), "slurm")
+    view = JobView(key="7002", ref=ref, first_seen=T0, policy=POLICY)
+    view.blind["/x/7002-JAX-t/log"] = "RefusedFile: not a regular file (a FIFO)"
+    view.ended = True
+    view.end_state = "CANCELLED"
+    out = JobEndDetector().check(view, T0 + 10)
+    assert not isinstance(out, NoData)
+    (rep,) = out
+    assert rep.title == "job 7002 ended: not triaged (its log could not be read)"  # type: ignore[union-attr]
+    assert "prolog" not in rep.body and "not a regular file (a FIFO)" in rep.body  # type: ignore[union-attr]
+
+
 def test_registry_lists_all_detectors_and_config_disables_them() -> None:
     assert [d.name for d in registered()] == ["failure_signature", "hang", "job_end", "tgs"]
     cfg = loads("[detectors.tgs]\nenabled = false\n")

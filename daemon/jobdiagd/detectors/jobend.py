@@ -8,6 +8,9 @@ the view as `final`; without it the tailed states are analysed.
 The report's key carries Slurm's end time when there is one (`end:<epoch>`), so the id of a
 real end never collides with an earlier report for the same job id (a requeued job, or an end
 reported from a wrong squeue answer by an older daemon); without an end time it is `end`.
+
+A job none of whose logs was ever read (unreadable or refused: a monitoring-blind notice went
+out) gets a report saying so, not a triage of nothing (which would read as a prolog kill).
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ class JobEndDetector:
     def check(self, view: JobView, now: float) -> Outcome:
         if not view.ended:
             return NoData("job still running")
+        if view.final is None and view.main is None and view.blind:
+            return [self._untriaged(view)]
         res = view.final if view.final is not None else view.analysis(now)
         primary = res.primary
         state = view.end_state or res.status
@@ -36,6 +41,20 @@ class JobEndDetector:
         if view.slurm is not None:
             title += f" [Slurm {state}]"
         return [Report(view.key, KIND, report_key(view), title, render_markdown(res))]
+
+    @staticmethod
+    def _untriaged(view: JobView) -> Report:
+        """The job's log was never read (unreadable or refused all along): say so instead of
+        triaging nothing, which would read as a prolog kill."""
+        title = f"job {view.key} ended: not triaged (its log could not be read)"
+        if view.slurm is not None:
+            title += f" [Slurm {view.end_state or view.slurm.state}]"
+        files = "\n".join(f"- `{path}`: {error}" for path, error in sorted(view.blind.items()))
+        body = (
+            "## Job triage\n\nNo triage: no log of this job was ever read (a monitoring-blind notice "
+            f"was sent for each file).\n\n{files}\n"
+        )
+        return Report(view.key, KIND, report_key(view), title, body)
 
 
 def report_key(view: JobView) -> str:
