@@ -8,7 +8,7 @@ import pytest
 
 from jobdiagd.logs.reader import read_file
 from jobdiagd.logs.state import LogState
-from jobdiagd.sources.tail import FileTail, OffsetStore, Saved
+from jobdiagd.sources.tail import RESOLVE_EVERY, FileTail, OffsetStore, Saved
 from tests.daemon.conftest import JobLog
 
 
@@ -69,3 +69,23 @@ def test_offsets_survive_reopening(tmp_path: Path) -> None:
     again.forget_job("12")
     assert again.load("/a/log") is None
     again.close()
+
+
+def test_a_repointed_link_further_down_a_chain_is_followed_within_a_few_polls(tmp_path: Path) -> None:
+    first = JobLog(tmp_path, "8004")
+    first.step(0)
+    second = JobLog(tmp_path, "8005")
+    second.step(0)
+    second.step(1)
+    hop = tmp_path / "current.log"  # job dir `log` -> current.log -> one of the two logs
+    hop.symlink_to(first.path.name)
+    (first.dir / "log").unlink()
+    (first.dir / "log").symlink_to("../current.log")
+    ft = FileTail(first.dir / "log", ref_time=0.0)
+    ft.poll()
+    assert ft.state is not None and ft.state.steps.max_step == 0
+    hop.unlink()
+    hop.symlink_to(second.path.name)  # the `log` link itself is unchanged
+    for _ in range(RESOLVE_EVERY):
+        ft.poll()
+    assert ft.state.steps.max_step == 1

@@ -432,7 +432,7 @@ class TailReader:
         Raises OSError when the file cannot be read (the caller reports "monitoring blind"),
         RefusedFile when `access` refuses it.
         """
-        fd = self.access.open(self.path)
+        fd = self.access.open(self.path, resolved=True)
         try:
             st = os.fstat(fd)
             if self.inode is not None and st.st_ino != self.inode:

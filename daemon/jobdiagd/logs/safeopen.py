@@ -91,9 +91,14 @@ class LogAccess:
             raise RefusedFile(f"resolves to {real}, outside the allowed log roots ({where})", errno.EACCES)
         return Path(real)
 
-    def open(self, path: str | os.PathLike[str]) -> int:
-        """A read-only descriptor of the regular file `path` names, checked; the caller closes it."""
-        real = self.resolve(path)
+    def open(self, path: str | os.PathLike[str], *, resolved: bool = False) -> int:
+        """A read-only descriptor of the regular file `path` names, checked; the caller closes it.
+
+        `resolved`: `path` is already the result of `resolve` (no realpath again; a link that
+        appeared in it since fails the no-follow walk instead)."""
+        real = self.resolve(path) if not resolved else Path(path)
+        if resolved and self.roots is not None and not any(_inside(str(real), r) for r in self.roots):
+            real = self.resolve(path)  # not a resolved path after all: the full check refuses it
         fd = self._open_beneath(str(real)) if self.roots is not None else self._open_plain(str(real))
         try:
             st = os.fstat(fd)

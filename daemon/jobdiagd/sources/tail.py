@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import os
 import sqlite3
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,8 @@ from jobdiagd.alerts.store import DB_NAME
 from jobdiagd.logs.reader import HEAD_FULL, TailReader, read_fd
 from jobdiagd.logs.safeopen import ANYWHERE, LogAccess
 from jobdiagd.logs.state import LogState
+
+RESOLVE_EVERY = 16
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS tail_offsets (
@@ -141,6 +144,12 @@ class FileTail:
     error: str | None = None
     saved: Saved | None = None
     dirty: bool = False  # something worth persisting changed since the last save
+    # The link's lstat identity and what it resolved to. A full realpath costs more than the
+    # rest of a poll; a repointed link (a new link: new inode or mtime) or a path through other
+    # directories has a new identity. Re-resolved anyway every RESOLVE_EVERY polls (a link
+    # further down a chain) and after any failure; the no-follow open checks every use.
+    _resolved: tuple[tuple[int, int, int], Path] | None = None
+    _polls: int = 0
 
     @property
     def state(self) -> LogState | None:
@@ -155,7 +164,14 @@ class FileTail:
 
         Raises OSError when the file cannot be read, RefusedFile when `access` refuses it.
         """
-        target = self.access.resolve(self.link)
+        try:
+            return self._poll()
+        except OSError:
+            self._resolved = None
+            raise
+
+    def _poll(self) -> tuple[int, bool]:
+        target = self._target()
         if self.reader is None:
             self.reader = self._initial(target)
             self.ever_read = True
@@ -180,10 +196,19 @@ class FileTail:
         self.ever_read = True
         return n, replaced
 
+    def _target(self) -> Path:
+        """The file `link` names now (RefusedFile when it leaves the job's roots)."""
+        st = os.lstat(self.link)
+        ident = (st.st_dev, st.st_ino, st.st_mtime_ns if stat.S_ISLNK(st.st_mode) else 0)
+        self._polls += 1
+        if self._resolved is None or self._resolved[0] != ident or self._polls % RESOLVE_EVERY == 0:
+            self._resolved = (ident, self.access.resolve(self.link))
+        return self._resolved[1]
+
     def _initial(self, target: Path) -> TailReader:
         """Catch up with the file as it is now (the pre-filtered reader triage uses)."""
         state = LogState(str(target), ref_time=self.ref_time)
-        fd = self.access.open(target)
+        fd = self.access.open(target, resolved=True)
         try:
             st = os.fstat(fd)
             head = os.pread(fd, 64, 0)
