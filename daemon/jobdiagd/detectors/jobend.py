@@ -24,6 +24,20 @@ NAME = "job_end"
 KIND = "job-end"
 
 
+def untriaged_report(view: JobView) -> Report:
+    """The job's log was never read (unreadable or refused all along): say so instead of
+    triaging nothing, which would read as a prolog kill."""
+    title = f"job {view.key} ended: not triaged (its log could not be read)"
+    if view.slurm is not None:
+        title += f" [Slurm {view.end_state or view.slurm.state}]"
+    files = "\n".join(f"- `{path}`: {error}" for path, error in sorted(view.blind.items()))
+    body = (
+        "## Job triage\n\nNo triage: no log of this job was ever read (a monitoring-blind notice "
+        f"was sent for each file).\n\n{files}\n"
+    )
+    return Report(view.key, KIND, report_key(view), title, body)
+
+
 class JobEndDetector:
     name = NAME
 
@@ -31,7 +45,7 @@ class JobEndDetector:
         if not view.ended:
             return NoData("job still running")
         if view.final is None and view.main is None and view.blind:
-            return [self._untriaged(view)]
+            return [untriaged_report(view)]
         res = view.final if view.final is not None else view.analysis(now)
         primary = res.primary
         state = view.end_state or res.status
@@ -41,20 +55,6 @@ class JobEndDetector:
         if view.slurm is not None:
             title += f" [Slurm {state}]"
         return [Report(view.key, KIND, report_key(view), title, render_markdown(res))]
-
-    @staticmethod
-    def _untriaged(view: JobView) -> Report:
-        """The job's log was never read (unreadable or refused all along): say so instead of
-        triaging nothing, which would read as a prolog kill."""
-        title = f"job {view.key} ended: not triaged (its log could not be read)"
-        if view.slurm is not None:
-            title += f" [Slurm {view.end_state or view.slurm.state}]"
-        files = "\n".join(f"- `{path}`: {error}" for path, error in sorted(view.blind.items()))
-        body = (
-            "## Job triage\n\nNo triage: no log of this job was ever read (a monitoring-blind notice "
-            f"was sent for each file).\n\n{files}\n"
-        )
-        return Report(view.key, KIND, report_key(view), title, body)
 
 
 def report_key(view: JobView) -> str:
