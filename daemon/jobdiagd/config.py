@@ -6,6 +6,7 @@ import dataclasses
 import difflib
 import grp
 import ipaddress
+import math
 import re
 import tomllib
 import types
@@ -37,9 +38,10 @@ class ConfigError(ValueError):
 Validator = Callable[[Any], str | None]
 
 
-def _v(*validators: Validator, under_state_dir: bool = False) -> dict[str, Any]:
+def _v(*validators: Validator, under_state_dir: bool = False, secret: bool = False) -> dict[str, Any]:
     # under_state_dir: a relative path is kept relative here and later joined to [daemon] state_dir.
-    return {"validators": validators, "under_state_dir": under_state_dir}
+    # secret: the value may be a token pasted in the wrong place; errors never show it.
+    return {"validators": validators, "under_state_dir": under_state_dir, "secret": secret}
 
 
 def _fmt(value: Any) -> str:
@@ -48,27 +50,23 @@ def _fmt(value: Any) -> str:
     return repr(value) if isinstance(value, str) else str(value)
 
 
-def _positive(value: Any) -> str | None:
-    return None if value > 0 else f"must be > 0, got {_fmt(value)}"
+class Bounded:
+    """Validator of a numeric key: `low <= value <= high`; the error says why the bound exists."""
+
+    def __init__(self, low: float, high: float, why: str, *, exclusive: bool = False) -> None:
+        self.low, self.high, self.why, self.exclusive = low, high, why, exclusive
+
+    def __call__(self, value: Any) -> str | None:
+        inside = self.low < value < self.high if self.exclusive else self.low <= value <= self.high
+        if inside:
+            return None
+        how = "exclusive; " if self.exclusive else ""
+        return f"must be between {_fmt(self.low)} and {_fmt(self.high)} ({how}{self.why}), got {_fmt(value)}"
 
 
-def _non_negative(value: Any) -> str | None:
-    return None if value >= 0 else f"must be >= 0, got {_fmt(value)}"
-
-
-def _at_least(low: float) -> Validator:
-    def check(value: Any) -> str | None:
-        return None if value >= low else f"must be >= {_fmt(low)}, got {_fmt(value)}"
-
-    return check
-
-
-def _percent(value: Any) -> str | None:
-    return None if 0 < value < 100 else f"must be between 0 and 100 (exclusive), got {_fmt(value)}"
-
-
-def _port(value: Any) -> str | None:
-    return None if 0 <= value <= 65535 else f"must be a TCP port 0..65535, got {_fmt(value)}"
+_DAY = 86400.0
+_WEEK = 7 * _DAY
+_MONTH = 30 * _DAY
 
 
 def _names(value: Any) -> str | None:
@@ -102,8 +100,43 @@ def _socket_path(value: Any) -> str | None:
     return None if n <= _MAX_SOCKET_PATH else f"too long for a Unix socket ({n} > {_MAX_SOCKET_PATH} bytes)"
 
 
+# Shapes of chat tokens: pasted where a path or a credential name belongs, they must not be
+# accepted (they would be looked up as a file name) nor echoed in the error.
+_TOKEN_RES = (
+    ("a Telegram bot token", re.compile(r"^\d{5,}:[A-Za-z0-9_-]{20,}$")),
+    ("a Slack token", re.compile(r"^(xox[a-z]|xapp)-[A-Za-z0-9-]{8,}$")),
+)
+_NOT_SHOWN = "the value is not shown: it may be a secret"
+
+
+def _token_kind(text: str) -> str | None:
+    return next((kind for kind, rx in _TOKEN_RES if rx.match(text.strip())), None)
+
+
 def _credential(value: Any) -> str | None:
-    return None if not value or _CREDENTIAL_RE.match(value) else f"not a valid credential name: {value!r}"
+    if not value:
+        return None
+    kind = _token_kind(value)
+    if kind is not None:
+        return (
+            f"looks like {kind}, not a credential name: put the token in a file and name it in "
+            f"LoadCredential= ({_NOT_SHOWN})"
+        )
+    if _CREDENTIAL_RE.match(value):
+        return None
+    return (
+        "must be a systemd credential name (LoadCredential=NAME:...): up to 64 letters, digits, "
+        f"'_', '.' or '-', not starting with '.' or '-' ({_NOT_SHOWN})"
+    )
+
+
+def _token_file(value: Any) -> str | None:
+    kind = None if value is None else _token_kind(Path(value).name)
+    if kind is None:
+        return None
+    return (
+        f"looks like {kind}, not a path: put the token in a file (mode 0600) and give its path ({_NOT_SHOWN})"
+    )
 
 
 def _slack_ids(value: Any) -> str | None:
@@ -117,13 +150,21 @@ def _slack_ids(value: Any) -> str | None:
 @dataclass(frozen=True)
 class DaemonConfig:
     state_dir: Path = field(default=Path("/var/lib/jobdiagd"))
-    tick_seconds: float = field(default=15.0, metadata=_v(_positive))
-    squeue_interval_seconds: float = field(default=30.0, metadata=_v(_positive))
+    tick_seconds: float = field(
+        default=15.0,
+        metadata=_v(Bounded(0.05, 3600, "shorter only burns CPU; a hang is paged up to one tick late")),
+    )
+    squeue_interval_seconds: float = field(
+        default=30.0,
+        metadata=_v(Bounded(1, 3600, "squeue is shared by every user; a job's end is noticed this late")),
+    )
     socket_path: Path = field(default=Path("/run/jobdiagd/jobdiagd.sock"), metadata=_v(_socket_path))
     # Empty: the socket is 0600 (owner only); a group name: chgrp + 0660.
     socket_group: str = field(default="", metadata=_v(_group_exists))
     metrics_host: str = field(default="127.0.0.1", metadata=_v(_loopback))
-    metrics_port: int = field(default=0, metadata=_v(_port))  # 0 = metrics endpoint off
+    metrics_port: int = field(
+        default=0, metadata=_v(Bounded(0, 65535, "a TCP port; 0 turns the endpoint off"))
+    )
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
 
@@ -134,7 +175,9 @@ class SlurmConfig:
     partitions: tuple[str, ...] = field(default=(), metadata=_v(_names))  # empty: every partition
     outputs_roots: tuple[Path, ...] = ()
     # squeue/scontrol are killed after this long (a dead slurmctld makes them block for minutes).
-    command_timeout_seconds: float = field(default=20.0, metadata=_v(_positive))
+    command_timeout_seconds: float = field(
+        default=20.0, metadata=_v(Bounded(0.1, 600, "a tick waits this long for a stuck slurmctld"))
+    )
     # Exported as SLURM_CONF for the commands; unset: Slurm's own default lookup.
     slurm_conf: Path | None = None
 
@@ -142,23 +185,39 @@ class SlurmConfig:
 @dataclass(frozen=True)
 class HangConfig:
     enabled: bool = True
-    min_stall_seconds: float = field(default=120.0, metadata=_v(_positive))
+    min_stall_seconds: float = field(
+        default=120.0,
+        metadata=_v(Bounded(1, _WEEK, "a stall is a page within a week (7 days) or not at all")),
+    )
     # A job is stalled when no step completed for stall_factor x its typical step time.
-    stall_factor: float = field(default=3.0, metadata=_v(_at_least(1.0)))
+    stall_factor: float = field(
+        default=3.0, metadata=_v(Bounded(1, 100, "below 1 every normal step would be a stall"))
+    )
     # Before the first step (compilation, restore, barrier) allow this long.
-    startup_grace_seconds: float = field(default=1800.0, metadata=_v(_non_negative))
+    startup_grace_seconds: float = field(
+        default=1800.0,
+        metadata=_v(Bounded(0, _WEEK, "a job that has not started in a week (7 days) is hung")),
+    )
     # Extra allowance for the step that overlaps a periodic checkpoint write.
-    checkpoint_budget_seconds: float = field(default=900.0, metadata=_v(_non_negative))
+    checkpoint_budget_seconds: float = field(
+        default=900.0, metadata=_v(Bounded(0, _DAY, "a checkpoint write of over a day (86400 s) is a hang"))
+    )
 
 
 @dataclass(frozen=True)
 class TgsConfig:
     enabled: bool = True
-    drop_pct: float = field(default=10.0, metadata=_v(_percent))
+    drop_pct: float = field(default=10.0, metadata=_v(Bounded(0, 100, "a percentage", exclusive=True)))
     # Steady-state baseline: steps baseline_first_step..baseline_last_step (runbook: steps 5-15).
-    baseline_first_step: int = field(default=5, metadata=_v(_non_negative))
-    baseline_last_step: int = field(default=15, metadata=_v(_non_negative))
-    recent_steps: int = field(default=10, metadata=_v(_positive))
+    baseline_first_step: int = field(
+        default=5, metadata=_v(Bounded(0, 1_000_000, "a step number of a real training run"))
+    )
+    baseline_last_step: int = field(
+        default=15, metadata=_v(Bounded(0, 1_000_000, "a step number of a real training run"))
+    )
+    recent_steps: int = field(
+        default=10, metadata=_v(Bounded(1, 10_000, "the window is kept in memory for every job"))
+    )
 
 
 @dataclass(frozen=True)
@@ -180,18 +239,33 @@ class DetectorsConfig:
 
 @dataclass(frozen=True)
 class IncidentsConfig:
-    reminder_interval_seconds: float = field(default=3600.0, metadata=_v(_positive))
-    max_reminders: int = field(default=0, metadata=_v(_non_negative))  # 0 = unlimited
+    reminder_interval_seconds: float = field(
+        default=3600.0, metadata=_v(Bounded(10, _MONTH, "more often is spam; over 30 days is silence"))
+    )
+    max_reminders: int = field(
+        default=0, metadata=_v(Bounded(0, 10_000, "0 means no limit"))
+    )  # 0 = unlimited
     notify_resolve: bool = True
-    default_mute_seconds: float = field(default=3600.0, metadata=_v(_positive))
+    default_mute_seconds: float = field(
+        default=3600.0, metadata=_v(Bounded(60, _MONTH, "a mute should end on its own, within 30 days"))
+    )
 
 
 @dataclass(frozen=True)
 class DeliveryConfig:
-    retry_initial_seconds: float = field(default=5.0, metadata=_v(_positive))
-    retry_max_seconds: float = field(default=300.0, metadata=_v(_positive))
-    give_up_after_seconds: float = field(default=86400.0, metadata=_v(_positive))
-    send_timeout_seconds: float = field(default=10.0, metadata=_v(_positive))
+    retry_initial_seconds: float = field(
+        default=5.0, metadata=_v(Bounded(0.1, 3600, "shorter hammers a failing destination"))
+    )
+    retry_max_seconds: float = field(
+        default=300.0,
+        metadata=_v(Bounded(0.1, _DAY, "a page waits up to this long after a fault; at most a day")),
+    )
+    give_up_after_seconds: float = field(
+        default=86400.0, metadata=_v(Bounded(60, _MONTH, "a page older than 30 days is no longer news"))
+    )
+    send_timeout_seconds: float = field(
+        default=10.0, metadata=_v(Bounded(0.1, 600, "a stuck send holds its notifier's queue this long"))
+    )
 
 
 @dataclass(frozen=True)
@@ -210,9 +284,9 @@ class JsonlNotifierConfig:
 @dataclass(frozen=True)
 class TelegramNotifierConfig:
     enabled: bool = False
-    token_file: Path | None = None
+    token_file: Path | None = field(default=None, metadata=_v(_token_file, secret=True))
     # Name passed to systemd LoadCredential=; read from $CREDENTIALS_DIRECTORY/<name>.
-    token_credential: str = field(default="", metadata=_v(_credential))
+    token_credential: str = field(default="", metadata=_v(_credential, secret=True))
     chat_ids: tuple[int, ...] = ()
     allowed_users: tuple[int, ...] = ()
 
@@ -220,8 +294,8 @@ class TelegramNotifierConfig:
 @dataclass(frozen=True)
 class SlackNotifierConfig:
     enabled: bool = False
-    token_file: Path | None = None
-    token_credential: str = field(default="", metadata=_v(_credential))
+    token_file: Path | None = field(default=None, metadata=_v(_token_file, secret=True))
+    token_credential: str = field(default="", metadata=_v(_credential, secret=True))
     channel_ids: tuple[str, ...] = field(default=(), metadata=_v(_slack_ids))
     allowed_users: tuple[str, ...] = field(default=(), metadata=_v(_slack_ids))
 
@@ -350,6 +424,8 @@ class _Ctx:
                 tp, value, keep_relative=bool(f.metadata.get("under_state_dir"))
             )
             if not ok:
+                if f.metadata.get("secret"):
+                    msg = f"must be {_expected(tp)} ({_NOT_SHOWN})"
                 self.error(section, name, msg)
                 continue
             failed = False
@@ -400,6 +476,8 @@ class _Ctx:
             return False, None, f"must be an integer, got {value!r}"
         if tp is float:
             if isinstance(value, int | float) and not isinstance(value, bool):
+                if not math.isfinite(value):
+                    return False, None, f"must be a finite number, got {value!r}"
                 return True, float(value), ""
             return False, None, f"must be a number, got {value!r}"
         if tp is str:
@@ -412,6 +490,12 @@ class _Ctx:
             p = Path(value).expanduser()
             return True, p if p.is_absolute() or keep_relative else self.base_dir / p, ""
         raise TypeError(f"config type not supported: {tp!r}")
+
+
+def _expected(tp: Any) -> str:
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    base = args[0] if args else tp
+    return "a path string" if base is Path else "a string"
 
 
 def _tname(value: Any) -> str:

@@ -16,6 +16,7 @@ Example `[tsdb]` table (every key optional; unknown keys are errors that name th
 
 from __future__ import annotations
 
+import math
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -116,6 +117,43 @@ def normalize_model(name: str) -> str:
     return up
 
 
+# Numeric keys: finite and within bounds that say why (issue 7: `1e309` and `0.000001` were taken).
+_NAMED_BOUNDS: dict[str, tuple[float, float, str]] = {
+    "query_timeout_s": (0.1, 3600, "a query not answered in an hour is not coming"),
+    "ready_timeout_s": (0.1, 3600, "a Prometheus not ready in an hour is not starting"),
+    "connect_timeout_s": (0.1, 600, "a tick waits this long for an ssh connection"),
+    "max_attempts": (1, 100, "at least one attempt; more only delays the verdict"),
+    "port": (1, 65535, "a TCP port"),
+    "warmup_steps": (0, 1_000_000, "a step count of a real training run"),
+    "ramp_min_r2": (0, 1, "a coefficient of determination"),
+    "temp_limit_c": (0, 200, "degrees Celsius of a GPU"),
+}
+
+
+def _bounds(key: str) -> tuple[float, float, str]:
+    if key in _NAMED_BOUNDS:
+        return _NAMED_BOUNDS[key]
+    if key.endswith("_pct"):
+        return 0, 100, "a percentage"
+    if key.endswith("_fraction"):
+        return 0, 1, "a fraction"
+    if key.endswith("_w"):
+        return 0, 10_000, "watts drawn by one GPU"
+    if key.endswith("_s"):
+        return 0, 30 * 86400, "a duration of at most 30 days"
+    return 0, 1e12, "a non-negative count, rate or ratio"
+
+
+def _check_number(where: str, key: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return
+    if not math.isfinite(value):
+        raise ValueError(f"[{where}] {key}: must be a finite number, got {value!r}")
+    low, high, why = _bounds(key)
+    if not low <= value <= high:
+        raise ValueError(f"[{where}] {key}: must be between {low:g} and {high:g} ({why}), got {value!r}")
+
+
 def _check_type(where: str, key: str, value: Any, default: Any) -> None:
     """Values must have the default's type (ints are fine for floats); None defaults take strings."""
     if default is None:
@@ -151,6 +189,8 @@ def _build(cls: type[Any], data: Mapping[str, Any], where: str) -> Any:
         if default is None and value == "":
             continue  # TOML has no null: "" means "not set"
         _check_type(where, key, value, default)
+        for item in value if isinstance(value, list) else [value]:
+            _check_number(where, key, item)
         kwargs[key] = tuple(value) if isinstance(value, list) else value
     return cls(**kwargs)
 
@@ -170,6 +210,8 @@ def settings_from_mapping(data: Mapping[str, Any]) -> TsdbSettings:
         for k, v in prof.items():
             if k not in merged:
                 raise ValueError(f"[tsdb.gpu_profiles.{name}] {k}: unknown key")
+            for item in v if isinstance(v, list) else [v]:
+                _check_number(f"tsdb.gpu_profiles.{name}", k, item)
             merged[k] = tuple(v) if isinstance(v, list) else v
         profiles[key] = GpuProfile(**merged)
     s = replace(s, gpu_profiles=profiles)
