@@ -153,10 +153,9 @@ async def test_failure_signature_pages_at_once_and_job_end_sends_the_report(shor
     job.summary(1, "Training FAILED (exit=137)")
     t += 2.0
     await d.tick(t)
-    ev = events(state)
-    assert ev[:2] == [("open", "failure"), ("report", "job-end")]
-    assert ("resolve", "failure") in ev
-    report = outbox(state)[1]
+    # Causal order: the incident's resolve ("job ended") is queued before the job's end report.
+    assert events(state) == [("open", "failure"), ("resolve", "failure"), ("report", "job-end")]
+    report = outbox(state)[2]
     assert "## Job triage" in report["body"] and "oom-host" in report["title"]
     assert d.engine.jobs == {}
     d.close()

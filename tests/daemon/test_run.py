@@ -152,6 +152,9 @@ def test_live_job_hang_is_paged_with_triage_then_the_end_report(
     assert "cancelled" in report["title"] and "primary hang" in report["title"]
     assert "## Job triage" in report["body"]
     wait_for(lambda: any(n["event"] == "resolve" for n in notes(work)), "resolution")
+    # Causal order: the hang's resolution ("job ended") is delivered before the job's end report.
+    events = [(n["event"], n["kind"]) for n in notes(work)]
+    assert events.index(("resolve", "hang")) < events.index(("report", "job-end")), events
     assert stop(daemon) == 0
     out = (work / "daemon.out").read_text()
     assert "OPEN     hang on job 6101" in out and "REPORT   job 6101 ended" in out  # console notifier

@@ -432,8 +432,7 @@ class Engine:
         stats.findings = len(findings)
         try:
             notes = self.pipeline.observe(findings, now)
-            for r in reports:
-                notes += self.pipeline.report(r.job_id, r.kind, r.key, r.title, r.body, now)
+            # Causal order: a job's incidents resolve ("job ended") before its end report is queued.
             for key in ending:
                 w = self.jobs.pop(key)
                 state = w.view.end_state or "UNKNOWN"
@@ -441,6 +440,8 @@ class Engine:
                 if self.offsets is not None:
                     self.offsets.forget_job(key)
                 self._log.info("job_ended", job_id=key, state=state)
+            for r in reports:
+                notes += self.pipeline.report(r.job_id, r.kind, r.key, r.title, r.body, now)
             self.metrics.record_notifications(notes)
             stats.notifications = len(notes)
         except Exception as exc:
