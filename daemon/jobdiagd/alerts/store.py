@@ -1,8 +1,13 @@
-"""SQLite state in the daemon's state dir: incidents, mutes and the notification outbox."""
+"""SQLite state in the daemon's state dir: incidents, mutes and the notification outbox.
+
+The file is created 0600 in a 0700 state dir and never through a symlink (`privatefs`);
+SQLite gives its -wal/-shm files the database file's mode.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -11,8 +16,11 @@ from pathlib import Path
 from typing import Any, cast
 
 from jobdiagd.model.alerts import SEVERITIES, Incident, Mute, Severity
+from jobdiagd.privatefs import check_private_file, ensure_private_dir, open_private
 
 DB_NAME = "alerts.sqlite3"
+# SQLite's companions of a database file; they hold committed data too (WAL) and move with it.
+COMPANIONS = ("-wal", "-shm", "-journal")
 SCHEMA_VERSION = 1
 
 _SCHEMA = """
@@ -61,8 +69,9 @@ class AlertStore:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        if str(path) != ":memory:":
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+        memory = str(path) == ":memory:"
+        if not memory:
+            _prepare_files(self.path)
         # isolation_level=None: we issue BEGIN/COMMIT ourselves so one transaction can span
         # the incident update and the outbox insert it causes.
         self._conn = sqlite3.connect(str(path), isolation_level=None, timeout=5.0)
@@ -76,10 +85,13 @@ class AlertStore:
         self._conn.execute(
             "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
         )
+        if not memory:
+            for suffix in COMPANIONS:  # created by SQLite just now: same checks, same mode
+                check_private_file(f"{self.path}{suffix}")
 
     @classmethod
     def in_state_dir(cls, state_dir: str | Path) -> AlertStore:
-        return cls(Path(state_dir) / DB_NAME)
+        return cls(ensure_private_dir(state_dir) / DB_NAME)
 
     @property
     def conn(self) -> sqlite3.Connection:
@@ -156,3 +168,11 @@ def _incident_from_json(text: str) -> Incident:
         raise ValueError(f"stored incident has bad severity: {raw.get('severity')!r}")
     raw["severity"] = cast(Severity, raw["severity"])
     return Incident(**raw)
+
+
+def _prepare_files(path: Path) -> None:
+    """Refuse planted links or foreign files; create the database 0600 so SQLite's -wal/-shm
+    (which copy its mode) are 0600 too, whatever the umask."""
+    for suffix in ("", *COMPANIONS):
+        check_private_file(f"{path}{suffix}")
+    os.close(open_private(path, os.O_RDWR | os.O_CREAT))

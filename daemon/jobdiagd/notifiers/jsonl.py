@@ -1,4 +1,9 @@
-"""JSON-lines notifier: one object per notification appended and fsynced; repeats of an id are skipped."""
+"""JSON-lines notifier: one object per notification appended and fsynced; repeats of an id are skipped.
+
+The file is the daemon's own (`privatefs`): created 0600, opened with O_NOFOLLOW, refused when it
+is a link, not a regular file, another user's or writable by others (a send then fails and is
+retried; it never writes through a planted link).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from pathlib import Path
 
 from jobdiagd.model.alerts import Notification
 from jobdiagd.notifiers.base import NotifierError
+from jobdiagd.privatefs import DIR_MODE, UnsafePathError, open_private
 
 
 class JsonlNotifier:
@@ -28,21 +34,22 @@ class JsonlNotifier:
         async with self._lock:
             try:
                 await asyncio.to_thread(self._append, notification.id, line)
-            except OSError as exc:
+            except (OSError, UnsafePathError) as exc:
                 raise NotifierError(f"jsonl {self.path}: {exc}") from exc
 
     def _load_seen(self) -> set[str]:
         # Read once per process: the outbox may resend what was written just before a crash.
         seen: set[str] = set()
         try:
-            with self.path.open(encoding="utf-8") as fh:
-                for line in fh:
-                    try:
-                        seen.add(str(json.loads(line)["id"]))
-                    except (ValueError, KeyError, TypeError):
-                        continue  # a torn last line from a crash mid-write
+            fd = open_private(self.path, os.O_RDONLY, "notifier file")
         except FileNotFoundError:
-            pass
+            return seen
+        with open(fd, encoding="utf-8") as fh:
+            for line in fh:
+                try:
+                    seen.add(str(json.loads(line)["id"]))
+                except (ValueError, KeyError, TypeError):
+                    continue  # a torn last line from a crash mid-write
         return seen
 
     def _append(self, nid: str, line: str) -> None:
@@ -50,8 +57,8 @@ class JsonlNotifier:
             self._seen = self._load_seen()
         if nid in self._seen:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o640)
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
+        fd = open_private(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, "notifier file")
         try:
             data = line.encode()
             if os.fstat(fd).st_size > 0 and not self._ends_with_newline(fd):

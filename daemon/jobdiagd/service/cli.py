@@ -12,13 +12,15 @@ from jobdiagd.service import status_cli
 
 
 def _run(args: argparse.Namespace) -> int:
+    from jobdiagd.privatefs import UnsafePathError
     from jobdiagd.service.runner import run_daemon
 
     try:
         asyncio.run(
             run_daemon(args.config, discover=args.discover, watch=[Path(w) for w in args.watch or []])
         )
-    except ConfigError as exc:
+    except (ConfigError, UnsafePathError) as exc:
+        # Start-up refusals: one line each, no traceback (the message says what to fix).
         print(f"jobdiagd run: {exc}", file=sys.stderr)
         return 2
     except ExceptionGroup as eg:

@@ -1,4 +1,8 @@
-"""`jobdiagd run`: wires config, alert pipeline, notifiers, status socket, metrics and the engine into one process."""
+"""`jobdiagd run`: wires config, alert pipeline, notifiers, status socket, metrics and the engine into one process.
+
+Start-up refusals are one line and a non-zero exit, never a traceback: an unsafe or unusable
+state dir or notifier file (`privatefs`).
+"""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from jobdiagd.detectors import build as build_detectors
 from jobdiagd.detectors import enabled_names
 from jobdiagd.notifiers.dispatcher import Dispatcher, RetryPolicy
 from jobdiagd.notifiers.registry import build_notifiers
+from jobdiagd.privatefs import check_private_file, check_private_parent, ensure_private_dir
 from jobdiagd.service.engine import Discovery, Engine, OutputsDiscovery, SlurmDiscovery
 from jobdiagd.service.health import Health
 from jobdiagd.service.lifecycle import Lifecycle
@@ -26,6 +31,16 @@ from jobdiagd.sources.slurm import SlurmError, SlurmWatcher, make_backend
 from jobdiagd.sources.tail import ChangeWatcher, OffsetStore
 
 DiscoverMode = Literal["auto", "slurm", "outputs"]
+
+
+def check_state_paths(cfg: config.Config) -> None:
+    """The state dir (created 0700) and the JSONL notifier file; raises privatefs.UnsafePathError."""
+    state = ensure_private_dir(cfg.daemon.state_dir)
+    jsonl = cfg.notifiers.jsonl
+    if jsonl.enabled:
+        if jsonl.path.parent.resolve() != state.resolve():
+            check_private_parent(jsonl.path, "notifier file")
+        check_private_file(jsonl.path, "notifier file")
 
 
 def choose_discovery(
@@ -57,7 +72,8 @@ async def run_daemon(
     on_started: Callable[[Lifecycle, Engine], None] | None = None,
     configure_logs: bool = True,
 ) -> None:
-    """Run until SIGTERM/SIGINT (or `lc.request_stop()`); raises ConfigError / ExceptionGroup."""
+    """Run until SIGTERM/SIGINT (or `lc.request_stop()`); raises ConfigError, UnsafePathError /
+    ExceptionGroup."""
     cfg = config.load(config_path)
     # Oldest-generation collections scan every step record of every job (50+ ms with 200 jobs);
     # the engine runs them itself between ticks (Engine.run), so none lands inside a tick.
@@ -69,6 +85,7 @@ async def run_daemon(
     notifiers, skipped = build_notifiers(cfg)
     if skipped:
         log.warning("notifiers_not_available", names=skipped)
+    check_state_paths(cfg)
     pipeline = AlertPipeline.open(cfg.daemon.state_dir, cfg.incidents, [n.name for n in notifiers])
     offsets = OffsetStore.in_state_dir(cfg.daemon.state_dir)
     dispatcher = Dispatcher(
