@@ -1,7 +1,19 @@
-"""Ties the incident book to the store and outbox: each call persists state and enqueues in one transaction."""
+"""Ties the incident book to the store and outbox: each call persists state and enqueues in one transaction.
+
+A page is delayed by a write fault, never lost (issue 7): when the commit fails (disk full, the
+file locked, an I/O error) the book's changes are put back and the notifications they caused are
+held in memory; every later commit (at the latest the next tick's) writes the held ones first, in
+the same transaction as the incident changes, so an incident is never stored as announced
+without its notification. If the process stops before that, nothing of it was stored: after the
+restart the book is what the store says, and the detectors find the same condition again and
+re-create the notification under the same id. Notices (blind / restored) held at a stop are the
+exception: they are logged as lost (`notifications_unsaved`) when the pipeline closes.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict
@@ -10,7 +22,7 @@ from typing import Any
 
 from jobdiagd.alerts.incidents import IncidentBook, make_notice, make_report
 from jobdiagd.alerts.outbox import Outbox
-from jobdiagd.alerts.store import AlertStore
+from jobdiagd.alerts.store import AlertStore, Quarantined, StoreWatch, open_store
 from jobdiagd.config import IncidentsConfig
 from jobdiagd.model.alerts import Finding, Incident, Mute, Notification, Severity
 
@@ -29,6 +41,8 @@ class AlertPipeline:
         self.book = book
         self.outbox = outbox
         self.on_enqueue = on_enqueue
+        self._held: dict[str, Notification] = {}  # by id, in creation order
+        self.quarantined: Quarantined | None = None
 
     @classmethod
     def open(
@@ -37,19 +51,41 @@ class AlertPipeline:
         cfg: IncidentsConfig,
         notifier_names: Sequence[str],
         on_enqueue: Callable[[], None] | None = None,
+        *,
+        now: float | None = None,
+        watch: StoreWatch | None = None,
     ) -> AlertPipeline:
         """Open (or create) the store in `state_dir` and load open incidents and mutes from it.
 
         Deliveries still pending for a notifier that is no longer configured are abandoned (a
-        removed notifier would otherwise keep them pending forever).
+        removed notifier would otherwise keep them pending forever). With `now`, a store that
+        cannot be read is quarantined (`open_store`) and a warning notice about it is queued;
+        without it, the store's errors propagate.
         """
-        store = AlertStore.in_state_dir(state_dir)
+        if now is None:
+            store, quarantined = AlertStore.in_state_dir(state_dir, watch=watch), None
+        else:
+            store, quarantined = open_store(state_dir, now, watch=watch)
         book = IncidentBook.from_config(
             cfg, incidents=store.load_incidents(), seqs=store.load_seqs(), mutes=store.load_mutes()
         )
         outbox = Outbox(store, notifier_names)
-        outbox.abandon_unconfigured()
-        return cls(store, book, outbox, on_enqueue)
+        with contextlib.suppress(sqlite3.Error):  # retried at the next start; they stay pending meanwhile
+            outbox.abandon_unconfigured()
+        pipeline = cls(store, book, outbox, on_enqueue)
+        pipeline.quarantined = quarantined
+        if quarantined is not None and now is not None:
+            names = ", ".join(p.name for p in quarantined.moved)
+            pipeline.notice(
+                f"store-quarantined:{int(now)}",
+                "jobdiagd state store was unreadable and has been replaced",
+                f"{quarantined.reason}\n\nThe file was moved aside ({names}) and jobdiagd started with an empty "
+                "store: incidents that were open, mutes, and notifications not yet delivered are not "
+                "known to it. A condition still present is alerted again.",
+                now,
+                severity="warning",
+            )
+        return pipeline
 
     def close(self) -> None:
         self.store.close()
@@ -87,7 +123,16 @@ class AlertPipeline:
     ) -> list[Notification]:
         return self._commit([make_notice(key, title, body, now, severity=severity)], now)
 
+    def flush(self, now: float) -> list[Notification]:
+        """Retry writing what a failed commit left (the engine calls `observe` every tick anyway)."""
+        return self._commit([], now)
+
     # -- outputs ---------------------------------------------------------
+
+    @property
+    def held(self) -> list[Notification]:
+        """Notifications made but not yet stored (the store refused the write)."""
+        return list(self._held.values())
 
     def open_counts(self) -> dict[str, int]:
         """Open incidents by kind (for the incidents gauge)."""
@@ -99,23 +144,33 @@ class AlertPipeline:
             "open_incidents": [asdict(i) for i in self.book.open_incidents()],
             "mutes": [asdict(m) for m in self.book.active_mutes(now)],
             "deliveries": self.outbox.counts(),
+            "unsaved_notifications": len(self._held),
         }
 
     def _commit(self, notifications: list[Notification], now: float) -> list[Notification]:
+        """Returns the notifications queued by this commit (held ones from earlier included).
+
+        A store error is not raised: the store's `watch` reports it (once per episode) and the
+        changes and notifications wait for the next commit.
+        """
         changes = self.book.take_changes()
+        for n in notifications:
+            self._held.setdefault(n.id, n)
+        pending = list(self._held.values())
+        if not (pending or changes.incidents or changes.mutes is not None):
+            return []  # nothing to write: no transaction, no write lock (most ticks)
         try:
             with self.store.transaction():
                 if changes.incidents:
                     self.store.save_incidents(changes.incidents)
                 if changes.mutes is not None:
                     self.store.replace_mutes(changes.mutes)
-                added = self.outbox.enqueue(notifications, now) if notifications else []
-        except Exception:
-            # The store is unchanged; the book is ahead of it. The changes are written by the next
-            # commit, but this call's notifications are not queued: the caller must log the error.
-            # After a restart the book reloads from the store and re-creates them (same ids).
+                added = self.outbox.enqueue(pending, now) if pending else []
+        except sqlite3.Error:
+            # Nothing was written; the book is ahead of the store until a commit succeeds.
             self.book.requeue(changes)
-            raise
+            return []
+        self._held.clear()
         if added and self.on_enqueue is not None:
             self.on_enqueue()
         return added

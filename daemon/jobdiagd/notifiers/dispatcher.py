@@ -1,4 +1,9 @@
-"""Delivers outbox notifications to every notifier: one worker per notifier, retries with backoff."""
+"""Delivers outbox notifications to every notifier: one worker per notifier, retries with backoff.
+
+A worker never ends on an error: a failing send is retried with backoff, a stored notification
+that does not parse is marked dead and logged (`delivery_unreadable`), and an error of the loop
+itself (the store unreadable) is logged once per episode (`delivery_loop_failing`) and retried.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +24,10 @@ class DeliveryObserver(Protocol):
     """Receives one call per send attempt (DaemonMetrics implements it)."""
 
     def delivery_result(self, notifier: str, ok: bool, seconds: float) -> None: ...
+
+
+# While the store refuses delivery marks, the workers retry writing them this often.
+HELD_MARK_RETRY_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -49,6 +58,7 @@ class NotifierState:
     dead: int = 0
     blocked_until: float = 0.0
     edge: EdgeTrigger = field(default_factory=lambda: EdgeTrigger("?", kind="notifier"))
+    loop_edge: EdgeTrigger = field(default_factory=lambda: EdgeTrigger("?", kind="delivery_loop"))
 
 
 @dataclass(frozen=True)
@@ -87,7 +97,10 @@ class Dispatcher:
         self.observer = observer
         self._log = get_logger(component="dispatcher")
         self.state = {
-            name: NotifierState(edge=EdgeTrigger(name, kind="notifier", logger=self._log))
+            name: NotifierState(
+                edge=EdgeTrigger(name, kind="notifier", logger=self._log),
+                loop_edge=EdgeTrigger(name, kind="delivery_loop", logger=self._log),
+            )
             for name in self.notifiers
         }
         self._wake = {name: asyncio.Event() for name in self.notifiers}
@@ -119,14 +132,24 @@ class Dispatcher:
 
     async def _worker(self, name: str) -> None:
         wake = self._wake[name]
+        st = self.state[name]
         while True:
             wake.clear()
-            now = self._now()
-            st = self.state[name]
-            if now >= st.blocked_until:
-                await self._drain_one(name, now)
-            now = self._now()
-            nxt = self.outbox.next_attempt_at(name)
+            try:
+                now = self._now()
+                if now >= st.blocked_until:
+                    await self._drain_one(name, now)
+                now = self._now()
+                nxt = self.outbox.next_attempt_at(name)
+                st.loop_edge.success(now)
+            except Exception as exc:  # e.g. the store unreadable: retry later, never end the worker
+                now = self._now()
+                st.loop_edge.failure(exc, now)
+                await asyncio.sleep(self.policy.initial)
+                continue
+            if self.outbox.held_marks:
+                # Marks the store refused: retry them soon even if nothing else happens.
+                nxt = min(nxt if nxt is not None else float("inf"), now + HELD_MARK_RETRY_S)
             until = max(nxt if nxt is not None else float("inf"), st.blocked_until)
             if st.blocked_until > now:
                 # Backing off: a kick must not cut the wait short, or a dead endpoint gets hammered.
@@ -139,7 +162,8 @@ class Dispatcher:
     async def _drain_one(self, name: str, now: float) -> DrainResult:
         counts = {"sent": 0, "failed": 0, "dropped": 0}
         notifier = self.notifiers[name]
-        while batch := self.outbox.due(name, now):
+        self.outbox.flush_marks()
+        while batch := self._due(name, now):
             for delivery in batch:
                 outcome = await self._attempt(notifier, delivery, now)
                 counts[outcome] += 1
@@ -147,6 +171,14 @@ class Dispatcher:
                     # The destination is failing: stop this pass (the outbox keeps the order).
                     return DrainResult(**counts)
         return DrainResult(**counts)
+
+    def _due(self, name: str, now: float) -> list[Delivery]:
+        batch = self.outbox.due(name, now)
+        for notifier, nid, error in self.outbox.bad_rows:
+            self.state[notifier].dead += 1
+            self._log.error("delivery_unreadable", notifier=notifier, notification=nid, error=error)
+        self.outbox.bad_rows.clear()
+        return batch
 
     async def _attempt(
         self, notifier: Notifier, delivery: Delivery, now: float

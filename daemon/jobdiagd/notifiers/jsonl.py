@@ -2,7 +2,9 @@
 
 The file is the daemon's own (`privatefs`): created 0600, opened with O_NOFOLLOW, refused when it
 is a link, not a regular file, another user's or writable by others (a send then fails and is
-retried; it never writes through a planted link).
+retried; it never writes through a planted link). A failed append (disk full) is cut back so
+no torn line is left, and the send is retried. Lines that are not JSON (a torn write, random
+bytes) are skipped when the file is read back.
 """
 
 from __future__ import annotations
@@ -44,12 +46,12 @@ class JsonlNotifier:
             fd = open_private(self.path, os.O_RDONLY, "notifier file")
         except FileNotFoundError:
             return seen
-        with open(fd, encoding="utf-8") as fh:
-            for line in fh:
+        with open(fd, "rb") as fh:
+            for raw in fh:
                 try:
-                    seen.add(str(json.loads(line)["id"]))
+                    seen.add(str(json.loads(raw)["id"]))
                 except (ValueError, KeyError, TypeError):
-                    continue  # a torn last line from a crash mid-write
+                    continue  # a torn last line from a crash mid-write, or bytes that are not ours
         return seen
 
     def _append(self, nid: str, line: str) -> None:
@@ -61,10 +63,17 @@ class JsonlNotifier:
         fd = open_private(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, "notifier file")
         try:
             data = line.encode()
-            if os.fstat(fd).st_size > 0 and not self._ends_with_newline(fd):
+            size = os.fstat(fd).st_size
+            if size > 0 and not self._ends_with_newline(fd):
                 data = b"\n" + data  # don't glue a record to a torn one
-            os.write(fd, data)
-            os.fsync(fd)
+            try:
+                view = memoryview(data)
+                while view:  # a nearly full disk takes part of a write, then refuses the rest
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            except OSError:
+                os.ftruncate(fd, size)  # leave no partial record behind; the send is retried
+                raise
         finally:
             os.close(fd)
         self._seen.add(nid)

@@ -12,6 +12,7 @@ from jobdiagd.service import status_cli
 
 
 def _run(args: argparse.Namespace) -> int:
+    from jobdiagd.alerts.store import StoreError
     from jobdiagd.privatefs import UnsafePathError
     from jobdiagd.service.runner import run_daemon
 
@@ -19,7 +20,7 @@ def _run(args: argparse.Namespace) -> int:
         asyncio.run(
             run_daemon(args.config, discover=args.discover, watch=[Path(w) for w in args.watch or []])
         )
-    except (ConfigError, UnsafePathError) as exc:
+    except (ConfigError, UnsafePathError, StoreError) as exc:
         # Start-up refusals: one line each, no traceback (the message says what to fix).
         print(f"jobdiagd run: {exc}", file=sys.stderr)
         return 2

@@ -437,11 +437,12 @@ class Engine:
                 w = self.jobs.pop(key)
                 state = w.view.end_state or "UNKNOWN"
                 notes += self.pipeline.job_ended(key, state, now)
-                if self.offsets is not None:
-                    self.offsets.forget_job(key)
                 self._log.info("job_ended", job_id=key, state=state)
             for r in reports:
                 notes += self.pipeline.report(r.job_id, r.kind, r.key, r.title, r.body, now)
+            if self.offsets is not None and ending and not self.pipeline.held:
+                # Only once the end is stored: until then a restart must still know the job.
+                self._forget(ending, now)
             self.metrics.record_notifications(notes)
             stats.notifications = len(notes)
         except Exception as exc:
@@ -763,10 +764,28 @@ class Engine:
                 if ft.dirty or w.view.last_step_at is not None:
                     rows.append(ft.row(key, w.view.last_step, w.view.last_step_at))
                     ft.dirty = False
+        edge = self._edge("tail offsets", "state_store")
         try:
             self.offsets.save(rows, now)
         except Exception as exc:
-            self._log.error("offsets_save_failed", error=f"{type(exc).__name__}: {exc}")
+            # Offsets are re-derivable: keep them dirty for the next save, say so once per episode.
+            for w in self.jobs.values():
+                for ft in w.tails():
+                    ft.dirty = True
+            edge.failure(exc, now)
+        else:
+            edge.success(now)
+
+    def _forget(self, keys: list[str], now: float) -> None:
+        assert self.offsets is not None
+        edge = self._edge("tail offsets", "state_store")
+        try:
+            for key in keys:
+                self.offsets.forget_job(key)
+        except Exception as exc:
+            edge.failure(exc, now)  # the rows stay: a restart re-derives the same report id
+        else:
+            edge.success(now)
 
     # -- status ----------------------------------------------------------------
 

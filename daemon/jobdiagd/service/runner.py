@@ -1,19 +1,27 @@
 """`jobdiagd run`: wires config, alert pipeline, notifiers, status socket, metrics and the engine into one process.
 
 Start-up refusals are one line and a non-zero exit, never a traceback: an unsafe or unusable
-state dir or notifier file (`privatefs`).
+state dir or notifier file (`privatefs`), a store from a newer schema. A store that cannot be read is quarantined (`alerts.store.open_store`). A store
+locked by another process, or a disk too full to open it, is waited for: one log line, a retry
+every `STORE_RETRY_S`, a systemd status text and start-timeout extension meanwhile; SIGTERM
+ends the wait.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
 import shutil
+import signal
+import sqlite3
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from jobdiagd import clock, config
 from jobdiagd.alerts.pipeline import AlertPipeline
+from jobdiagd.alerts.store import StoreError, StoreUnavailable
 from jobdiagd.detectors import build as build_detectors
 from jobdiagd.detectors import enabled_names
 from jobdiagd.notifiers.dispatcher import Dispatcher, RetryPolicy
@@ -22,7 +30,7 @@ from jobdiagd.privatefs import check_private_file, check_private_parent, ensure_
 from jobdiagd.service.engine import Discovery, Engine, OutputsDiscovery, SlurmDiscovery
 from jobdiagd.service.health import Health
 from jobdiagd.service.lifecycle import Lifecycle
-from jobdiagd.service.logging import configure_logging, get_logger
+from jobdiagd.service.logging import EdgeTrigger, configure_logging, get_logger
 from jobdiagd.service.metrics import DaemonMetrics, MetricsServer
 from jobdiagd.service.sdnotify import SdNotifier
 from jobdiagd.service.status_socket import StatusServer
@@ -31,6 +39,8 @@ from jobdiagd.sources.slurm import SlurmError, SlurmWatcher, make_backend
 from jobdiagd.sources.tail import ChangeWatcher, OffsetStore
 
 DiscoverMode = Literal["auto", "slurm", "outputs"]
+STORE_RETRY_S = 5.0
+STORE_SOURCE = "state store"
 
 
 def check_state_paths(cfg: config.Config) -> None:
@@ -41,6 +51,63 @@ def check_state_paths(cfg: config.Config) -> None:
         if jsonl.path.parent.resolve() != state.resolve():
             check_private_parent(jsonl.path, "notifier file")
         check_private_file(jsonl.path, "notifier file")
+
+
+def _open_state(cfg: config.Config, names: list[str]) -> tuple[AlertPipeline, OffsetStore]:
+    pipeline = AlertPipeline.open(cfg.daemon.state_dir, cfg.incidents, names, now=clock.wall())
+    try:
+        offsets = OffsetStore.in_state_dir(cfg.daemon.state_dir)
+    except sqlite3.Error as exc:
+        pipeline.close()
+        name = getattr(exc, "sqlite_errorname", "") or ""
+        transient = name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_FULL", "SQLITE_IOERR"))
+        raise (StoreUnavailable if transient else StoreError)(f"tail offsets: {exc}") from exc
+    return pipeline, offsets
+
+
+async def open_state_waiting(
+    cfg: config.Config, names: list[str], watch: EdgeTrigger, sd: SdNotifier, *, handle_signals: bool
+) -> tuple[AlertPipeline, OffsetStore] | None:
+    """Open the store, waiting while it is locked or the disk is too full; None: stopped meanwhile."""
+    log = get_logger(component="runner")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    installed: list[signal.Signals] = []
+    waiting_since: float | None = None
+    try:
+        while True:
+            try:
+                pipeline, offsets = _open_state(cfg, names)
+            except StoreUnavailable as exc:
+                if waiting_since is None:
+                    waiting_since = clock.monotonic()
+                    log.error(
+                        "state_store_waiting",
+                        error=str(exc),
+                        retry_seconds=STORE_RETRY_S,
+                        hint="another process holds the store's lock, or its disk is full",
+                    )
+                sd.notify(
+                    STATUS=f"waiting for the state store: {exc}",
+                    EXTEND_TIMEOUT_USEC=int((STORE_RETRY_S + 30) * 1_000_000),
+                )
+            else:
+                if waiting_since is not None:
+                    log.info("state_store_opened", waited_seconds=round(clock.monotonic() - waiting_since, 1))
+                pipeline.store.watch = watch  # from now on every write reports to it
+                return pipeline, offsets
+            if handle_signals and not installed:
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    loop.add_signal_handler(sig, stop.set)
+                    installed.append(sig)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), STORE_RETRY_S)
+            if stop.is_set():
+                log.info("stopped", reason="signal while waiting for the state store")
+                return None
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
 
 
 def choose_discovery(
@@ -72,8 +139,8 @@ async def run_daemon(
     on_started: Callable[[Lifecycle, Engine], None] | None = None,
     configure_logs: bool = True,
 ) -> None:
-    """Run until SIGTERM/SIGINT (or `lc.request_stop()`); raises ConfigError, UnsafePathError /
-    ExceptionGroup."""
+    """Run until SIGTERM/SIGINT (or `lc.request_stop()`); raises ConfigError, UnsafePathError,
+    StoreError / ExceptionGroup."""
     cfg = config.load(config_path)
     # Oldest-generation collections scan every step record of every job (50+ ms with 200 jobs);
     # the engine runs them itself between ticks (Engine.run), so none lands inside a tick.
@@ -86,13 +153,32 @@ async def run_daemon(
     if skipped:
         log.warning("notifiers_not_available", names=skipped)
     check_state_paths(cfg)
-    pipeline = AlertPipeline.open(cfg.daemon.state_dir, cfg.incidents, [n.name for n in notifiers])
-    offsets = OffsetStore.in_state_dir(cfg.daemon.state_dir)
+    sd = SdNotifier.from_env()
+    health = Health(tick_seconds=cfg.daemon.tick_seconds, started_at=clock.wall())
+    # Every write to the store reports here: one log line when writes start failing (disk full,
+    # locked) and one when they work again; `jobdiagd status` lists it with the sources.
+    store_edge = health.sources[STORE_SOURCE] = EdgeTrigger(
+        STORE_SOURCE, kind="state_store", logger=get_logger(component="store")
+    )
+    opened = await open_state_waiting(
+        cfg, [n.name for n in notifiers], store_edge, sd, handle_signals=handle_signals
+    )
+    if opened is None:
+        return
+    pipeline, offsets = opened
+    if pipeline.quarantined is not None:
+        log.error(
+            "state_store_quarantined",
+            reason=pipeline.quarantined.reason,
+            moved_to=[str(p) for p in pipeline.quarantined.moved],
+            consequence="started with an empty store; a notice is queued for the notifiers",
+        )
+    for problem in pipeline.store.unreadable:
+        log.error("state_row_unreadable", problem=problem)
     dispatcher = Dispatcher(
         pipeline.outbox, notifiers, policy=RetryPolicy.from_config(cfg.delivery), observer=metrics
     )
     pipeline.on_enqueue = dispatcher.kick
-    health = Health(tick_seconds=cfg.daemon.tick_seconds, started_at=clock.wall())
     try:
         discovery = choose_discovery(cfg, discover, watch, offsets.known_jobs())
     except (config.ConfigError, SlurmError):
@@ -140,10 +226,22 @@ async def run_daemon(
         log.info("config_reloaded", detectors=enabled_names(new))
 
     status = StatusServer(cfg.daemon.socket_path, snapshot, group=cfg.daemon.socket_group)
-    lc = Lifecycle(
-        sd=SdNotifier.from_env(), on_reload=reload, watchdog_check=health.watchdog_check(clock.wall)
-    )
-    lc.add_step("alert store", cleanup=pipeline.close)
+
+    def close_store() -> None:
+        if pipeline.held:
+            pipeline.flush(clock.wall())
+        if pipeline.held:
+            log.error(
+                "notifications_unsaved",
+                error=store_edge.last_error,
+                # Incidents and job-end reports are derived again after the restart if still true.
+                found_again_after_restart=[n.id for n in pipeline.held if n.event != "notice"],
+                lost=[n.id for n in pipeline.held if n.event == "notice"],
+            )
+        pipeline.close()
+
+    lc = Lifecycle(sd=sd, on_reload=reload, watchdog_check=health.watchdog_check(clock.wall))
+    lc.add_step("alert store", cleanup=close_store)
     lc.add_step("tail offsets", cleanup=offsets.close)
     lc.add_step("tsdb connections", cleanup=enricher.close)
     lc.add_step("status socket", status.start, status.stop)
