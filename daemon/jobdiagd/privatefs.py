@@ -13,6 +13,7 @@ Rules (issue 7, defect 5), whatever the umask:
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pwd
 import stat
@@ -147,4 +148,40 @@ def open_private(path: str | Path, flags: int, what: str = "state file") -> int:
     except BaseException:
         os.close(fd)
         raise
+    return fd
+
+
+class StateDirInUse(UnsafePathError):
+    """Another process holds the state dir's lock (two daemons on one store would page twice)."""
+
+
+LOCK_NAME = "jobdiagd.lock"
+
+
+def lock_state_dir(state_dir: str | Path) -> int:
+    """Take the state dir's exclusive lock for the life of the process; returns the lock's fd.
+
+    The lock is an flock on `jobdiagd.lock` (released by the kernel when the process dies, so a
+    killed daemon never leaves a stale lock); the file holds the owner's pid for the message.
+    """
+    path = Path(state_dir) / LOCK_NAME
+    check_private_file(path, "lock file")
+    try:
+        fd = open_private(path, os.O_RDWR | os.O_CREAT, "lock file")
+    except OSError as exc:
+        raise UnsafePathError(f"lock file {path}: cannot open it: {exc.strerror or exc}") from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
+        os.close(fd)
+        raise StateDirInUse(
+            f"state dir {state_dir} is in use by another jobdiagd (pid {holder}): "
+            "stop it, or give this one its own [daemon] state_dir"
+        ) from None
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError:
+        pass  # a full disk: the pid is only for the message above, the lock is what counts
     return fd

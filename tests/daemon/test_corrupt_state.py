@@ -217,3 +217,27 @@ def test_a_page_made_while_another_process_holds_the_write_lock_is_sent_once_it_
     assert stop(d) == 0
     assert [(n["event"], n["job_id"]) for n in notes(work)] == [("open", "6303")]
     assert "Traceback" not in out.read_text()
+
+
+def test_a_second_daemon_on_the_same_state_dir_is_refused_with_one_line(
+    short_tmp: Path, procs: list[subprocess.Popen[bytes]]
+) -> None:
+    work = short_tmp
+    cfg = write_cfg(work, min_stall=3)
+    (work / "outputs").mkdir()
+    d = start_daemon(cfg, work / "outputs", work / "first.out")
+    procs.append(d)
+    wait_for(lambda: running(cfg), "the first daemon")
+    other = cfg.with_name("other.toml")
+    other.write_text(cfg.read_text().replace("jd.sock", "other.sock"))
+    second = subprocess.run(
+        [PY, "-m", "jobdiagd.cli", "run", "--config", str(other), "--watch", str(work / "outputs")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert second.returncode == 2
+    assert second.stderr.strip().count("\n") == 0
+    assert f"is in use by another jobdiagd (pid {d.pid})" in second.stderr
+    assert stop(d) == 0

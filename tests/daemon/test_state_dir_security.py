@@ -90,6 +90,7 @@ def test_state_files_are_private_whatever_the_umask(
         "alerts.sqlite3-wal",
         "alerts.sqlite3-shm",
         "notifications.jsonl",
+        "jobdiagd.lock",
     ]
     assert mode(state) == 0o700
     assert {n: oct(mode(state / n)) for n in names} == {n: "0o600" for n in names}
@@ -154,7 +155,9 @@ def test_a_notifier_file_owned_by_another_user_is_refused(short_tmp: Path) -> No
     assert_one_line_refusal(done, f"notifier file {jsonl} is owned by nobody")
 
 
-@pytest.mark.parametrize("name", ["alerts.sqlite3", "alerts.sqlite3-wal", "notifications.jsonl"])
+@pytest.mark.parametrize(
+    "name", ["alerts.sqlite3", "alerts.sqlite3-wal", "notifications.jsonl", "jobdiagd.lock"]
+)
 def test_a_link_planted_in_place_of_a_state_file_is_refused(short_tmp: Path, name: str) -> None:
     work = short_tmp
     cfg = write_cfg(work, min_stall=3)

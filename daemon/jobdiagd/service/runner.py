@@ -1,7 +1,8 @@
 """`jobdiagd run`: wires config, alert pipeline, notifiers, status socket, metrics and the engine into one process.
 
 Start-up refusals are one line and a non-zero exit, never a traceback: an unsafe or unusable
-state dir or notifier file (`privatefs`), a store from a newer schema. A store that cannot be read is quarantined (`alerts.store.open_store`). A store
+state dir or notifier file (`privatefs`), a state dir locked by another jobdiagd, a store from
+a newer schema. A store that cannot be read is quarantined (`alerts.store.open_store`). A store
 locked by another process, or a disk too full to open it, is waited for: one log line, a retry
 every `STORE_RETRY_S`, a systemd status text and start-timeout extension meanwhile; SIGTERM
 ends the wait.
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import os
 import shutil
 import signal
 import sqlite3
@@ -26,7 +28,7 @@ from jobdiagd.detectors import build as build_detectors
 from jobdiagd.detectors import enabled_names
 from jobdiagd.notifiers.dispatcher import Dispatcher, RetryPolicy
 from jobdiagd.notifiers.registry import build_notifiers
-from jobdiagd.privatefs import check_private_file, check_private_parent, ensure_private_dir
+from jobdiagd.privatefs import check_private_file, check_private_parent, ensure_private_dir, lock_state_dir
 from jobdiagd.service.engine import Discovery, Engine, OutputsDiscovery, SlurmDiscovery
 from jobdiagd.service.health import Health
 from jobdiagd.service.lifecycle import Lifecycle
@@ -153,6 +155,7 @@ async def run_daemon(
     if skipped:
         log.warning("notifiers_not_available", names=skipped)
     check_state_paths(cfg)
+    lock_fd = lock_state_dir(cfg.daemon.state_dir)
     sd = SdNotifier.from_env()
     health = Health(tick_seconds=cfg.daemon.tick_seconds, started_at=clock.wall())
     # Every write to the store reports here: one log line when writes start failing (disk full,
@@ -160,10 +163,15 @@ async def run_daemon(
     store_edge = health.sources[STORE_SOURCE] = EdgeTrigger(
         STORE_SOURCE, kind="state_store", logger=get_logger(component="store")
     )
-    opened = await open_state_waiting(
-        cfg, [n.name for n in notifiers], store_edge, sd, handle_signals=handle_signals
-    )
+    try:
+        opened = await open_state_waiting(
+            cfg, [n.name for n in notifiers], store_edge, sd, handle_signals=handle_signals
+        )
+    except BaseException:
+        os.close(lock_fd)
+        raise
     if opened is None:
+        os.close(lock_fd)
         return
     pipeline, offsets = opened
     if pipeline.quarantined is not None:
@@ -184,6 +192,7 @@ async def run_daemon(
     except (config.ConfigError, SlurmError):
         offsets.close()
         pipeline.close()
+        os.close(lock_fd)
         raise
     watcher = ChangeWatcher()
     enricher = TsdbEnricher(cfg.tsdb, tick_s=cfg.daemon.tick_seconds)
@@ -241,6 +250,7 @@ async def run_daemon(
         pipeline.close()
 
     lc = Lifecycle(sd=sd, on_reload=reload, watchdog_check=health.watchdog_check(clock.wall))
+    lc.add_step("state dir lock", cleanup=lambda: os.close(lock_fd))
     lc.add_step("alert store", cleanup=close_store)
     lc.add_step("tail offsets", cleanup=offsets.close)
     lc.add_step("tsdb connections", cleanup=enricher.close)
