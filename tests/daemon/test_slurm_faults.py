@@ -124,8 +124,9 @@ def _notices(work: Path, title: str) -> list[dict[str, Any]]:
     return [n for n in notes(work) if n["event"] == "notice" and n["title"] == title]
 
 
-def _reports(work: Path) -> list[dict[str, Any]]:
-    return [n for n in notes(work) if n["event"] == "report"]
+def _reports(work: Path, job_id: str) -> list[dict[str, Any]]:
+    # The test cluster is shared by every pytest session on the machine: only this job counts.
+    return [n for n in notes(work) if n["event"] == "report" and n["job_id"] == job_id]
 
 
 @pytest.fixture
@@ -182,7 +183,7 @@ def test_empty_or_garbage_squeue_answers_do_not_end_a_running_job(rig: Rig) -> N
     # squeue says "no jobs" (exit 0) while the job runs: scontrol says RUNNING, so it is not over.
     rig.mode("empty")
     wait_for(lambda: rig.calls("empty") >= 4, "four empty squeue answers", timeout=60)
-    assert _reports(rig.work) == [], "a job-end report for a running job"
+    assert _reports(rig.work, job_id) == [], "a job-end report for a running job"
     assert job_id in rig.watched()
     wait_for(lambda: rig.squeue_state().get("failing") is True, "squeue shown failing", timeout=60)
     assert f"omits job {job_id}, which scontrol reports RUNNING" in rig.squeue_state()["last_error"]
@@ -198,7 +199,7 @@ def test_empty_or_garbage_squeue_answers_do_not_end_a_running_job(rig: Rig) -> N
         "the garbage named in status",
         timeout=60,
     )
-    assert _reports(rig.work) == []
+    assert _reports(rig.work, job_id) == []
     assert job_id in rig.watched()
     assert len(_notices(rig.work, "source degraded: squeue")) == 1
 
@@ -209,9 +210,9 @@ def test_empty_or_garbage_squeue_answers_do_not_end_a_running_job(rig: Rig) -> N
 
     # The real end is reported, once, with its real state.
     rig.cluster.scancel(job_id)
-    wait_for(lambda: _reports(rig.work) != [], "the job-end report", timeout=120)
+    wait_for(lambda: _reports(rig.work, job_id) != [], "the job-end report", timeout=120)
     wait_for(lambda: rig.watched() == [], "the job dropped after its end", timeout=60)
-    (report,) = _reports(rig.work)
+    (report,) = _reports(rig.work, job_id)
     assert report["job_id"] == job_id and "[Slurm CANCELLED]" in report["title"]
     assert report["id"].startswith(f"report:{job_id}:job-end:end:")
     assert len(_notices(rig.work, "source degraded: squeue")) == 1
@@ -235,8 +236,9 @@ def test_hung_squeue_wrapper_is_killed_at_the_timeout_and_ticks_go_on(rig: Rig) 
         timeout=60,
     )
     # Ticks go on meanwhile: the job's hang is paged while every squeue call hangs.
-    wait_for(lambda: any(n["event"] == "open" for n in notes(rig.work)), "hang alert", timeout=120)
-    (opened,) = [n for n in notes(rig.work) if n["event"] == "open"]
+    mine = lambda: [n for n in notes(rig.work) if n["job_id"] == job_id]  # noqa: E731 (shared cluster)
+    wait_for(lambda: any(n["event"] == "open" for n in mine()), "hang alert", timeout=120)
+    (opened,) = [n for n in mine() if n["event"] == "open"]
     assert (opened["kind"], opened["job_id"]) == ("hang", job_id)
     assert opened["created_at"] > hung_at
     assert rig.calls("hang") >= 2
