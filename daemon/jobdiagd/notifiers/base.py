@@ -12,11 +12,14 @@ class NotifierError(Exception):
 
     `permanent=True` (e.g. the destination rejected this message's content) abandons this one
     notification at once instead of holding the notifier's queue until the give-up deadline.
+    `retry_after` (seconds): the destination said when to come back (Telegram 429 retry_after,
+    Slack Retry-After); the dispatcher waits at least that long.
     """
 
-    def __init__(self, message: str, *, permanent: bool = False) -> None:
+    def __init__(self, message: str, *, permanent: bool = False, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.permanent = permanent
+        self.retry_after = retry_after
 
 
 @runtime_checkable
