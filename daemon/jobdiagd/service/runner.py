@@ -9,16 +9,23 @@ from pathlib import Path
 from typing import Any, Literal
 
 from jobdiagd import clock, config
+from jobdiagd.alerts.messages import MessageStore
 from jobdiagd.alerts.pipeline import AlertPipeline
+from jobdiagd.chat.auth import Authorizer
+from jobdiagd.chat.router import ChatRouter
 from jobdiagd.detectors import build as build_detectors
 from jobdiagd.detectors import enabled_names
 from jobdiagd.notifiers.dispatcher import Dispatcher, RetryPolicy
 from jobdiagd.notifiers.registry import build_notifiers
+from jobdiagd.notifiers.telegram import TelegramTransport
+from jobdiagd.service import plots_bridge
+from jobdiagd.service.chat_backend import DaemonChatBackend
 from jobdiagd.service.engine import Discovery, Engine, OutputsDiscovery, SlurmDiscovery
 from jobdiagd.service.health import Health
 from jobdiagd.service.lifecycle import Lifecycle
 from jobdiagd.service.logging import configure_logging, get_logger
 from jobdiagd.service.metrics import DaemonMetrics, MetricsServer
+from jobdiagd.service.plots_bridge import PlotBridge
 from jobdiagd.service.sdnotify import SdNotifier
 from jobdiagd.service.status_socket import StatusServer
 from jobdiagd.service.tsdb_enrich import TsdbEnricher
@@ -26,6 +33,25 @@ from jobdiagd.sources.slurm import SlurmError, SlurmWatcher, make_backend
 from jobdiagd.sources.tail import ChangeWatcher, OffsetStore
 
 DiscoverMode = Literal["auto", "slurm", "outputs"]
+
+
+def chat_router(cfg: config.Config, transport: str, backend: DaemonChatBackend) -> ChatRouter:
+    """The shared router with this transport's allow-lists."""
+    if transport == "telegram":
+        tg = cfg.notifiers.telegram
+        auth = Authorizer.of(tg.chat_ids, tg.allowed_users, tg.operators)
+    else:
+        raise ValueError(f"no chat router for {transport!r}")
+    c = cfg.chat
+    return ChatRouter(
+        backend,
+        auth,
+        transport=transport,
+        max_running=c.max_running_commands,
+        max_queued=c.max_queued_commands,
+        task_timeout_s=c.command_timeout_seconds,
+        scancel_enabled=c.scancel_button,
+    )
 
 
 def choose_discovery(
@@ -70,6 +96,9 @@ async def run_daemon(
     if skipped:
         log.warning("notifiers_not_available", names=skipped)
     pipeline = AlertPipeline.open(cfg.daemon.state_dir, cfg.incidents, [n.name for n in notifiers])
+    messages = MessageStore(pipeline.store)
+    chats = [n for n in notifiers if isinstance(n, TelegramTransport)]
+    plots = PlotBridge() if chats and plots_bridge.available() else None
     offsets = OffsetStore.in_state_dir(cfg.daemon.state_dir)
     dispatcher = Dispatcher(
         pipeline.outbox, notifiers, policy=RetryPolicy.from_config(cfg.delivery), observer=metrics
@@ -94,6 +123,7 @@ async def run_daemon(
         offsets=offsets,
         watcher=watcher,
         enricher=enricher,
+        plot_inputs=plots_bridge.chart_payload if plots is not None else None,
     )
     current = {"cfg": cfg}
 
@@ -133,6 +163,16 @@ async def run_daemon(
     if cfg.daemon.metrics_port:
         ms = MetricsServer(metrics, cfg.daemon.metrics_host, cfg.daemon.metrics_port)
         lc.add_step("metrics", ms.start, ms.stop)
+    if plots is not None:
+        lc.add_step("plot renderer", cleanup=plots.close)
+    if chats:
+        backend = DaemonChatBackend(cfg, Path(config_path), engine, pipeline, snapshot, plots=plots)
+        for transport in chats:
+            transport.bind(messages)
+            transport.render_plot = plots.render if plots is not None else None
+            transport.router = chat_router(cfg, transport.name, backend)
+            # Set up before "final delivery": stopped after it, so the last deliveries still go out.
+            lc.add_step(f"{transport.name} bot", transport.start, transport.stop)
     lc.add_step("final delivery", cleanup=dispatcher.drain)
     lc.add_task("dispatcher", dispatcher.run, drain=False)
     lc.add_task("file watcher", watcher.run, drain=False)
