@@ -171,3 +171,36 @@ async def test_a_restart_between_alert_and_resolution_edits_the_original_message
         assert len(reply) == 1
     finally:
         await d2.stop()
+
+
+async def test_short_commands_status_jobs_job_mute_unmute_help(short_tmp: Path, tg: TelegramEmulator) -> None:
+    outputs = short_tmp / "outputs"
+    hung_job(outputs, "7006")
+    d = await start_daemon(daemon_config(short_tmp, tg), outputs)
+    try:
+        (page,) = await until(lambda: incident_messages(tg), "the hang page")
+
+        async def ask(text: str) -> str:
+            mid = await tg.send_command(CHAT, ALICE, text)
+            got = await until(
+                lambda: [m for m in tg.bot_messages(CHAT) if m.reply_to == mid], f"answer to {text}"
+            )
+            return body(got[0])
+
+        status = await ask("/status")
+        assert "jobs watched: 1" in status and "7006" in status
+        assert "`7006`" not in (jobs := await ask("/jobs")) and "7006 LIVE" in jobs and "⚠ hang" in jobs
+        job = await ask("/job 7006")
+        assert "incident 7006:hang:1 (critical)" in job and "log:" in job
+        assert "not being watched" in await ask("/job 999")
+        assert "muted for 2 h 00 min by alice" in await ask("/mute 7006 2h")
+        await until(
+            lambda: "muted until" in body(tg.messages[(CHAT, page.message_id)]), "page shows the mute"
+        )
+        assert "unmuted" in await ask("/unmute 7006")
+        await until(lambda: "muted until" not in body(tg.messages[(CHAT, page.message_id)]), "page unmuted")
+        assert "outside the configured outputs roots" in await ask("/triage /etc/passwd")
+        assert "/diagnose ID [PLAYBOOK]" in await ask("/help")
+        assert "unknown command" in await ask("/rm -rf")
+    finally:
+        await d.stop()

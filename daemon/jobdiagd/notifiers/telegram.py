@@ -26,7 +26,7 @@ import contextlib
 import logging
 import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta, tzinfo
 from typing import Any
 
@@ -71,7 +71,7 @@ CONNECT_BACKOFF_MAX_S = 300.0
 
 @dataclass(frozen=True, slots=True)
 class TelegramSettings:
-    token: str
+    token: str = field(repr=False)  # never in logs, reprs or status
     chat_ids: tuple[int, ...]
     default_chat: int
     routes: tuple[Route, ...] = ()
@@ -148,6 +148,7 @@ class TelegramTransport:
         )
         self.app.add_handler(MessageHandler(filters.COMMAND, self._on_command))
         self.app.add_handler(CallbackQueryHandler(self._on_callback))
+        self.app.add_error_handler(self._on_error)
 
     @property
     def messages(self) -> MessageStore:
@@ -512,6 +513,11 @@ class TelegramTransport:
         )
         conv = TelegramPress(self, sender, query)
         await self._guard(self.router.on_press(query.data or "", conv), "button")
+
+    async def _on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
+        # Instead of PTB's default (a stdlib traceback that may quote request details).
+        exc = context.error
+        self._log.error("telegram_update_failed", error=self.scrub(f"{type(exc).__name__}: {exc}"))
 
     async def _guard(self, work: Awaitable[None], what: str) -> None:
         try:
