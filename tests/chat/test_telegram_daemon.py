@@ -202,5 +202,12 @@ async def test_short_commands_status_jobs_job_mute_unmute_help(short_tmp: Path, 
         assert "outside the configured outputs roots" in await ask("/triage /etc/passwd")
         assert "/diagnose ID [PLAYBOOK]" in await ask("/help")
         assert "unknown command" in await ask("/rm -rf")
+        mid = await tg.send_command(CHAT, ALICE, "/plot 7006")
+        placeholder = (await until(lambda: [m for m in tg.bot_messages(CHAT) if m.reply_to == mid], "/plot"))[0]
+        if plots_bridge.available():
+            pic = await until(lambda: [m for m in tg.bot_messages(CHAT) if m.reply_to == mid and m.photo], "the plot")
+            assert pic[0].photo is not None and pic[0].photo.startswith(b"\x89PNG") and "job 7006" in body(pic[0])
+        else:  # a build without the plotting modules says so instead of hanging
+            await until(lambda: "not available" in body(tg.messages[(CHAT, placeholder.message_id)]), "the answer")
     finally:
         await d.stop()
