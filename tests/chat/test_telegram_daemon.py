@@ -200,14 +200,34 @@ async def test_short_commands_status_jobs_job_mute_unmute_help(short_tmp: Path, 
         assert "unmuted" in await ask("/unmute 7006")
         await until(lambda: "muted until" not in body(tg.messages[(CHAT, page.message_id)]), "page unmuted")
         assert "outside the configured outputs roots" in await ask("/triage /etc/passwd")
+        (outputs / "9999-escape").symlink_to("/etc")  # an id whose directory leads out of the root
+
+        async def long_answer(text: str) -> str:
+            mid = await tg.send_command(CHAT, ALICE, text)
+            first = (await until(lambda: [m for m in tg.bot_messages(CHAT) if m.reply_to == mid], text))[0]
+            await until(lambda: tg.messages[(CHAT, first.message_id)].edits, f"result of {text}")
+            return body(tg.messages[(CHAT, first.message_id)])
+
+        assert "no 9999-* directory or log" in await long_answer("/triage 9999")
+        assert "no 424242-* directory or log" in await long_answer("/triage 424242")
         assert "/diagnose ID [PLAYBOOK]" in await ask("/help")
         assert "unknown command" in await ask("/rm -rf")
         mid = await tg.send_command(CHAT, ALICE, "/plot 7006")
-        placeholder = (await until(lambda: [m for m in tg.bot_messages(CHAT) if m.reply_to == mid], "/plot"))[0]
+        placeholder = (await until(lambda: [m for m in tg.bot_messages(CHAT) if m.reply_to == mid], "/plot"))[
+            0
+        ]
         if plots_bridge.available():
-            pic = await until(lambda: [m for m in tg.bot_messages(CHAT) if m.reply_to == mid and m.photo], "the plot")
-            assert pic[0].photo is not None and pic[0].photo.startswith(b"\x89PNG") and "job 7006" in body(pic[0])
+            pic = await until(
+                lambda: [m for m in tg.bot_messages(CHAT) if m.reply_to == mid and m.photo], "the plot"
+            )
+            assert (
+                pic[0].photo is not None
+                and pic[0].photo.startswith(b"\x89PNG")
+                and "job 7006" in body(pic[0])
+            )
         else:  # a build without the plotting modules says so instead of hanging
-            await until(lambda: "not available" in body(tg.messages[(CHAT, placeholder.message_id)]), "the answer")
+            await until(
+                lambda: "not available" in body(tg.messages[(CHAT, placeholder.message_id)]), "the answer"
+            )
     finally:
         await d.stop()

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
 
+from jobdiagd.alerts.messages import MessageStore
+from jobdiagd.chat.auth import Authorizer
+from jobdiagd.chat.router import ChatRouter
 from jobdiagd.model.alerts import Notification
+
+# Renders a notification's plot inputs to PNG at send time (None: no picture this time).
+PlotFn = Callable[[Mapping[str, Any]], Awaitable[bytes | None]]
 
 
 class NotifierError(Exception):
@@ -36,3 +44,35 @@ class Notifier(Protocol):
     def render(self, notification: Notification) -> str: ...
 
     async def send(self, notification: Notification) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class CheckResult:
+    """One line of `jobdiagd notify-test`: what was checked, whether it worked, and why not."""
+
+    what: str
+    ok: bool
+    detail: str
+
+
+@runtime_checkable
+class ChatTransport(Notifier, Protocol):
+    """A chat notifier that also takes commands and button presses (see `jobdiagd.chat`).
+
+    The runner binds the message store, sets `router` (built with `auth`) and `render_plot`,
+    then runs `start()`/`stop()` as a lifecycle step; `notify-test` calls `check()`.
+    """
+
+    router: ChatRouter | None
+    render_plot: PlotFn | None
+
+    @property
+    def auth(self) -> Authorizer: ...
+
+    def bind(self, messages: MessageStore) -> None: ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def check(self, text: str) -> list[CheckResult]: ...

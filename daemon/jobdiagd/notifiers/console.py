@@ -49,7 +49,9 @@ class ConsoleNotifier:
         when = datetime.fromtimestamp(n.created_at, tz=UTC).strftime("%Y-%m-%d %H:%M:%SZ")
         label = _LABELS[n.event]
         sev = (
-            "" if n.event in ("resolve", "report", "notice", "update") and n.severity == "info" else f" [{n.severity}]"
+            ""
+            if n.event in ("resolve", "report", "notice", "update") and n.severity == "info"
+            else f" [{n.severity}]"
         )
         head = f"{label:<8} {n.title}{sev}"
         body = "\n".join("    " + line if line else "" for line in n.body.splitlines())

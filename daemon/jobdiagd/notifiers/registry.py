@@ -34,7 +34,9 @@ def build_notifiers(cfg: Config, env: Mapping[str, str] | None = None) -> tuple[
             from jobdiagd.notifiers.telegram import TelegramTransport, settings_from_config
 
             out.append(TelegramTransport(settings_from_config(n.telegram, cfg.chat, token)))
-    skipped += [f"{name}: not available in this build" for name in NOT_IMPLEMENTED if getattr(n, name).enabled]
+    skipped += [
+        f"{name}: not available in this build" for name in NOT_IMPLEMENTED if getattr(n, name).enabled
+    ]
     return out, skipped
 
 

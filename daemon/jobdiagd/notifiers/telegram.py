@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import logging
 import warnings
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta, tzinfo
 from typing import Any
@@ -54,7 +54,7 @@ from telegram.ext import (
 
 from jobdiagd import clock
 from jobdiagd.alerts.messages import ChatMessageRef, MessageStore
-from jobdiagd.chat.auth import Sender
+from jobdiagd.chat.auth import Authorizer, Sender
 from jobdiagd.chat.commands import COMMANDS
 from jobdiagd.chat.incident_view import incident_message, reply_message, report_message
 from jobdiagd.chat.model import Button, ChatMessage
@@ -62,9 +62,8 @@ from jobdiagd.chat.router import ChatRouter
 from jobdiagd.chat.routes import QuietHours, Route, destination_for, is_silent
 from jobdiagd.chat.telegram_html import CAPTION_LIMIT, MESSAGE_LIMIT, escape, render_parts, render_single
 from jobdiagd.model.alerts import Notification
-from jobdiagd.notifiers.base import NotifierError
+from jobdiagd.notifiers.base import CheckResult, NotifierError, PlotFn
 
-PlotFn = Callable[[Mapping[str, Any]], Awaitable[bytes | None]]
 MAX_PARTS = 8  # a reply longer than this many messages is cut (reports go as documents before that)
 CONNECT_BACKOFF_MAX_S = 300.0
 
@@ -74,6 +73,8 @@ class TelegramSettings:
     token: str = field(repr=False)  # never in logs, reprs or status
     chat_ids: tuple[int, ...]
     default_chat: int
+    allowed_users: tuple[int, ...] = ()
+    operators: tuple[int, ...] = ()
     routes: tuple[Route, ...] = ()
     api_base_url: str = "https://api.telegram.org"
     commands: bool = True
@@ -81,15 +82,6 @@ class TelegramSettings:
     quiet: QuietHours | None = None
     tz: tzinfo | None = None
     scancel_button: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class CheckResult:
-    """One line of `jobdiagd notify-test`."""
-
-    what: str
-    ok: bool
-    detail: str
 
 
 def _retry_after_s(exc: RetryAfter) -> float:
@@ -149,6 +141,11 @@ class TelegramTransport:
         self.app.add_handler(MessageHandler(filters.COMMAND, self._on_command))
         self.app.add_handler(CallbackQueryHandler(self._on_callback))
         self.app.add_error_handler(self._on_error)
+
+    @property
+    def auth(self) -> Authorizer:
+        """Commands and presses from these chats AND users; scancel for the operators."""
+        return Authorizer.of(self.settings.chat_ids, self.settings.allowed_users, self.settings.operators)
 
     @property
     def messages(self) -> MessageStore:
@@ -652,6 +649,8 @@ def settings_from_config(cfg: Any, chat_cfg: Any, token: str) -> TelegramSetting
         token=token,
         chat_ids=tuple(tg.chat_ids),
         default_chat=default,
+        allowed_users=tuple(tg.allowed_users),
+        operators=tuple(tg.operators),
         routes=routes,
         api_base_url=tg.api_base_url,
         commands=tg.commands,

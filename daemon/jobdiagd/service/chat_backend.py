@@ -32,7 +32,6 @@ from jobdiagd.model.alerts import Incident
 from jobdiagd.service.engine import Engine
 from jobdiagd.service.plots_bridge import PlotBridge, chart_payload
 from jobdiagd.service.status_cli import format_status
-from jobdiagd.triage.resolve import ResolveError, resolve
 from jobdiagd.tsdb.playbooks import PLAYBOOKS
 
 MAX_OUTPUT = 32 * 1024 * 1024
@@ -194,9 +193,11 @@ class DaemonChatBackend:
     # -- long commands ------------------------------------------------------------------
 
     def _locate(self, target: str) -> str:
-        """An absolute path for a validated id or path (ids: the watched job's files, else under the roots)."""
+        """An absolute path for a validated id or path: the watched job's own files, else a job
+        directory or log named after the id under an outputs root (never the daemon's cwd), kept
+        only if its real path stays under a root."""
         if os.path.isabs(target):
-            return target
+            return target  # chat.commands.path_under_roots checked it
         w = self.engine.jobs.get(target)
         if w is not None:
             ref = w.view.ref
@@ -204,17 +205,17 @@ class DaemonChatBackend:
                 return str(ref.job_dir)
             if ref.log is not None:
                 return str(ref.log)
-        for root in self.outputs_roots:
-            if (root / target).is_dir():  # a job-directory name used as the job's key
-                return str(root / target)
-        try:
-            ref = resolve(target, [Path(os.path.realpath(r)) for r in self.outputs_roots])
-        except ResolveError as exc:
-            raise TaskError(str(exc)) from None
-        path = ref.job_dir or ref.log
-        if path is None or not path.is_absolute():
-            raise TaskError(f"{target}: no job directory or log under the outputs roots")
-        return str(path)
+        roots = [Path(os.path.realpath(r)) for r in self.outputs_roots]
+        for root in roots:
+            # The id is validated (letters, digits, _ . + -): no glob or path syntax in it.
+            found = [root / target] + sorted(root.glob(f"{target}-*"))
+            for cand in found:
+                real = Path(os.path.realpath(cand))
+                usable = real.is_dir() or (real.is_file() and real.suffix == ".log")
+                if usable and any(real.is_relative_to(r) for r in roots):
+                    return str(real)
+        shown = ", ".join(str(r) for r in roots) or "(no outputs roots configured)"
+        raise TaskError(f"job {target}: no {target}-* directory or log under {shown}")
 
     def _state_args(self, target: str) -> list[str]:
         w = self.engine.jobs.get(target)

@@ -8,9 +8,8 @@ from typing import TextIO
 from jobdiagd import clock
 from jobdiagd.alerts.incidents import make_notice
 from jobdiagd.config import Config
-from jobdiagd.notifiers.base import NotifierError
+from jobdiagd.notifiers.base import ChatTransport, CheckResult, NotifierError
 from jobdiagd.notifiers.registry import build_notifiers
-from jobdiagd.notifiers.telegram import CheckResult, TelegramTransport
 
 
 async def run_notify_test(cfg: Config, out: TextIO) -> int:
@@ -23,7 +22,7 @@ async def run_notify_test(cfg: Config, out: TextIO) -> int:
         name, _, why = line.partition(": ")
         results.append((name, CheckResult("setup", False, why)))
     for n in notifiers:
-        if isinstance(n, TelegramTransport):
+        if isinstance(n, ChatTransport):
             results += [(n.name, r) for r in await n.check(text)]
             continue
         note = make_notice(f"notify-test:{int(now * 1000)}", "notify-test", text, now)

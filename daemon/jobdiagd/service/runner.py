@@ -11,13 +11,12 @@ from typing import Any, Literal
 from jobdiagd import clock, config
 from jobdiagd.alerts.messages import MessageStore
 from jobdiagd.alerts.pipeline import AlertPipeline
-from jobdiagd.chat.auth import Authorizer
 from jobdiagd.chat.router import ChatRouter
 from jobdiagd.detectors import build as build_detectors
 from jobdiagd.detectors import enabled_names
+from jobdiagd.notifiers.base import ChatTransport
 from jobdiagd.notifiers.dispatcher import Dispatcher, RetryPolicy
 from jobdiagd.notifiers.registry import build_notifiers
-from jobdiagd.notifiers.telegram import TelegramTransport
 from jobdiagd.service import plots_bridge
 from jobdiagd.service.chat_backend import DaemonChatBackend
 from jobdiagd.service.engine import Discovery, Engine, OutputsDiscovery, SlurmDiscovery
@@ -35,18 +34,13 @@ from jobdiagd.sources.tail import ChangeWatcher, OffsetStore
 DiscoverMode = Literal["auto", "slurm", "outputs"]
 
 
-def chat_router(cfg: config.Config, transport: str, backend: DaemonChatBackend) -> ChatRouter:
-    """The shared router with this transport's allow-lists."""
-    if transport == "telegram":
-        tg = cfg.notifiers.telegram
-        auth = Authorizer.of(tg.chat_ids, tg.allowed_users, tg.operators)
-    else:
-        raise ValueError(f"no chat router for {transport!r}")
+def chat_router(cfg: config.Config, transport: ChatTransport, backend: DaemonChatBackend) -> ChatRouter:
+    """The shared router with this transport's allow-lists and the [chat] limits."""
     c = cfg.chat
     return ChatRouter(
         backend,
-        auth,
-        transport=transport,
+        transport.auth,
+        transport=transport.name,
         max_running=c.max_running_commands,
         max_queued=c.max_queued_commands,
         task_timeout_s=c.command_timeout_seconds,
@@ -97,7 +91,7 @@ async def run_daemon(
         log.warning("notifiers_not_available", names=skipped)
     pipeline = AlertPipeline.open(cfg.daemon.state_dir, cfg.incidents, [n.name for n in notifiers])
     messages = MessageStore(pipeline.store)
-    chats = [n for n in notifiers if isinstance(n, TelegramTransport)]
+    chats = [n for n in notifiers if isinstance(n, ChatTransport)]
     plots = PlotBridge() if chats and plots_bridge.available() else None
     offsets = OffsetStore.in_state_dir(cfg.daemon.state_dir)
     dispatcher = Dispatcher(
@@ -170,7 +164,7 @@ async def run_daemon(
         for transport in chats:
             transport.bind(messages)
             transport.render_plot = plots.render if plots is not None else None
-            transport.router = chat_router(cfg, transport.name, backend)
+            transport.router = chat_router(cfg, transport, backend)
             # Set up before "final delivery": stopped after it, so the last deliveries still go out.
             lc.add_step(f"{transport.name} bot", transport.start, transport.stop)
     lc.add_step("final delivery", cleanup=dispatcher.drain)
