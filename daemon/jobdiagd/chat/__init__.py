@@ -19,7 +19,8 @@ What is shared (transport-neutral):
 - Pictures: `Notification.plot` carries inputs; the transport calls the injected
   `render_plot(payload) -> PNG | None` (service/plots_bridge.py) at send time.
 
-What a transport implements (notifiers/telegram.py is the reference):
+What a transport implements — the `notifiers.base.ChatTransport` protocol (notifiers/telegram.py
+is the reference; the runner wires every notifier that satisfies it):
 1. The `Notifier` protocol (`name`, `render`, `async send`) for outbox deliveries, per event:
    open -> post `incident_message(n, n.body, token=messages.incident_token(...))` to
    `destination_for(n, routes, default)` (photo + caption when a picture renders), then
@@ -32,7 +33,8 @@ What a transport implements (notifiers/telegram.py is the reference):
    incident snapshot, so a restart edits with the right text. "Not modified" is success.
    Record every posted part before returning; raise `NotifierError` (retry_after for rate
    limits, permanent=True for content the API rejects) and let the dispatcher retry.
-2. `bind(MessageStore)`, `router` (a `ChatRouter` set by the runner), `render_plot`, and
+2. `auth` (an `Authorizer` from its config section: allowed chats/channels AND users,
+   operators), `bind(MessageStore)`, `router` (a `ChatRouter` set by the runner), `render_plot`, and
    `async start()` / `async stop()` (a lifecycle step: connect in the background, never fail
    start-up because the chat service is unreachable; stop in reverse order).
 3. Intake: translate a command into `router.on_command(text, conversation)` and a button
