@@ -259,7 +259,14 @@ class DaemonChatBackend:
             raise TaskError("pictures are not available in this build (matplotlib / chat.plots missing)")
         now = self._now()
         kind = "hang" if self.pipeline.book.get(job_id, "hang") is not None else "tgs-degradation"
-        payload = chart_payload(w.view, kind, now)
+        tgs = self.cfg.detectors.tgs
+        payload = chart_payload(
+            w.view,
+            kind,
+            now,
+            tgs_threshold_pct=tgs.drop_pct,
+            baseline_steps=(tgs.baseline_first_step, tgs.baseline_last_step),
+        )
         png = await self.plots.render(payload) if payload is not None else None
         if png is None:
             raise TaskError("the picture could not be rendered")

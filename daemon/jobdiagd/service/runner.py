@@ -14,12 +14,13 @@ from jobdiagd.alerts.pipeline import AlertPipeline
 from jobdiagd.chat.router import ChatRouter
 from jobdiagd.detectors import build as build_detectors
 from jobdiagd.detectors import enabled_names
+from jobdiagd.model.jobview import JobView
 from jobdiagd.notifiers.base import ChatTransport
 from jobdiagd.notifiers.dispatcher import Dispatcher, RetryPolicy
 from jobdiagd.notifiers.registry import build_notifiers
 from jobdiagd.service import plots_bridge
 from jobdiagd.service.chat_backend import DaemonChatBackend
-from jobdiagd.service.engine import Discovery, Engine, OutputsDiscovery, SlurmDiscovery
+from jobdiagd.service.engine import Discovery, Engine, OutputsDiscovery, PlotInputs, SlurmDiscovery
 from jobdiagd.service.health import Health
 from jobdiagd.service.lifecycle import Lifecycle
 from jobdiagd.service.logging import configure_logging, get_logger
@@ -46,6 +47,19 @@ def chat_router(cfg: config.Config, transport: ChatTransport, backend: DaemonCha
         task_timeout_s=c.command_timeout_seconds,
         scancel_enabled=c.scancel_button,
     )
+
+
+def plot_inputs(cfg: config.Config) -> PlotInputs:
+    """Picture inputs with the TGS detector's own threshold and baseline window."""
+    tgs = cfg.detectors.tgs
+    window = (tgs.baseline_first_step, tgs.baseline_last_step)
+
+    def build(view: JobView, kind: str, now: float) -> dict[str, Any] | None:
+        return plots_bridge.chart_payload(
+            view, kind, now, tgs_threshold_pct=tgs.drop_pct, baseline_steps=window
+        )
+
+    return build
 
 
 def choose_discovery(
@@ -117,7 +131,7 @@ async def run_daemon(
         offsets=offsets,
         watcher=watcher,
         enricher=enricher,
-        plot_inputs=plots_bridge.chart_payload if plots is not None else None,
+        plot_inputs=plot_inputs(cfg) if plots is not None else None,
     )
     current = {"cfg": cfg}
 
