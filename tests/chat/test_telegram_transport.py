@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -266,3 +267,40 @@ async def test_notify_test_names_each_problem(h: Harness, tmp_path: Path) -> Non
     rc, out = await cli()
     assert rc == 0 and "notify-test: 3 ok, 0 failed" in out, out
     assert h.tg.token not in out
+
+
+async def test_a_ray_hang_page_is_its_chart_with_the_power_strip_replied_under_it(h: Harness) -> None:
+    rendered: list[object] = []
+
+    async def render(payload: object) -> list[bytes]:
+        rendered.append(payload)
+        return [b"\x89PNG chart", b"\x89PNG strip"]
+
+    h.transport.render_plot = render  # type: ignore[assignment]
+    f = dataclasses.replace(
+        h.hang(), plot={"type": "step_chart/1", "spec": {}, "strip": {"type": "power_strip/1"}}
+    )
+    h.pipeline.observe([f], h.now)
+    (n,) = [d.notification for d in h.pipeline.outbox.due("telegram", h.now)]
+    await h.transport.send(n)
+    page, strip = h.tg.bot_messages(CHAT)
+    assert (
+        page.photo == b"\x89PNG chart"
+        and page.caption is not None
+        and page.caption.startswith("🔴 hang on job 123")
+    )
+    assert (
+        page.buttons
+        and strip.photo == b"\x89PNG strip"
+        and strip.reply_to == page.message_id
+        and strip.silent
+    )
+    assert "GPU power and utilization per host" in (strip.caption or "")
+    assert await h.deliver() == (1, 0)  # the outbox's retry of a delivered page posts nothing
+    assert len(h.tg.bot_messages(CHAT)) == 2 and len(rendered) == 1
+    h.clock[0] += 5
+    h.pipeline.ack("123", "hang", h.now, by="dan")
+    await h.deliver()
+    assert "acked by dan" in (
+        h.tg.messages[(CHAT, page.message_id)].caption or ""
+    )  # a photo's text is its caption

@@ -11,8 +11,9 @@ from jobdiagd.chat.auth import Authorizer
 from jobdiagd.chat.router import ChatRouter
 from jobdiagd.model.alerts import Notification
 
-# Renders a notification's plot inputs to PNG at send time (None: no picture this time).
-PlotFn = Callable[[Mapping[str, Any]], Awaitable[bytes | None]]
+# Renders a notification's plot inputs to PNGs at send time: the page's picture first, then any
+# further ones (a RAY=1 hang's GPU power strip); pictures that fail are left out.
+PlotFn = Callable[[Mapping[str, Any]], Awaitable[list[bytes]]]
 
 
 class NotifierError(Exception):

@@ -57,7 +57,7 @@ from jobdiagd.alerts.messages import ChatMessageRef, MessageStore
 from jobdiagd.chat.auth import Authorizer, Sender
 from jobdiagd.chat.commands import COMMANDS
 from jobdiagd.chat.incident_view import incident_message, reply_message, report_message
-from jobdiagd.chat.model import Button, ChatMessage
+from jobdiagd.chat.model import Button, ChatMessage, Picture
 from jobdiagd.chat.router import ChatRouter
 from jobdiagd.chat.routes import QuietHours, Route, destination_for, is_silent
 from jobdiagd.chat.telegram_html import CAPTION_LIMIT, MESSAGE_LIMIT, escape, render_parts, render_single
@@ -286,22 +286,44 @@ class TelegramTransport:
             silent=silent,
         )
 
-    async def _send_open(self, n: Notification) -> None:
-        if any(r.role == "parent" for r in self.messages.sent(n.id, self.name)):
-            return  # posted before a crash/timeout: the outbox only missed the mark
-        dest = destination_for(n, self.settings.routes, str(self.settings.default_chat))
-        await self._post_parent(n, dest, n.body)
+    async def _pictures(self, n: Notification) -> list[bytes]:
+        if not n.plot or self.render_plot is None or n.event != "open":
+            return []
+        try:
+            return list(await self.render_plot(n.plot))
+        except Exception as exc:  # a picture must never keep a page from going out
+            self._log.warning(
+                "telegram_plot_failed", incident=n.incident_id, error=f"{type(exc).__name__}: {exc}"
+            )
+            return []
 
-    async def _post_parent(self, n: Notification, dest: str, open_body: str) -> ChatMessageRef:
+    async def _send_open(self, n: Notification) -> None:
+        """The page (a photo of the step chart with the text as caption, or text), then further
+        pictures (a RAY=1 hang's GPU power strip) as replies under it."""
+        sent = self.messages.sent(n.id, self.name)
+        parent = next((r for r in sent if r.role == "parent"), None)
+        pictures: list[bytes] | None = None
+        if parent is None:
+            dest = destination_for(n, self.settings.routes, str(self.settings.default_chat))
+            pictures = await self._pictures(n)
+            parent = await self._post_parent(n, dest, n.body, pictures[0] if pictures else None)
+        wants_more = bool(n.plot and n.plot.get("strip"))
+        if not wants_more or any(r.role == "reply" for r in sent):
+            return  # nothing more, or posted before a crash/timeout: the outbox only missed the mark
+        if pictures is None:
+            pictures = await self._pictures(n)
+        for i, png in enumerate(pictures[1:], start=1):
+            msg = ChatMessage(
+                f"GPU power and utilization per host, last hour — job {n.job_id}",
+                picture=Picture(png, f"gpu-{i}.png"),
+                silent=True,  # the page itself rang
+            )
+            await self._post(n, parent.destination, msg, role="reply", reply_to=parent, first_part=i)
+
+    async def _post_parent(
+        self, n: Notification, dest: str, open_body: str, png: bytes | None = None
+    ) -> ChatMessageRef:
         msg = self._incident_view(n, open_body, silent=self._silent(n))
-        png: bytes | None = None
-        if n.plot and self.render_plot is not None and n.event == "open":
-            try:
-                png = await self.render_plot(n.plot)
-            except Exception as exc:  # a picture must never keep a page from going out
-                self._log.warning(
-                    "telegram_plot_failed", incident=n.incident_id, error=f"{type(exc).__name__}: {exc}"
-                )
         markup = _markup(msg.buttons)
         if png is not None:
             sent = await self.bot.send_photo(
@@ -401,7 +423,14 @@ class TelegramTransport:
             await self._post(n, dest, self._plain_message(n), role="reply", reply_to=parent)
 
     async def _post(
-        self, n: Notification, dest: str, msg: ChatMessage, *, role: str, reply_to: ChatMessageRef | None
+        self,
+        n: Notification,
+        dest: str,
+        msg: ChatMessage,
+        *,
+        role: str,
+        reply_to: ChatMessageRef | None,
+        first_part: int = 0,
     ) -> None:
         """Send `msg` (all its parts) to `dest`, skipping parts this notification already posted."""
         done = {
@@ -410,7 +439,7 @@ class TelegramTransport:
             if r.destination == dest and r.role == "reply"
         }
         reply_id = int(reply_to.message_id) if reply_to is not None else None
-        for i, (kind, sent) in enumerate(self._outgoing(int(dest), msg, reply_id)):
+        for i, (kind, sent) in enumerate(self._outgoing(int(dest), msg, reply_id), start=first_part):
             if i in done:
                 continue
             message = await sent()

@@ -267,10 +267,10 @@ class DaemonChatBackend:
             tgs_threshold_pct=tgs.drop_pct,
             baseline_steps=(tgs.baseline_first_step, tgs.baseline_last_step),
         )
-        png = await self.plots.render(payload) if payload is not None else None
-        if png is None:
+        pngs = await self.plots.render(payload) if payload is not None else []
+        if not pngs:
             raise TaskError("the picture could not be rendered")
-        return TaskResult(f"📈 job {job_id}", png=png)
+        return TaskResult(f"📈 job {job_id}", png=pngs[0])
 
     async def scancel(self, job_id: str, by: str) -> str:
         if not can_scancel(job_id) or job_id not in self.engine.jobs:

@@ -308,7 +308,9 @@ class Engine:
                 try:
                     plot = self.plot_inputs(view, f.kind, now)
                 except Exception as exc:  # a picture is optional; the page is not
-                    self._log.warning("plot_inputs_failed", job_id=f.job_id, error=f"{type(exc).__name__}: {exc}")
+                    self._log.warning(
+                        "plot_inputs_failed", job_id=f.job_id, error=f"{type(exc).__name__}: {exc}"
+                    )
         if owner == f.owner and ray == f.ray and plot is None:
             return f
         return replace(f, owner=owner, ray=ray, plot=plot)

@@ -17,15 +17,18 @@ import importlib.util
 from collections.abc import Mapping
 from typing import Any
 
-from jobdiagd.chat.plot_inputs import chart_for_view
+from jobdiagd.chat.plot_inputs import chart_for_view, chart_title, power_bands, power_strip
 from jobdiagd.chat.renderer import PlotRenderer
 from jobdiagd.model.jobview import JobView
-from jobdiagd.model.plotdata import IncidentMarks, StepChart, StepPoint
+from jobdiagd.model.plotdata import HostSeries, IncidentMarks, PowerBands, PowerStrip, StepChart, StepPoint
 from jobdiagd.service.logging import get_logger
+from jobdiagd.tsdb.gpu_strip import GpuStrip
+from jobdiagd.tsdb.settings import TsdbSettings
 
 MAX_POINTS = 1500
 KEEP_RECENT = 600
 PAYLOAD = "step_chart/1"
+STRIP = "power_strip/1"
 
 
 def available() -> bool:
@@ -77,6 +80,59 @@ def chart_from_payload(payload: Mapping[str, Any]) -> StepChart:
     return StepChart(**spec)
 
 
+def strip_payload(
+    strip: GpuStrip, view: JobView, settings: TsdbSettings, gpu_model: str | None
+) -> dict[str, Any]:
+    """A RAY=1 hang's power strip (per-host GPU power/utilization, bands of the GPU model) as JSON."""
+    name = view.main.header.get("JOB_NAME") if view.main is not None else None
+    ps = power_strip(
+        strip.power,
+        strip.util,
+        power_bands(settings.profile(gpu_model), settings.thresholds),
+        title=chart_title(view.key, name, "GPU power"),
+        start=strip.start,
+        end=strip.end,
+        last_step=view.last_step,
+        last_step_at=view.last_step_at,
+        notes=strip.notes,
+    )
+    spec = dataclasses.asdict(ps)
+    for arm in ("power", "util"):
+        for h in spec[arm]:
+            for key in ("mean", "low", "high"):
+                h[key] = [None if x != x else x for x in h[key]]  # NaN (no sample) -> null: strict JSON
+    return {"type": STRIP, "spec": spec}
+
+
+def strip_from_payload(payload: Mapping[str, Any]) -> PowerStrip:
+    if payload.get("type") != STRIP:
+        raise ValueError(f"unknown plot payload {payload.get('type')!r}")
+    spec = dict(payload["spec"])
+
+    def series(items: Any) -> tuple[HostSeries, ...]:
+        return tuple(
+            HostSeries(
+                host=str(h["host"]),
+                times=tuple(h["times"]),
+                # JSON has no NaN literal in strict mode: a silent sample travels as null.
+                mean=tuple(float("nan") if x is None else x for x in h["mean"]),
+                low=tuple(float("nan") if x is None else x for x in h.get("low") or ()),
+                high=tuple(float("nan") if x is None else x for x in h.get("high") or ()),
+                gpus=h.get("gpus"),
+            )
+            for h in items or ()
+        )
+
+    spec["power"] = series(spec.get("power"))
+    spec["util"] = series(spec.get("util"))
+    bands = dict(spec["bands"])
+    bands["busy_wait_w"] = tuple(bands["busy_wait_w"])
+    bands["train_w"] = tuple(bands["train_w"])
+    spec["bands"] = PowerBands(**bands)
+    spec["notes"] = tuple(spec.get("notes") or ())
+    return PowerStrip(**spec)
+
+
 class PlotBridge:
     """Renders payloads to PNG in the plots helper's off-loop renderer; None when a picture fails."""
 
@@ -84,13 +140,22 @@ class PlotBridge:
         self._renderer = PlotRenderer(timeout_s=timeout_s)
         self._log = get_logger(component="plots")
 
-    async def render(self, payload: Mapping[str, Any]) -> bytes | None:
+    async def render(self, payload: Mapping[str, Any]) -> list[bytes]:
+        """The step chart, then (RAY=1 hang) the power strip; a picture that fails is left out."""
+        specs: list[StepChart | PowerStrip] = []
         try:
-            png = await self._renderer.render(chart_from_payload(payload))
-        except Exception as exc:  # RenderError, a bad payload: the message goes without its picture
-            self._log.warning("plot_render_failed", error=f"{type(exc).__name__}: {exc}")
-            return None
-        return png
+            specs.append(chart_from_payload(payload))
+            if isinstance(payload.get("strip"), Mapping):
+                specs.append(strip_from_payload(payload["strip"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            self._log.warning("plot_payload_bad", error=f"{type(exc).__name__}: {exc}")
+        out: list[bytes] = []
+        for spec in specs:
+            try:
+                out.append(await self._renderer.render(spec))
+            except Exception as exc:  # RenderError: the message goes without this picture
+                self._log.warning("plot_render_failed", error=f"{type(exc).__name__}: {exc}")
+        return out
 
     async def close(self) -> None:
         await self._renderer.close()
