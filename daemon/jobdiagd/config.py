@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from jobdiagd.quiet_hours import parse_quiet_hours, zone
 from jobdiagd.tsdb.settings import TsdbSettings, settings_from_mapping
 
 DEFAULT_CONFIG_PATH = Path("/etc/jobdiagd/config.toml")
@@ -142,6 +143,33 @@ def _token_file(value: Any) -> str | None:
 def _slack_ids(value: Any) -> str | None:
     bad = [v for v in value if not _SLACK_ID_RE.match(v)]
     return f"not Slack ids (upper-case letters and digits): {bad!r}" if bad else None
+
+
+def _severities(value: Any) -> str | None:
+    bad = [v for v in value if v not in ("info", "warning", "critical")]
+    return f"not severities (info, warning, critical): {bad!r}" if bad else None
+
+
+def _http_url(value: Any) -> str | None:
+    if re.match(r"^https?://[A-Za-z0-9.\-\[\]:]+(/[^\s?#]*)?$", value):
+        return None
+    return f"must be an http(s) URL without query, got {value!r}"
+
+
+def _quiet_hours(value: Any) -> str | None:
+    try:
+        parse_quiet_hours(value)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def _timezone(value: Any) -> str | None:
+    try:
+        zone(value)
+    except ValueError as exc:
+        return str(exc)
+    return None
 
 
 # ---------------------------------------------------------------- sections
@@ -282,13 +310,57 @@ class JsonlNotifierConfig:
 
 
 @dataclass(frozen=True)
+class TelegramRouteConfig:
+    """[[notifiers.telegram.routes]]: notifications matching every listed field go to `chat`."""
+
+    chat: int = 0
+    kinds: tuple[str, ...] = ()  # incident kinds (hang, tgs-degradation, job-end, notice, ...)
+    severities: tuple[str, ...] = field(default=(), metadata=_v(_severities))
+    owners: tuple[str, ...] = field(default=(), metadata=_v(_names))  # Slurm users owning the job
+
+
+@dataclass(frozen=True)
 class TelegramNotifierConfig:
     enabled: bool = False
     token_file: Path | None = field(default=None, metadata=_v(_token_file, secret=True))
     # Name passed to systemd LoadCredential=; read from $CREDENTIALS_DIRECTORY/<name>.
     token_credential: str = field(default="", metadata=_v(_credential, secret=True))
+    # Chats the bot posts to and takes commands from (a group's id is negative).
     chat_ids: tuple[int, ...] = ()
+    # Users whose commands and button presses are obeyed (in the chats above); empty: nobody's.
     allowed_users: tuple[int, ...] = ()
+    # Users allowed to press "scancel" (also needs [chat] scancel_button = true).
+    operators: tuple[int, ...] = ()
+    # Where notifications go when no route matches (default: the first of chat_ids).
+    default_chat: int | None = None
+    routes: tuple[TelegramRouteConfig, ...] = ()
+    # Bot API server: a site's own `telegram-bot-api`, or a test emulator.
+    api_base_url: str = field(default="https://api.telegram.org", metadata=_v(_http_url))
+    # Long polling for commands and buttons; false: send-only.
+    commands: bool = True
+    poll_timeout_seconds: float = field(
+        default=30.0, metadata=_v(Bounded(1, 300, "one long-poll request; Telegram holds it at most this long"))
+    )
+
+
+@dataclass(frozen=True)
+class ChatConfig:
+    """[chat]: settings every chat transport shares."""
+
+    # "22:00-07:00": only critical alerts ring in this window (others arrive silently).
+    quiet_hours: str = field(default="", metadata=_v(_quiet_hours))
+    timezone: str = field(default="", metadata=_v(_timezone))  # IANA name; empty: host local time
+    command_timeout_seconds: float = field(
+        default=120.0, metadata=_v(Bounded(5, 3600, "a chat command is killed after this long"))
+    )
+    max_running_commands: int = field(
+        default=2, metadata=_v(Bounded(1, 64, "each runs a triage process; the login node is shared"))
+    )
+    max_queued_commands: int = field(
+        default=8, metadata=_v(Bounded(0, 1000, "commands beyond it are refused as busy"))
+    )
+    # A "scancel" button on incident messages, for the transports' operators only, with confirmation.
+    scancel_button: bool = False
 
 
 @dataclass(frozen=True)
@@ -316,6 +388,7 @@ class Config:
     incidents: IncidentsConfig = field(default_factory=IncidentsConfig)
     delivery: DeliveryConfig = field(default_factory=DeliveryConfig)
     notifiers: NotifiersConfig = field(default_factory=NotifiersConfig)
+    chat: ChatConfig = field(default_factory=ChatConfig)
     # One schema for [tsdb], shared with `jobdiagd diagnose --config` (jobdiagd.tsdb.settings).
     tsdb: TsdbSettings = field(default_factory=TsdbSettings, metadata={"table_parser": settings_from_mapping})
     source: str = field(default="<defaults>", compare=False)
@@ -360,6 +433,13 @@ RESTART_KEYS: tuple[tuple[str, str], ...] = (
     ("daemon", "metrics_host"),
     ("daemon", "metrics_port"),
     ("slurm", "backend"),
+    ("notifiers", "telegram"),
+    ("chat", "quiet_hours"),
+    ("chat", "timezone"),
+    ("chat", "scancel_button"),
+    ("chat", "command_timeout_seconds"),
+    ("chat", "max_running_commands"),
+    ("chat", "max_queued_commands"),
 )
 
 
@@ -413,6 +493,17 @@ class _Ctx:
                     kwargs[name] = parser(value)
                 except (ValueError, TypeError) as exc:  # the parser's message names the table and key
                     self.errors.append(f"{self.source}: {exc}")
+                continue
+            item_tp = typing.get_args(tp)[0] if typing.get_origin(tp) is tuple else None
+            if item_tp is not None and dataclasses.is_dataclass(item_tp):
+                # [[section.name]]: a list of tables, each built and checked like a section.
+                if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+                    self.error(section, name, f"must be a list of tables [[{'.'.join((*section, name))}]]")
+                    continue
+                kwargs[name] = tuple(
+                    self.build(typing.cast(type[Any], item_tp), v, (*section, f"{name}[{i}]"), set())
+                    for i, v in enumerate(value)
+                )
                 continue
             if dataclasses.is_dataclass(tp):
                 if not isinstance(value, dict):
@@ -530,6 +621,12 @@ def _cross_check(cfg: Config, ctx: _Ctx) -> None:
         targets = "chat_ids" if name == "telegram" else "channel_ids"
         if not getattr(sec, targets):
             ctx.error(where, targets, "must list at least one allowed destination when enabled")
+    tg = n.telegram
+    if tg.default_chat is not None and tg.default_chat not in tg.chat_ids:
+        ctx.error(("notifiers", "telegram"), "default_chat", f"{tg.default_chat} is not in chat_ids")
+    for i, r in enumerate(tg.routes):
+        if r.chat not in tg.chat_ids:
+            ctx.error(("notifiers", "telegram", f"routes[{i}]"), "chat", f"{r.chat} is not in chat_ids")
 
 
 def _resolve_state_paths(cfg: Config) -> Config:

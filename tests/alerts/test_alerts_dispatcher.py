@@ -240,9 +240,9 @@ def test_build_notifiers_and_secrets(tmp_path: Path) -> None:
         "[notifiers.telegram]\nenabled = true\ntoken_credential = 'telegram-token'\nchat_ids = [1]\n",
         source="t.toml",
     )
-    notifiers, skipped = build_notifiers(cfg)
+    notifiers, skipped = build_notifiers(cfg, env={})
     assert [n.name for n in notifiers] == ["console", "jsonl"]
-    assert skipped == ["telegram"]
+    assert skipped == ["telegram: no token (credential 'telegram-token' missing or empty)"]
 
     creds = tmp_path / "creds"
     creds.mkdir()
@@ -251,5 +251,7 @@ def test_build_notifiers_and_secrets(tmp_path: Path) -> None:
     assert read_secret(None, "telegram-token", env) is None
     (creds / "telegram-token").write_text("123:abc\n")
     assert read_secret(None, "telegram-token", env) == "123:abc"
+    notifiers, skipped = build_notifiers(cfg, env=env)  # with its token the bot is built
+    assert [n.name for n in notifiers] == ["console", "jsonl", "telegram"] and skipped == []
     assert read_secret(None, "telegram-token", {}) is None
     assert read_secret(creds / "missing", "", env) is None

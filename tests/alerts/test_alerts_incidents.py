@@ -141,7 +141,10 @@ def test_muted_open_incident_sends_no_reminders() -> None:
     b.observe(hang(), T0)
     b.mute("123", "*", until=T0 + 10 * HOUR, now=T0 + 1)
     assert b.observe(hang(), T0 + 5 * HOUR) == []
-    assert b.observe(hang(resolved=True), T0 + 6 * HOUR) == []
+    # Resolved while muted: no page, only a silent edit of the incident's chat message.
+    (edit,) = b.observe(hang(resolved=True), T0 + 6 * HOUR)
+    assert edit.event == "update" and edit.severity == "info"
+    assert edit.incident is not None and edit.incident["resolved_at"] == T0 + 6 * HOUR
 
 
 def test_job_end_resolves_all_incidents_of_the_job() -> None:
@@ -167,7 +170,7 @@ def test_max_reminders() -> None:
 def test_resolve_notifications_can_be_turned_off() -> None:
     b = book(notify_resolve=False)
     b.observe(hang(), T0)
-    assert b.observe(hang(resolved=True), T0 + 60) == []
+    assert [n.event for n in b.observe(hang(resolved=True), T0 + 60)] == ["update"]  # edit, no page
     assert b.open_incidents() == []
 
 

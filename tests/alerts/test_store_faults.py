@@ -93,6 +93,7 @@ def test_ack_mute_report_and_notice_on_a_full_disk_are_kept_in_order(disk: Path)
     p.flush(T0 + 4)
     assert stored(disk, "SELECT id FROM outbox ORDER BY created_at, rowid") == [
         ("42:hang:1:open",),
+        ("42:hang:1:update:acked by alice:1800000001000",),  # the ack edits the page in place
         ("notice:blind:42",),
         ("report:42:job-end:end",),
     ]

@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
 from jobdiagd.detectors import build
+from jobdiagd.model.plotdata import HostSeries
 from jobdiagd.service.engine import Engine, OutputsDiscovery
+from jobdiagd.service.plots_bridge import chart_from_payload, strip_from_payload
+from jobdiagd.service.runner import plot_inputs
 from jobdiagd.service.tsdb_enrich import TsdbEnricher
 from jobdiagd.tsdb.context import DiagnosisContext
+from jobdiagd.tsdb.gpu_strip import GpuStrip
 from jobdiagd.tsdb.hooks import Verdict
 from jobdiagd.tsdb.settings import TsdbSettings
 from tests.daemon.conftest import JobLog
@@ -37,6 +42,7 @@ def with_enricher(
     *,
     confirm: bool = False,
     seen: list[DiagnosisContext] | None = None,
+    plots: bool = False,
 ) -> None:
     async def verdict_fn(ctx: DiagnosisContext, now: float) -> Verdict:
         if seen is not None:
@@ -62,6 +68,7 @@ def with_enricher(
         OutputsDiscovery([outputs], set()),
         offsets=d.offsets,
         enricher=enricher,
+        plot_inputs=plot_inputs(d.cfg) if plots else None,
     )
 
 
@@ -175,4 +182,33 @@ async def test_failed_ray_job_end_report_includes_its_playbook(short_tmp: Path) 
     assert len(reports) == 1
     assert "### TSDB diagnosis (hang)" in reports[0]["body"] and "rccl-busy-wait-hang" in reports[0]["body"]
     assert "## Job triage:" in reports[0]["body"]
+    d.close()
+
+
+async def test_a_ray_hang_page_carries_its_step_chart_and_power_strip(short_tmp: Path) -> None:
+    state, outputs = short_tmp / "state", short_tmp / "outputs"
+    job = ray_job(outputs, "7104")
+    d = Daemon(state, outputs)
+    nan = float("nan")
+    times = tuple(T0 + 60.0 * k for k in range(5))
+    strip = GpuStrip(
+        power=(HostSeries("node001", times, (700.0, 710.0, 300.0, 300.0, nan)),),
+        util=(HostSeries("node001", times, (95.0, 96.0, 100.0, 100.0, nan)),),
+        start=times[0],
+        end=times[-1],
+        step_s=60.0,
+    )
+    with_enricher(d, outputs, dataclasses.replace(BUSY, strip=strip, gpu_model="MI300X"), plots=True)
+    await stall(job, d, 11)
+    (opened,) = [n for n in outbox(state) if n["event"] == "open"]
+    plot = opened["plot"]
+    chart = chart_from_payload(plot)
+    assert chart.marks is not None and chart.marks.kind == "hang" and chart.points[-1].step == 29
+    back = strip_from_payload(plot["strip"])
+    assert (
+        back.power[0].mean[:4] == (700.0, 710.0, 300.0, 300.0)
+        and back.power[0].mean[4] != back.power[0].mean[4]
+    )
+    assert back.bands.gpu_model == "MI300X" and back.since is not None  # the last step's read time marked
+    assert "null" in json.dumps(plot["strip"]) and "NaN" not in json.dumps(plot["strip"])  # strict JSON
     d.close()

@@ -109,3 +109,21 @@ def test_host_of_label_variants() -> None:
     assert host_of({"host": "node001", "ip": "10.0.0.1"}) == "node001"
     assert host_of({"ip": "10.0.0.2", "instance": "node002:55080"}) == "node002"
     assert host_of({"ip": "10.0.0.3", "instance": "10.0.0.3:55080"}) == "10.0.0.3"
+
+
+async def test_power_verdict_fetches_the_alerts_power_strip_in_the_same_session(
+    fixtures: Fixtures, tmp_path: Path
+) -> None:
+    b = fixtures.copy("rccl-hang", tmp_path)
+    ctx = make_ctx(b)
+    v = await hang_power_verdict(
+        ctx, time.time(), settings=TsdbSettings(work_dir=str(tmp_path)), strip_s=3600
+    )
+    assert v.state == "busy-wait" and v.strip is not None and v.gpu_model
+    assert v.at is not None and v.strip.end == v.at and v.strip.start == v.at - 3600
+    hosts = {s.host for s in v.strip.power}
+    assert hosts and all(len(s.mean) == len(s.times) for s in v.strip.power)
+    busy = [x for s in v.strip.power for x in s.mean[-5:] if x == x]  # NaN: no sample
+    assert busy and 250 < sum(busy) / len(busy) < 350  # the busy-wait band the verdict saw
+    plain = await hang_power_verdict(ctx, time.time(), settings=TsdbSettings(work_dir=str(tmp_path)))
+    assert plain.strip is None  # only when asked for

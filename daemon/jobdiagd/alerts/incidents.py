@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 from jobdiagd.config import IncidentsConfig
 from jobdiagd.model.alerts import SEVERITY_RANK, Event, Finding, Incident, Mute, Notification, Severity
@@ -157,6 +158,8 @@ class IncidentBook:
                 last_seen_at=now,
                 first_step=finding.at_step,
                 last_step=finding.at_step,
+                owner=finding.owner,
+                ray=finding.ray,
             )
             if muted:
                 self._put(inc)
@@ -170,6 +173,8 @@ class IncidentBook:
             summary=finding.summary,
             severity=finding.severity if escalated else inc.severity,
             last_step=finding.at_step if finding.at_step is not None else inc.last_step,
+            owner=finding.owner or inc.owner,
+            ray=finding.ray or inc.ray,
         )
         if muted:
             self._put(inc)
@@ -233,6 +238,29 @@ class IncidentBook:
             self._put(inc)
         return inc
 
+    def covering_mute(self, job_id: str, kind: str, now: float) -> Mute | None:
+        """The mute silencing (job_id, kind) now, the one ending last when several do."""
+        live = [m for m in self._mutes.values() if m.covers(job_id, kind, now)]
+        return max(live, key=lambda m: m.until) if live else None
+
+    def updates(self, incidents: Iterable[Incident], reason: str, now: float) -> list[Notification]:
+        """`update` notifications (edit the incident's message in place) for announced incidents."""
+        out: list[Notification] = []
+        for inc in incidents:
+            if inc.announced_at is None:
+                continue  # nobody has a message to edit yet
+            out.append(
+                self._note(
+                    inc,
+                    "update",
+                    f"{inc.id}:update:{reason}:{int(now * 1000)}",
+                    f"{inc.kind} on job {inc.job_id}",
+                    reason,
+                    now,
+                )
+            )
+        return out
+
     def mute(self, job_id: str, kind: str, until: float, now: float, by: str | None = None) -> Mute:
         """Silence (job_id, kind) until `until`; "*" for either means every job / every kind."""
         if until <= now:
@@ -273,6 +301,7 @@ class IncidentBook:
             f"{inc.kind} on job {inc.job_id}",
             render_finding_body(finding),
             now,
+            finding.plot,
         )
 
     def _resolve(
@@ -280,12 +309,32 @@ class IncidentBook:
     ) -> list[Notification]:
         inc = replace(inc, resolved_at=now, resolution=text, last_seen_at=now, last_step=step)
         self._put(inc)
-        if inc.announced_at is None or muted or not self.notify_resolve:
+        if inc.announced_at is None:
             return []
+        if muted or not self.notify_resolve:
+            # No news for people, but the incident's chat message must not stay "open": an
+            # `update` edits it in place (silently) and sends nothing else.
+            return [self._note(inc, "update", f"{inc.id}:resolve", f"{inc.kind} on job {inc.job_id}", text, now)]
         return [self._note(inc, "resolve", f"{inc.id}:resolve", f"{inc.kind} on job {inc.job_id}", text, now)]
 
-    @staticmethod
-    def _note(inc: Incident, event: Event, nid: str, title: str, body: str, now: float) -> Notification:
+    def snapshot(self, inc: Incident, now: float) -> dict[str, Any]:
+        """The incident as a chat message shows it: its fields plus the mute covering it."""
+        snap: dict[str, Any] = asdict(inc)
+        mute = self.covering_mute(inc.job_id, inc.kind, now) if inc.is_open else None
+        snap["muted_until"] = mute.until if mute is not None else None
+        snap["muted_by"] = mute.by if mute is not None else None
+        return snap
+
+    def _note(
+        self,
+        inc: Incident,
+        event: Event,
+        nid: str,
+        title: str,
+        body: str,
+        now: float,
+        plot: Mapping[str, Any] | None = None,
+    ) -> Notification:
         return Notification(
             id=nid,
             job_id=inc.job_id,
@@ -294,12 +343,17 @@ class IncidentBook:
             title=title,
             body=body,
             created_at=now,
-            severity="info" if event == "resolve" else inc.severity,
+            severity="info" if event in ("resolve", "update") else inc.severity,
             incident_id=inc.id,
+            owner=inc.owner,
+            incident=self.snapshot(inc, now),
+            plot=dict(plot) if plot is not None else None,
         )
 
 
-def make_report(job_id: str, kind: str, key: str, title: str, body: str, now: float) -> Notification:
+def make_report(
+    job_id: str, kind: str, key: str, title: str, body: str, now: float, owner: str | None = None
+) -> Notification:
     """A one-off report (e.g. a job-end summary); `key` makes its id stable so a retry is not a repeat."""
     return Notification(
         id=f"report:{job_id}:{kind}:{key}",
@@ -309,6 +363,7 @@ def make_report(job_id: str, kind: str, key: str, title: str, body: str, now: fl
         title=title,
         body=body,
         created_at=now,
+        owner=owner,
     )
 
 

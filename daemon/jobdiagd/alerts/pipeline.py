@@ -99,24 +99,40 @@ class AlertPipeline:
         return self._commit(self.book.job_ended(job_id, now, state), now)
 
     def ack(self, job_id: str, kind: str, now: float, by: str | None = None) -> Incident | None:
+        before = self.book.get(job_id, kind)
         inc = self.book.ack(job_id, kind, now, by)
-        self._commit([], now)
+        changed = inc is not None and (before is None or before.acked_at is None)
+        notes = self.book.updates([inc], f"acked by {by or 'someone'}", now) if changed and inc else []
+        self._commit(notes, now)
         return inc
 
     def mute(self, job_id: str, kind: str, until: float, now: float, by: str | None = None) -> Mute:
         mute = self.book.mute(job_id, kind, until, now, by)
-        self._commit([], now)
+        affected = [i for i in self.book.open_incidents() if mute.covers(i.job_id, i.kind, now)]
+        self._commit(self.book.updates(affected, f"muted by {by or 'someone'}", now), now)
         return mute
 
-    def unmute(self, job_id: str, kind: str, now: float) -> bool:
+    def unmute(self, job_id: str, kind: str, now: float, by: str | None = None) -> bool:
+        was = [
+            i for i in self.book.open_incidents() if self.book.covering_mute(i.job_id, i.kind, now) is not None
+        ]
         removed = self.book.unmute(job_id, kind, now)
-        self._commit([], now)
+        # Only the incidents the removed mute no longer silences change their message.
+        affected = [i for i in was if self.book.covering_mute(i.job_id, i.kind, now) is None]
+        self._commit(self.book.updates(affected, f"unmuted by {by or 'someone'}", now), now)
         return removed
 
     def report(
-        self, job_id: str, kind: str, key: str, title: str, body: str, now: float
+        self,
+        job_id: str,
+        kind: str,
+        key: str,
+        title: str,
+        body: str,
+        now: float,
+        owner: str | None = None,
     ) -> list[Notification]:
-        return self._commit([make_report(job_id, kind, key, title, body, now)], now)
+        return self._commit([make_report(job_id, kind, key, title, body, now, owner)], now)
 
     def notice(
         self, key: str, title: str, body: str, now: float, severity: Severity = "info"

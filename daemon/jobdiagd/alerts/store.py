@@ -78,6 +78,22 @@ CREATE TABLE IF NOT EXISTS deliveries (
     PRIMARY KEY (notification_id, notifier)
 );
 CREATE INDEX IF NOT EXISTS deliveries_due ON deliveries (notifier, status, next_attempt_at);
+CREATE TABLE IF NOT EXISTS chat_messages (
+    notifier TEXT NOT NULL,
+    destination TEXT NOT NULL,
+    message_id TEXT NOT NULL,
+    notification_id TEXT NOT NULL,
+    incident_id TEXT,
+    job_id TEXT NOT NULL,
+    role TEXT NOT NULL CHECK (role IN ('parent', 'reply')),
+    kind TEXT NOT NULL,
+    extra TEXT,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (notifier, destination, message_id)
+);
+CREATE INDEX IF NOT EXISTS chat_messages_incident ON chat_messages (incident_id, notifier, role);
+CREATE INDEX IF NOT EXISTS chat_messages_notification ON chat_messages (notification_id, notifier);
+CREATE INDEX IF NOT EXISTS chat_messages_job ON chat_messages (job_id, notifier, role);
 """
 
 Migration = Callable[[sqlite3.Connection], None]
@@ -295,6 +311,15 @@ class AlertStore:
             except sqlite3.Error:
                 pass  # skipped again at the next start
         return out
+
+    def incident_token(self, incident_id: str) -> int | None:
+        """A short, stable handle for an incident (its rowid): what chat buttons carry."""
+        row = self._conn.execute("SELECT rowid FROM incidents WHERE id = ?", (incident_id,)).fetchone()
+        return None if row is None else int(row[0])
+
+    def incident_by_token(self, token: int) -> Incident | None:
+        row = self._conn.execute("SELECT data FROM incidents WHERE rowid = ?", (token,)).fetchone()
+        return None if row is None else _incident_from_json(row["data"])
 
     def load_seqs(self) -> dict[tuple[str, str], int]:
         rows = self._conn.execute("SELECT job_id, kind, MAX(seq) AS seq FROM incidents GROUP BY job_id, kind")

@@ -8,7 +8,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, cast, get_args
 
 Severity = Literal["info", "warning", "critical"]
-Event = Literal["open", "remind", "resolve", "report", "notice"]
+# "update": the incident's state changed without news from the job (acked, muted, unmuted): chat
+# transports edit the incident's message in place; line-oriented notifiers may show it as a line.
+Event = Literal["open", "remind", "resolve", "report", "notice", "update"]
 
 SEVERITIES: tuple[Severity, ...] = get_args(Severity)
 EVENTS: tuple[Event, ...] = get_args(Event)
@@ -33,6 +35,11 @@ class Finding:
     evidence: tuple[str, ...] = ()
     at_step: int | None = None
     resolved: bool = False
+    # Stamped by the engine from the job (not by detectors): routing and buttons need them.
+    owner: str | None = None  # Slurm user owning the job
+    ray: bool = False  # RAY=1 job: a per-job Prometheus exists (Diagnose button, GPU strip)
+    # Plot inputs (bounded, JSON-ready) for the incident's picture; only on the finding that opens.
+    plot: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,9 +59,15 @@ class Notification:
     created_at: float
     severity: Severity = "info"
     incident_id: str | None = None
+    owner: str | None = None  # Slurm user of the job, for routing (an owner's own chat)
+    # The incident as it was when this was enqueued (Incident fields + "muted_until"/"muted_by"),
+    # so a chat transport renders the edit of the incident's message from the outbox alone,
+    # after a restart too. None for reports and notices.
+    incident: Mapping[str, Any] | None = None
+    plot: Mapping[str, Any] | None = None  # picture inputs (open of hang/TGS incidents)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"), default=_plain)
 
     @classmethod
     def from_json(cls, text: str) -> Notification:
@@ -66,6 +79,9 @@ class Notification:
         if event not in EVENTS or severity not in SEVERITIES:
             raise ValueError(f"bad event/severity in stored notification: {event!r}/{severity!r}")
         incident_id = raw.get("incident_id")
+        owner = raw.get("owner")
+        incident = raw.get("incident")
+        plot = raw.get("plot")
         return cls(
             id=str(raw["id"]),
             job_id=str(raw["job_id"]),
@@ -76,7 +92,17 @@ class Notification:
             created_at=float(raw["created_at"]),
             severity=cast(Severity, severity),
             incident_id=None if incident_id is None else str(incident_id),
+            owner=None if owner is None else str(owner),
+            incident=incident if isinstance(incident, dict) else None,
+            plot=plot if isinstance(plot, dict) else None,
         )
+
+
+def _plain(value: Any) -> Any:
+    # Mappings held in frozen dataclasses may be MappingProxyType; tuples are lists anyway.
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"not JSON-serialisable: {type(value).__name__}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +128,8 @@ class Incident:
     acked_by: str | None = None
     resolved_at: float | None = None
     resolution: str | None = None
+    owner: str | None = None
+    ray: bool = False
 
     @property
     def is_open(self) -> bool:

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
 
+from jobdiagd.alerts.messages import MessageStore
+from jobdiagd.chat.auth import Authorizer
+from jobdiagd.chat.router import ChatRouter
 from jobdiagd.model.alerts import Notification
+
+# Renders a notification's plot inputs to PNGs at send time: the page's picture first, then any
+# further ones (a RAY=1 hang's GPU power strip); pictures that fail are left out.
+PlotFn = Callable[[Mapping[str, Any]], Awaitable[list[bytes]]]
 
 
 class NotifierError(Exception):
@@ -12,11 +21,14 @@ class NotifierError(Exception):
 
     `permanent=True` (e.g. the destination rejected this message's content) abandons this one
     notification at once instead of holding the notifier's queue until the give-up deadline.
+    `retry_after` (seconds): the destination said when to come back (Telegram 429 retry_after,
+    Slack Retry-After); the dispatcher waits at least that long.
     """
 
-    def __init__(self, message: str, *, permanent: bool = False) -> None:
+    def __init__(self, message: str, *, permanent: bool = False, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.permanent = permanent
+        self.retry_after = retry_after
 
 
 @runtime_checkable
@@ -33,3 +45,35 @@ class Notifier(Protocol):
     def render(self, notification: Notification) -> str: ...
 
     async def send(self, notification: Notification) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class CheckResult:
+    """One line of `jobdiagd notify-test`: what was checked, whether it worked, and why not."""
+
+    what: str
+    ok: bool
+    detail: str
+
+
+@runtime_checkable
+class ChatTransport(Notifier, Protocol):
+    """A chat notifier that also takes commands and button presses (see `jobdiagd.chat`).
+
+    The runner binds the message store, sets `router` (built with `auth`) and `render_plot`,
+    then runs `start()`/`stop()` as a lifecycle step; `notify-test` calls `check()`.
+    """
+
+    router: ChatRouter | None
+    render_plot: PlotFn | None
+
+    @property
+    def auth(self) -> Authorizer: ...
+
+    def bind(self, messages: MessageStore) -> None: ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def check(self, text: str) -> list[CheckResult]: ...

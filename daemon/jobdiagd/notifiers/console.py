@@ -15,7 +15,14 @@ _BOLD = "\x1b[1m"
 _DIM = "\x1b[2m"
 _COLOURS = {"critical": "\x1b[31m", "warning": "\x1b[33m", "info": "\x1b[36m"}
 _RESOLVED = "\x1b[32m"
-_LABELS = {"open": "OPEN", "remind": "STILL", "resolve": "RESOLVED", "report": "REPORT", "notice": "NOTICE"}
+_LABELS = {
+    "open": "OPEN",
+    "remind": "STILL",
+    "resolve": "RESOLVED",
+    "report": "REPORT",
+    "notice": "NOTICE",
+    "update": "UPDATE",
+}
 
 
 def use_colour(mode: Literal["auto", "always", "never"], stream: TextIO) -> bool:
@@ -42,7 +49,9 @@ class ConsoleNotifier:
         when = datetime.fromtimestamp(n.created_at, tz=UTC).strftime("%Y-%m-%d %H:%M:%SZ")
         label = _LABELS[n.event]
         sev = (
-            "" if n.event in ("resolve", "report", "notice") and n.severity == "info" else f" [{n.severity}]"
+            ""
+            if n.event in ("resolve", "report", "notice", "update") and n.severity == "info"
+            else f" [{n.severity}]"
         )
         head = f"{label:<8} {n.title}{sev}"
         body = "\n".join("    " + line if line else "" for line in n.body.splitlines())

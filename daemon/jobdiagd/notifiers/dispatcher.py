@@ -194,7 +194,10 @@ class Dispatcher:
             error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             attempts = delivery.attempts + 1
             permanent = isinstance(exc, NotifierError) and exc.permanent
-            retry_at: float | None = now + self.policy.delay(attempts)
+            delay = self.policy.delay(attempts)
+            if isinstance(exc, NotifierError) and exc.retry_after is not None:
+                delay = max(delay, exc.retry_after)  # the server said when; sooner is refused again
+            retry_at: float | None = now + delay
             if permanent or now - delivery.notification.created_at >= self.policy.give_up_after:
                 retry_at = None
                 st.dead += 1

@@ -1,4 +1,4 @@
-"""Builds the configured notifiers; Telegram and Slack are validated in config but not built yet."""
+"""Builds the configured notifiers; Slack is validated in config but not built yet."""
 
 from __future__ import annotations
 
@@ -12,19 +12,31 @@ from jobdiagd.notifiers.base import Notifier
 from jobdiagd.notifiers.console import ConsoleNotifier
 from jobdiagd.notifiers.jsonl import JsonlNotifier
 
-NOT_IMPLEMENTED = ("telegram", "slack")
+NOT_IMPLEMENTED = ("slack",)
 
 
-def build_notifiers(cfg: Config) -> tuple[list[Notifier], list[str]]:
-    """(notifiers to use, names enabled in config but not available in this build)."""
+def build_notifiers(cfg: Config, env: Mapping[str, str] | None = None) -> tuple[list[Notifier], list[str]]:
+    """(notifiers to use, "name: why" for those enabled in config but not usable)."""
     out: list[Notifier] = []
+    skipped: list[str] = []
     n = cfg.notifiers
     if n.console.enabled:
         stream = sys.stdout if n.console.stream == "stdout" else sys.stderr
         out.append(ConsoleNotifier(stream, color=n.console.color))
     if n.jsonl.enabled:
         out.append(JsonlNotifier(n.jsonl.path))
-    skipped = [name for name in NOT_IMPLEMENTED if getattr(n, name).enabled]
+    if n.telegram.enabled:
+        token = read_secret(n.telegram.token_file, n.telegram.token_credential, env)
+        if token is None:
+            where = n.telegram.token_file or f"credential {n.telegram.token_credential!r}"
+            skipped.append(f"telegram: no token ({where} missing or empty)")
+        else:
+            from jobdiagd.notifiers.telegram import TelegramTransport, settings_from_config
+
+            out.append(TelegramTransport(settings_from_config(n.telegram, cfg.chat, token)))
+    skipped += [
+        f"{name}: not available in this build" for name in NOT_IMPLEMENTED if getattr(n, name).enabled
+    ]
     return out, skipped
 
 

@@ -1,4 +1,4 @@
-"""Daemon subcommands: `run`, `status`, `detectors`, `backtest`, `demo` (argument parsing only)."""
+"""Daemon subcommands: `run`, `status`, `notify-test`, `detectors`, `backtest`, `demo` (argument parsing only)."""
 
 from __future__ import annotations
 
@@ -49,6 +49,17 @@ def _detectors(args: argparse.Namespace) -> int:
     return 0
 
 
+def _notify_test(args: argparse.Namespace) -> int:
+    from jobdiagd.service.notify_test import run_notify_test
+
+    try:
+        cfg = load(args.config)
+    except ConfigError as exc:
+        print(f"jobdiagd notify-test: {exc}", file=sys.stderr)
+        return 2
+    return asyncio.run(run_notify_test(cfg, sys.stdout))
+
+
 def _backtest(args: argparse.Namespace) -> int:
     from jobdiagd.backtest import main as backtest_main
 
@@ -85,6 +96,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=_run)
 
     status_cli.register(sub)
+
+    p = sub.add_parser(
+        "notify-test",
+        help="send a test message through every configured notifier and say what worked",
+        description="Checks each enabled notifier the way the daemon would use it: Telegram's token (getMe) "
+        "and a silent test message to every chat in chat_ids; console and jsonl write a test notice. "
+        "Each problem is named (bad token, unknown chat, missing permission). Exit 1 if anything failed.",
+    )
+    p.add_argument(
+        "--config", default=str(DEFAULT_CONFIG_PATH), help=f"config file (default {DEFAULT_CONFIG_PATH})"
+    )
+    p.set_defaults(func=_notify_test)
 
     p = sub.add_parser("detectors", help="list the registered detectors and whether the config enables them")
     p.add_argument("--config", help="config file (default: built-in defaults)")

@@ -55,6 +55,10 @@ from jobdiagd.triage.hostlist import expand_hostlist
 from jobdiagd.triage.resolve import JobRef, ResolveError, job_access, parse_dirname, resolve
 from jobdiagd.triage.slurmstate import slurm_wall_s
 
+# (view, incident kind, now) -> bounded JSON-ready inputs of the incident's picture, or None.
+PlotInputs = Callable[[JobView, str, float], dict[str, Any] | None]
+PLOTTED_KINDS = frozenset({HANG, "tgs-degradation"})
+
 # Detectors that react to new lines run on partial (event-driven) ticks too.
 ON_DATA = frozenset({"failure_signature", "job_end"})
 MIN_PARTIAL_GAP_S = 2.5
@@ -281,8 +285,10 @@ class Engine:
         watcher: ChangeWatcher | None = None,
         read_final: bool = True,
         enricher: TsdbEnricher | None = None,
+        plot_inputs: PlotInputs | None = None,
     ) -> None:
         self.cfg = cfg
+        self.plot_inputs = plot_inputs
         self.pipeline = pipeline
         self.detectors = list(detectors)
         self.discovery = discovery
@@ -317,6 +323,35 @@ class Engine:
         for w in self.jobs.values():
             w.view.policy = policy
             w.view.memo.clear()  # cached budgets/analyses were computed under the old settings
+
+    # -- what findings carry for people ---------------------------------------
+
+    def _owner(self, job_id: str) -> str | None:
+        w = self.jobs.get(job_id)
+        return w.view.slurm.user if w is not None and w.view.slurm is not None else None
+
+    def _stamp(self, f: Finding, now: float) -> Finding:
+        """The job's owner and RAY flag (routing, buttons) and, on the finding that opens a hang or
+        TGS incident, the picture's inputs (built only then: a stalled job re-emits every tick)."""
+        w = self.jobs.get(f.job_id)
+        if w is None:
+            return f
+        view = w.view
+        owner = view.slurm.user if view.slurm is not None else None
+        ray = view.logs().ray if view.main is not None else False
+        plot = None
+        if self.plot_inputs is not None and not f.resolved and f.kind in PLOTTED_KINDS:
+            inc = self.pipeline.book.get(f.job_id, f.kind)
+            if inc is None or inc.announced_at is None:
+                try:
+                    plot = self.plot_inputs(view, f.kind, now)
+                except Exception as exc:  # a picture is optional; the page is not
+                    self._log.warning(
+                        "plot_inputs_failed", job_id=f.job_id, error=f"{type(exc).__name__}: {exc}"
+                    )
+        if owner == f.owner and ray == f.ray and plot is None:
+            return f
+        return replace(f, owner=owner, ray=ray, plot=plot)
 
     # -- job set -----------------------------------------------------------
 
@@ -422,7 +457,7 @@ class Engine:
                         findings.append(item)
         for name, secs in durations.items():
             self.metrics.observe_detector(name, secs, ok_by.get(name, True))
-        findings = [f for f in findings if keep_resolution(self.pipeline.book, f)]
+        findings = [self._stamp(f, now) for f in findings if keep_resolution(self.pipeline.book, f)]
         if self.enricher is not None:
             # RAY=1 jobs: hang alerts carry the GPU power verdict, failed jobs' end reports the
             # class playbook; both are held (a tick, a playbook run) rather than sent without it.
@@ -433,13 +468,16 @@ class Engine:
         try:
             notes = self.pipeline.observe(findings, now)
             # Causal order: a job's incidents resolve ("job ended") before its end report is queued.
+            owners = {r.job_id: self._owner(r.job_id) for r in reports}  # before ended jobs go
             for key in ending:
                 w = self.jobs.pop(key)
                 state = w.view.end_state or "UNKNOWN"
                 notes += self.pipeline.job_ended(key, state, now)
                 self._log.info("job_ended", job_id=key, state=state)
             for r in reports:
-                notes += self.pipeline.report(r.job_id, r.kind, r.key, r.title, r.body, now)
+                notes += self.pipeline.report(
+                    r.job_id, r.kind, r.key, r.title, r.body, now, owner=owners[r.job_id]
+                )
             if self.offsets is not None and ending and not self.pipeline.held:
                 # Only once the end is stored: until then a restart must still know the job.
                 self._forget(ending, now)

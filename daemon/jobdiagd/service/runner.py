@@ -22,18 +22,25 @@ from pathlib import Path
 from typing import Any, Literal
 
 from jobdiagd import clock, config
+from jobdiagd.alerts.messages import MessageStore
 from jobdiagd.alerts.pipeline import AlertPipeline
 from jobdiagd.alerts.store import StoreError, StoreUnavailable
+from jobdiagd.chat.router import ChatRouter
 from jobdiagd.detectors import build as build_detectors
 from jobdiagd.detectors import enabled_names
+from jobdiagd.model.jobview import JobView
+from jobdiagd.notifiers.base import ChatTransport
 from jobdiagd.notifiers.dispatcher import Dispatcher, RetryPolicy
 from jobdiagd.notifiers.registry import build_notifiers
 from jobdiagd.privatefs import check_private_file, check_private_parent, ensure_private_dir, lock_state_dir
-from jobdiagd.service.engine import Discovery, Engine, OutputsDiscovery, SlurmDiscovery
+from jobdiagd.service import plots_bridge
+from jobdiagd.service.chat_backend import DaemonChatBackend
+from jobdiagd.service.engine import Discovery, Engine, OutputsDiscovery, PlotInputs, SlurmDiscovery
 from jobdiagd.service.health import Health
 from jobdiagd.service.lifecycle import Lifecycle
 from jobdiagd.service.logging import EdgeTrigger, configure_logging, get_logger
 from jobdiagd.service.metrics import DaemonMetrics, MetricsServer
+from jobdiagd.service.plots_bridge import PlotBridge
 from jobdiagd.service.sdnotify import SdNotifier
 from jobdiagd.service.status_socket import StatusServer
 from jobdiagd.service.tsdb_enrich import TsdbEnricher
@@ -112,6 +119,33 @@ async def open_state_waiting(
             loop.remove_signal_handler(sig)
 
 
+def chat_router(cfg: config.Config, transport: ChatTransport, backend: DaemonChatBackend) -> ChatRouter:
+    """The shared router with this transport's allow-lists and the [chat] limits."""
+    c = cfg.chat
+    return ChatRouter(
+        backend,
+        transport.auth,
+        transport=transport.name,
+        max_running=c.max_running_commands,
+        max_queued=c.max_queued_commands,
+        task_timeout_s=c.command_timeout_seconds,
+        scancel_enabled=c.scancel_button,
+    )
+
+
+def plot_inputs(cfg: config.Config) -> PlotInputs:
+    """Picture inputs with the TGS detector's own threshold and baseline window."""
+    tgs = cfg.detectors.tgs
+    window = (tgs.baseline_first_step, tgs.baseline_last_step)
+
+    def build(view: JobView, kind: str, now: float) -> dict[str, Any] | None:
+        return plots_bridge.chart_payload(
+            view, kind, now, tgs_threshold_pct=tgs.drop_pct, baseline_steps=window
+        )
+
+    return build
+
+
 def choose_discovery(
     cfg: config.Config, mode: DiscoverMode, watch: Sequence[Path], known: set[str]
 ) -> Discovery:
@@ -183,6 +217,9 @@ async def run_daemon(
         )
     for problem in pipeline.store.unreadable:
         log.error("state_row_unreadable", problem=problem)
+    messages = MessageStore(pipeline.store)
+    chats = [n for n in notifiers if isinstance(n, ChatTransport)]
+    plots = PlotBridge() if chats and plots_bridge.available() else None
     dispatcher = Dispatcher(
         pipeline.outbox, notifiers, policy=RetryPolicy.from_config(cfg.delivery), observer=metrics
     )
@@ -206,6 +243,7 @@ async def run_daemon(
         offsets=offsets,
         watcher=watcher,
         enricher=enricher,
+        plot_inputs=plot_inputs(cfg) if plots is not None else None,
     )
     current = {"cfg": cfg}
 
@@ -258,6 +296,16 @@ async def run_daemon(
     if cfg.daemon.metrics_port:
         ms = MetricsServer(metrics, cfg.daemon.metrics_host, cfg.daemon.metrics_port)
         lc.add_step("metrics", ms.start, ms.stop)
+    if plots is not None:
+        lc.add_step("plot renderer", cleanup=plots.close)
+    if chats:
+        backend = DaemonChatBackend(cfg, Path(config_path), engine, pipeline, snapshot, plots=plots)
+        for transport in chats:
+            transport.bind(messages)
+            transport.render_plot = plots.render if plots is not None else None
+            transport.router = chat_router(cfg, transport, backend)
+            # Set up before "final delivery": stopped after it, so the last deliveries still go out.
+            lc.add_step(f"{transport.name} bot", transport.start, transport.stop)
     lc.add_step("final delivery", cleanup=dispatcher.drain)
     lc.add_task("dispatcher", dispatcher.run, drain=False)
     lc.add_task("file watcher", watcher.run, drain=False)

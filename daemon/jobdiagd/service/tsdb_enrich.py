@@ -1,5 +1,6 @@
 """The daemon's edge to the per-job Prometheus: a GPU utilization/power verdict on hang alerts
-of live RAY=1 jobs, and the class playbook in the job-end report of failed RAY=1 jobs.
+of live RAY=1 jobs (with the last hour of per-host GPU power/utilization for the alert's
+picture, fetched in the same session), and the class playbook in the job-end report of failed RAY=1 jobs.
 
 Queries run as tasks beside the tick, never inside it. A hang finding of a RAY=1 job is held
 until its verdict is in — at most one tick, because the verdict query's timeout is shorter
@@ -23,10 +24,14 @@ from jobdiagd.detectors import Report
 from jobdiagd.model.alerts import Finding
 from jobdiagd.model.jobview import JobView
 from jobdiagd.service.logging import get_logger
+from jobdiagd.service.plots_bridge import strip_payload
 from jobdiagd.tsdb.access import SshTunnelPool
 from jobdiagd.tsdb.context import DiagnosisContext, context_from_triage
 from jobdiagd.tsdb.hooks import Verdict, hang_power_verdict, job_end_diagnosis, should_page
 from jobdiagd.tsdb.settings import TsdbSettings
+
+# The hang alert's power strip: the last hour of per-host GPU power and utilization.
+STRIP_S = 3600.0
 
 VerdictFn = Callable[[DiagnosisContext, float], Coroutine[Any, Any, Verdict]]
 DiagnosisFn = Callable[[dict[str, Any], float], Coroutine[Any, Any, dict[str, Any] | None]]
@@ -60,7 +65,7 @@ class TsdbEnricher:
         timeout = max(1.0, min(20.0, tick_s * 0.8))
         self._verdict_fn: VerdictFn = verdict_fn or (
             lambda ctx, now: hang_power_verdict(
-                ctx, now, settings=settings, tunnels=self.tunnels, timeout_s=timeout
+                ctx, now, settings=settings, tunnels=self.tunnels, timeout_s=timeout, strip_s=STRIP_S
             )
         )
         self._diagnosis_fn: DiagnosisFn = diagnosis_fn or (
@@ -104,7 +109,7 @@ class TsdbEnricher:
             if not should_page(verdict, self.settings) and verdict.state != "unknown":
                 self._log.info("hang_not_confirmed", job_id=f.job_id, gpu_state=verdict.state)
                 continue
-            out.append(_with_verdict(f, verdict))
+            out.append(self._with_strip(_with_verdict(f, verdict), verdict, view))
         return out
 
     # -- job-end reports -------------------------------------------------------------------
@@ -139,6 +144,17 @@ class TsdbEnricher:
                 doc = {"error": f"{type(exc).__name__}: {exc}"}
             out.append(dataclasses.replace(held.report, body=held.report.body + _diagnosis_section(doc)))
         return out
+
+    def _with_strip(self, f: Finding, verdict: Verdict, view: JobView) -> Finding:
+        """A page's picture inputs gain the hour of per-host GPU power/utilization the verdict fetched."""
+        if f.plot is None or verdict.strip is None:
+            return f
+        try:
+            strip = strip_payload(verdict.strip, view, self.settings, verdict.gpu_model)
+        except Exception as exc:  # the page goes out with its step chart alone
+            self._log.warning("power_strip_failed", job_id=f.job_id, error=f"{type(exc).__name__}: {exc}")
+            return f
+        return dataclasses.replace(f, plot={**f.plot, "strip": strip})
 
     def _forget(self, job_id: str) -> None:
         pending = self._verdicts.pop(job_id, None)

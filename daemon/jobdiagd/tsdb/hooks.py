@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,6 +12,7 @@ from jobdiagd.tsdb.access import AccessError, NoTsdb, SshTunnelPool, TsdbHandle,
 from jobdiagd.tsdb.client import PromError, multi_arm, split_arms
 from jobdiagd.tsdb.context import DiagnosisContext
 from jobdiagd.tsdb.discovery import WrongDatabase, time_range
+from jobdiagd.tsdb.gpu_strip import GpuStrip, fetch_gpu_strip
 from jobdiagd.tsdb.playbooks import playbook_name_for_class
 from jobdiagd.tsdb.playbooks.base import by_gpu, gpu_state, host_of, short_host
 from jobdiagd.tsdb.settings import TsdbSettings, model_from_vram
@@ -27,6 +29,9 @@ class Verdict:
     mean_util_pct: float | None = None
     mean_power_w: float | None = None
     at: float | None = None
+    gpu_model: str | None = None
+    # Per-host GPU power/utilization over the last hour (the alert's power strip), when asked for.
+    strip: GpuStrip | None = None
 
 
 def should_page(verdict: Verdict, settings: TsdbSettings) -> bool:
@@ -87,7 +92,7 @@ async def _power_verdict(
     else:
         state, confirmed = "unknown", False
         summary = "no GPU utilization/power samples in the last window"
-    return Verdict(state, confirmed, summary, per_host, mu, mp, t_eval)
+    return Verdict(state, confirmed, summary, per_host, mu, mp, t_eval, prof.name)
 
 
 async def hang_power_verdict(
@@ -98,18 +103,29 @@ async def hang_power_verdict(
     tunnels: SshTunnelPool | None = None,
     window_s: float = 300.0,
     timeout_s: float = 20.0,
+    strip_s: float | None = None,
 ) -> Verdict:
     """GPU utilization/power verdict for a hang alert, within one daemon tick.
 
     Live jobs are queried through the (persistent, caller-owned) ssh tunnel pool; a live job whose
-    Prometheus is unreachable yields `unknown` rather than a slow block copy.
+    Prometheus is unreachable yields `unknown` rather than a slow block copy. `strip_s`: also
+    fetch the per-host power/utilization of that many seconds before the verdict's time (the
+    alert's picture), in the same session; a failed strip leaves the verdict intact.
     """
     settings = settings or TsdbSettings()
     try:
         async with asyncio.timeout(timeout_s):
             # A block copy would be slow and miss the last 2 h -- exactly the hang window -- so live only.
             async with open_tsdb(ctx, settings, now=now, tunnels=tunnels, allow_copy=not ctx.live) as handle:
-                return await _power_verdict(handle, ctx, settings, now, window_s)
+                verdict = await _power_verdict(handle, ctx, settings, now, window_s)
+                if strip_s:
+                    end = verdict.at if verdict.at is not None else now
+                    try:
+                        strip = await fetch_gpu_strip(handle.client, start=end - strip_s, end=end, nodes=ctx.nodes)
+                    except (PromError, ValueError):
+                        strip = None
+                    verdict = dataclasses.replace(verdict, strip=strip)
+                return verdict
     except NoTsdb as exc:
         return Verdict("unknown", False, str(exc))
     except (AccessError, PromError) as exc:

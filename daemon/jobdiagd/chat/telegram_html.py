@@ -1,0 +1,200 @@
+"""Telegram HTML: the project's Markdown bodies as Telegram's HTML subset, escaped, split under the limits.
+
+Telegram accepts only b, i, u, s, code, pre, a, blockquote, tg-spoiler and rejects a whole
+message with an unclosed tag, so the converter emits balanced tags from a small Markdown subset
+(headings, **bold**, `code`, fenced blocks, pipe tables as aligned <pre>, lists) and escapes
+everything else. `split_html` cuts at line ends where it can and closes/reopens the tags open
+at a cut, so a code block split over two messages is a code block in both.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Iterator
+
+from jobdiagd.chat.model import ChatMessage
+
+MESSAGE_LIMIT = 4096
+CAPTION_LIMIT = 1024
+
+_FENCE = re.compile(r"^\s*```")
+_HEADING = re.compile(r"^(#{1,6})\s+(.*)$")
+_BULLET = re.compile(r"^(\s*)[-*]\s+(.*)$")
+_TABLE_SEP = re.compile(r"^\|?\s*:?-{2,}:?\s*(\|\s*:?-{2,}:?\s*)*\|?\s*$")
+_INLINE = re.compile(r"(`+)(.+?)\1|\*\*(.+?)\*\*")
+_TOKEN = re.compile(r"<[^>]*>|&[#A-Za-z0-9]+;|[^<&]")
+_TAG = re.compile(r"<(/?)([a-zA-Z-]+)[^>]*>")
+
+
+def escape(text: str) -> str:
+    """Escape text for Telegram HTML (quotes too: the text may land in an attribute)."""
+    return html.escape(text, quote=True)
+
+
+def inline(text: str) -> str:
+    """One line of Markdown's inline subset (`code`, **bold**) as escaped HTML."""
+    out: list[str] = []
+    pos = 0
+    for m in _INLINE.finditer(text):
+        out.append(escape(text[pos : m.start()]))
+        if m.group(2) is not None:
+            out.append(f"<code>{escape(m.group(2))}</code>")
+        else:
+            out.append(f"<b>{inline(m.group(3))}</b>")
+        pos = m.end()
+    out.append(escape(text[pos:]))
+    return "".join(out)
+
+
+def _table(rows: list[str]) -> str:
+    cells = [[c.strip() for c in r.strip().strip("|").split("|")] for r in rows if not _TABLE_SEP.match(r)]
+    if not cells:
+        return ""
+    n = max(len(r) for r in cells)
+    widths = [max((len(r[i]) if i < len(r) else 0) for r in cells) for i in range(n)]
+    lines = []
+    for r in cells:
+        padded = [(r[i] if i < len(r) else "").ljust(widths[i]) for i in range(n)]
+        lines.append("  ".join(padded).rstrip())
+    return "<pre>" + escape("\n".join(lines)) + "</pre>"
+
+
+def markdown_to_html(md: str) -> str:
+    """The Markdown the reports and alerts use, as Telegram HTML (balanced tags only)."""
+    out: list[str] = []
+    lines = md.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if _FENCE.match(line):
+            body: list[str] = []
+            i += 1
+            while i < len(lines) and not _FENCE.match(lines[i]):
+                body.append(lines[i])
+                i += 1
+            i += 1  # the closing fence (or the end: an unclosed fence still closes its <pre>)
+            out.append("<pre>" + escape("\n".join(body)) + "</pre>")
+            continue
+        if line.lstrip().startswith("|"):
+            rows = []
+            while i < len(lines) and lines[i].lstrip().startswith("|"):
+                rows.append(lines[i])
+                i += 1
+            out.append(_table(rows))
+            continue
+        m = _HEADING.match(line)
+        if m:
+            out.append(f"<b>{inline(m.group(2))}</b>")
+        elif (b := _BULLET.match(line)) is not None:
+            out.append(f"{b.group(1)}• {inline(b.group(2))}")
+        else:
+            out.append(inline(line))
+        i += 1
+    return "\n".join(out).strip("\n")
+
+
+def visible_length(fragment: str) -> int:
+    """Characters Telegram counts (after entity parsing): tags dropped, entities one character."""
+    return sum(0 if t.startswith("<") else 1 for t in _TOKEN.findall(fragment))
+
+
+def _atoms(fragment: str) -> Iterator[str]:
+    yield from _TOKEN.findall(fragment)
+
+
+def split_html(fragment: str, limit: int = MESSAGE_LIMIT) -> list[str]:
+    """Cut Telegram HTML into parts of at most `limit` characters (markup included, so each part
+    is also under Telegram's limit on visible characters), each with balanced tags.
+
+    Cuts go after the last newline that fits; a line longer than a part is cut inside. Tags open
+    at a cut are closed at the end of one part and reopened at the start of the next.
+    """
+    if limit < 64:
+        raise ValueError("limit too small to hold reopened tags")
+    if len(fragment) <= limit:
+        return [fragment] if fragment.strip() else []
+    parts: list[str] = []
+    stack: list[tuple[str, str]] = []  # (name, opening tag as written)
+    cur: list[str] = []
+    cur_len = 0
+    # The last newline in `cur`: (index in cur after it, the stack then).
+    last_nl: tuple[int, list[tuple[str, str]]] | None = None
+
+    def closers(st: list[tuple[str, str]]) -> str:
+        return "".join(f"</{name}>" for name, _ in reversed(st))
+
+    def openers(st: list[tuple[str, str]]) -> list[str]:
+        return [tag for _, tag in st]
+
+    for atom in _atoms(fragment):
+        m = _TAG.fullmatch(atom)
+        # Room needed: this atom plus closing every tag that would then be open.
+        nxt_stack = stack
+        if m is not None:
+            name = m.group(2).lower()
+            if m.group(1):
+                nxt_stack = stack[:-1] if stack and stack[-1][0] == name else stack
+            else:
+                nxt_stack = [*stack, (name, atom)]
+        need = cur_len + len(atom) + len(closers(nxt_stack))
+        if need > limit and cur_len > len("".join(openers(stack))):
+            tail_len = 0 if last_nl is None else sum(len(a) for a in cur[last_nl[0] :])
+            if last_nl is not None and last_nl[0] > 0 and tail_len < limit // 2:
+                cut, st_at = last_nl
+                head, tail = cur[:cut], cur[cut:]
+                parts.append("".join(head) + closers(st_at))
+                cur = openers(st_at) + tail
+            else:
+                parts.append("".join(cur) + closers(stack))
+                cur = openers(stack)
+            cur_len = sum(len(a) for a in cur)
+            last_nl = None
+        cur.append(atom)
+        cur_len += len(atom)
+        stack = nxt_stack
+        if atom == "\n":
+            last_nl = (len(cur), list(stack))
+    parts.append("".join(cur) + closers(stack))
+    return [p.strip("\n") for p in parts if visible_length(p.strip("\n"))]
+
+
+def truncate_html(fragment: str, limit: int, marker: str = "\n…") -> str:
+    """The first part of `fragment` that fits `limit` with `marker` appended when cut."""
+    if len(fragment) <= limit:
+        return fragment
+    head = split_html(fragment, max(64, limit - len(marker)))
+    return (head[0] if head else "") + marker
+
+
+def _parts(msg: ChatMessage) -> tuple[str, str]:
+    head = f"<b>{escape(msg.title)}</b>"
+    if msg.status:
+        head += f"\n<i>{escape(msg.status)}</i>"
+    if msg.preformatted:
+        body = f"<pre>{escape(msg.body)}</pre>" if msg.body else ""
+    else:
+        body = markdown_to_html(msg.body)
+    if msg.footer:
+        body = (body + "\n\n" if body else "") + f"<i>{escape(msg.footer)}</i>"
+    return head, body
+
+
+def render_single(msg: ChatMessage, limit: int = MESSAGE_LIMIT) -> str:
+    """One message (an incident's, or a photo caption): the body is cut to fit, never the head."""
+    head, body = _parts(msg)
+    if not body:
+        return truncate_html(head, limit)
+    full = f"{head}\n\n{body}"
+    if len(full) <= limit:
+        return full
+    room = limit - len(head) - 2
+    if room < 80:
+        return truncate_html(head, limit)
+    return f"{head}\n\n{truncate_html(body, room)}"
+
+
+def render_parts(msg: ChatMessage, limit: int = MESSAGE_LIMIT) -> list[str]:
+    """The whole message over as many parts as it needs (replies, command answers)."""
+    head, body = _parts(msg)
+    return split_html(f"{head}\n\n{body}" if body else head, limit)

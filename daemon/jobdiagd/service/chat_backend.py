@@ -1,0 +1,301 @@
+"""The chat router's view of the running daemon: status, jobs, incidents, and long commands run as
+worker processes with a timeout (the same `jobdiagd triage/diagnose/compare` a terminal runs).
+
+Long commands run as child processes (`python -m jobdiagd.cli ...`, no shell, validated
+arguments, cwd = the state dir) rather than in a `concurrent.futures` pool: a process that
+overruns its timeout is killed with its whole process group (triage forks pre-filter workers),
+which a pool cannot do to a running task. The router bounds how many run at once and queue;
+the event loop only waits on pipes, so ticks and alerts never wait on a command. Ids are
+located under the outputs roots (or the watched job's own files) here, never resolved
+against the daemon's working directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from jobdiagd import clock
+from jobdiagd.alerts.incidents import format_duration
+from jobdiagd.alerts.pipeline import AlertPipeline
+from jobdiagd.chat.buttons import can_scancel
+from jobdiagd.chat.model import ChatMessage
+from jobdiagd.chat.router import TaskError, TaskResult
+from jobdiagd.config import Config
+from jobdiagd.model.alerts import Incident
+from jobdiagd.service.engine import Engine
+from jobdiagd.service.plots_bridge import PlotBridge, chart_payload
+from jobdiagd.service.status_cli import format_status
+from jobdiagd.tsdb.playbooks import PLAYBOOKS
+
+MAX_OUTPUT = 32 * 1024 * 1024
+
+
+async def run_tool(
+    argv: Sequence[str], *, cwd: Path | None, env: Mapping[str, str] | None = None
+) -> tuple[int, str, str]:
+    """Run `python -m jobdiagd.cli ARGV`; cancelling (the router's timeout) kills its process group."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "jobdiagd.cli",
+        *argv,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=str(cwd) if cwd is not None else None,
+        env=dict(env) if env is not None else None,
+        start_new_session=True,
+        limit=MAX_OUTPUT,
+    )
+    try:
+        out, err = await proc.communicate()
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(Exception):
+            await asyncio.shield(proc.wait())
+        raise
+    return proc.returncode or 0, out.decode(errors="replace"), err.decode(errors="replace")
+
+
+def _last_line(text: str) -> str:
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1][:500] if lines else ""
+
+
+class DaemonChatBackend:
+    def __init__(
+        self,
+        cfg: Config,
+        config_path: Path,
+        engine: Engine,
+        pipeline: AlertPipeline,
+        snapshot: Callable[[], Mapping[str, Any]],
+        *,
+        plots: PlotBridge | None = None,
+        now: Callable[[], float] = clock.wall,
+    ) -> None:
+        self.cfg = cfg
+        self.config_path = config_path
+        self.engine = engine
+        self.pipeline = pipeline
+        self._snapshot = snapshot
+        self.plots = plots
+        self._now = now
+
+    # -- facts ------------------------------------------------------------------------
+
+    @property
+    def outputs_roots(self) -> Sequence[Path]:
+        roots = list(self.cfg.slurm.outputs_roots)
+        if self.engine.discovery is not None:
+            roots += [d for d in self.engine.discovery.dirs() if d not in roots]
+        return roots
+
+    @property
+    def playbooks(self) -> Sequence[str]:
+        return sorted(PLAYBOOKS)
+
+    def status(self, now: float) -> ChatMessage:
+        text = format_status(self._snapshot(), now)
+        return ChatMessage("jobdiagd status", text, preformatted=True)
+
+    def _job_line(self, j: Mapping[str, Any], now: float) -> str:
+        parts = [f"`{j['job_id']}` {j.get('state') or '-'}"]
+        if j.get("name"):
+            parts.append(str(j["name"]))
+        if j.get("last_step") is not None:
+            total = f"/{j['total_steps']}" if j.get("total_steps") else ""
+            ago = f" ({format_duration(now - float(j['last_step_at']))} ago)" if j.get("last_step_at") else ""
+            parts.append(f"step {j['last_step']}{total}{ago}")
+        if j.get("step_time_s"):
+            parts.append(f"{float(j['step_time_s']):.2f} s/step")
+        if j.get("phase"):
+            parts.append(f"[{j['phase']}]")
+        tgs = j.get("tgs")
+        if isinstance(tgs, Mapping) and tgs.get("change_pct") is not None:
+            parts.append(
+                f"TGS {float(tgs['change_pct']):+.0f}%" + (" DEGRADED" if tgs.get("degraded") else "")
+            )
+        if j.get("open_incidents"):
+            parts.append("⚠ " + ", ".join(j["open_incidents"]))
+        if j.get("blind"):
+            parts.append("👁 blind")
+        return " · ".join(parts)
+
+    def jobs(self, now: float) -> ChatMessage:
+        rows = self.engine.snapshot_jobs(now)
+        if not rows:
+            return ChatMessage("no jobs watched")
+        return ChatMessage(
+            f"{len(rows)} job(s) watched", "\n".join(f"- {self._job_line(j, now)}" for j in rows)
+        )
+
+    def job(self, job_id: str, now: float) -> ChatMessage | None:
+        row = next((j for j in self.engine.snapshot_jobs(now) if j["job_id"] == job_id), None)
+        if row is None:
+            return None
+        lines = [self._job_line(row, now)]
+        if row.get("expected_step") is not None and row.get("expected_step") != row.get("last_step"):
+            lines.append(f"- expected ≈ step {row['expected_step']} by now")
+        if row.get("log"):
+            lines.append(f"- log: `{row['log']}`")
+        for inc in self.open_incidents(job_id, None):
+            snap = self.pipeline.book.snapshot(inc, now)
+            state = f"open {format_duration(now - inc.opened_at)}"
+            if inc.acked_at is not None:
+                state += f", acked by {inc.acked_by or 'someone'}"
+            if snap.get("muted_until"):
+                state += f", muted {format_duration(float(snap['muted_until']) - now)} more"
+            lines.append(f"- incident `{inc.id}` ({inc.severity}): {inc.summary} — {state}")
+        return ChatMessage(f"job {job_id}", "\n".join(lines))
+
+    # -- incidents ----------------------------------------------------------------------
+
+    def open_incidents(self, job_id: str, kind: str | None) -> list[Incident]:
+        return [
+            i
+            for i in self.pipeline.book.open_incidents()
+            if i.job_id == job_id and (kind is None or i.kind == kind)
+        ]
+
+    def incident(self, token: int) -> Incident | None:
+        inc = self.pipeline.store.incident_by_token(token)
+        if inc is not None and inc.is_open:
+            # The book holds the current state (acks, reminders) of the incident still open.
+            current = self.pipeline.book.get(inc.job_id, inc.kind)
+            if current is not None and current.id == inc.id:
+                return current
+        return inc
+
+    def incident_token(self, incident_id: str) -> int | None:
+        return self.pipeline.store.incident_token(incident_id)
+
+    def snapshot(self, incident: Incident, now: float) -> Mapping[str, Any]:
+        return self.pipeline.book.snapshot(incident, now)
+
+    def ack(self, incident: Incident, by: str, now: float) -> None:
+        self.pipeline.ack(incident.job_id, incident.kind, now, by)
+
+    def mute(self, job_id: str, kind: str, until: float, by: str, now: float) -> None:
+        self.pipeline.mute(job_id, kind, until, now, by)
+
+    def unmute(self, job_id: str, kind: str, by: str, now: float) -> bool:
+        return self.pipeline.unmute(job_id, kind, now, by)
+
+    # -- long commands ------------------------------------------------------------------
+
+    def _locate(self, target: str) -> str:
+        """An absolute path for a validated id or path: the watched job's own files, else a job
+        directory or log named after the id under an outputs root (never the daemon's cwd), kept
+        only if its real path stays under a root."""
+        if os.path.isabs(target):
+            return target  # chat.commands.path_under_roots checked it
+        w = self.engine.jobs.get(target)
+        if w is not None:
+            ref = w.view.ref
+            if ref.job_dir is not None:
+                return str(ref.job_dir)
+            if ref.log is not None:
+                return str(ref.log)
+        roots = [Path(os.path.realpath(r)) for r in self.outputs_roots]
+        for root in roots:
+            # The id is validated (letters, digits, _ . + -): no glob or path syntax in it.
+            found = [root / target] + sorted(root.glob(f"{target}-*"))
+            for cand in found:
+                real = Path(os.path.realpath(cand))
+                usable = real.is_dir() or (real.is_file() and real.suffix == ".log")
+                if usable and any(real.is_relative_to(r) for r in roots):
+                    return str(real)
+        shown = ", ".join(str(r) for r in roots) or "(no outputs roots configured)"
+        raise TaskError(f"job {target}: no {target}-* directory or log under {shown}")
+
+    def _state_args(self, target: str) -> list[str]:
+        w = self.engine.jobs.get(target)
+        if w is not None and w.view.slurm is not None:
+            return ["--slurm-state", w.view.slurm.state]
+        if self.engine.discovery is not None and self.engine.discovery.name == "outputs":
+            return ["--no-slurm"]
+        return []
+
+    async def _tool(self, argv: list[str], what: str) -> str:
+        rc, out, err = await run_tool(argv, cwd=self.cfg.daemon.state_dir)
+        if rc != 0 and not out.strip():
+            raise TaskError(f"{what}: {_last_line(err) or f'exit code {rc}'}")
+        return out
+
+    async def run_task(self, name: str, args: tuple[str, ...]) -> TaskResult:
+        if name == "triage":
+            path = self._locate(args[0])
+            out = await self._tool(["triage", path, *self._state_args(args[0])], f"triage {args[0]}")
+            return TaskResult(f"📋 triage: {args[0]}", out)
+        if name == "diagnose":
+            path = self._locate(args[0])
+            argv = ["diagnose", path, "--config", str(self.config_path)]
+            if len(args) > 1:
+                argv += ["--playbook", args[1]]
+            out = await self._tool(argv, f"diagnose {args[0]}")
+            return TaskResult(f"🩺 diagnose: {args[0]}", out)
+        if name == "compare":
+            a, b = self._locate(args[0]), self._locate(args[1])
+            out = await self._tool(["compare", a, b, "--config", str(self.config_path)], "compare")
+            return TaskResult(f"⚖ compare: {args[0]} vs {args[1]}", out)
+        if name == "plot":
+            return await self._plot(args[0])
+        raise TaskError(f"unknown command {name}")
+
+    async def _plot(self, job_id: str) -> TaskResult:
+        w = self.engine.jobs.get(job_id)
+        if w is None:
+            raise TaskError(f"job {job_id} is not being watched (only live jobs have a plot)")
+        if self.plots is None:
+            raise TaskError("pictures are not available in this build (matplotlib / chat.plots missing)")
+        now = self._now()
+        kind = "hang" if self.pipeline.book.get(job_id, "hang") is not None else "tgs-degradation"
+        tgs = self.cfg.detectors.tgs
+        payload = chart_payload(
+            w.view,
+            kind,
+            now,
+            tgs_threshold_pct=tgs.drop_pct,
+            baseline_steps=(tgs.baseline_first_step, tgs.baseline_last_step),
+        )
+        pngs = await self.plots.render(payload) if payload is not None else []
+        if not pngs:
+            raise TaskError("the picture could not be rendered")
+        return TaskResult(f"📈 job {job_id}", png=pngs[0])
+
+    async def scancel(self, job_id: str, by: str) -> str:
+        if not can_scancel(job_id) or job_id not in self.engine.jobs:
+            raise TaskError(f"job {job_id} is not a watched Slurm job")
+        env = dict(os.environ)
+        if self.cfg.slurm.slurm_conf:
+            env["SLURM_CONF"] = str(self.cfg.slurm.slurm_conf)
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                "scancel",
+                job_id,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=env,
+            )
+        except OSError as exc:
+            raise TaskError(f"cannot run scancel: {exc.strerror or exc}") from None
+        try:
+            async with asyncio.timeout(self.cfg.slurm.command_timeout_seconds):
+                _, err = await proc.communicate()
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+            raise TaskError("scancel timed out") from None
+        if proc.returncode != 0:
+            raise TaskError(_last_line(err.decode(errors="replace")) or f"exit code {proc.returncode}")
+        return f"scancel {job_id}: requested by {by}"

@@ -1,0 +1,161 @@
+"""The daemon's edge to the alert pictures: plot inputs from a job view as bounded JSON, and rendering them
+off the event loop at send time (`chat.renderer`'s worker process).
+
+A hang/TGS `open` notification carries the picture's inputs rather than PNG bytes: the outbox
+row stays small, a restart re-renders the same picture, and the renderer (matplotlib, in a
+spawned worker) runs only when the message is sent. The inputs are `StepChart` as JSON, the
+step history reduced to at most `MAX_POINTS` points (every step of the newest part, then
+evenly thinned older ones), so a week-long job does not put megabytes into SQLite.
+Without matplotlib (the `chat`/`plots` extras) the notification carries no inputs and pages
+as text; the renderer's worker imports matplotlib, the daemon never does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+from collections.abc import Mapping
+from typing import Any
+
+from jobdiagd.chat.plot_inputs import chart_for_view, chart_title, power_bands, power_strip
+from jobdiagd.chat.renderer import PlotRenderer
+from jobdiagd.model.jobview import JobView
+from jobdiagd.model.plotdata import HostSeries, IncidentMarks, PowerBands, PowerStrip, StepChart, StepPoint
+from jobdiagd.service.logging import get_logger
+from jobdiagd.tsdb.gpu_strip import GpuStrip
+from jobdiagd.tsdb.settings import TsdbSettings
+
+MAX_POINTS = 1500
+KEEP_RECENT = 600
+PAYLOAD = "step_chart/1"
+STRIP = "power_strip/1"
+
+
+def available() -> bool:
+    """True when the renderer's worker can import matplotlib."""
+    return importlib.util.find_spec("matplotlib") is not None
+
+
+def _thin(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if len(points) <= MAX_POINTS:
+        return points
+    old, recent = points[:-KEEP_RECENT], points[-KEEP_RECENT:]
+    stride = -(-len(old) // (MAX_POINTS - KEEP_RECENT))
+    return old[::stride] + recent
+
+
+def chart_payload(
+    view: JobView,
+    kind: str,
+    now: float,
+    *,
+    tgs_threshold_pct: float = 10.0,
+    baseline_steps: tuple[int, int] = (5, 15),
+) -> dict[str, Any] | None:
+    """The step chart of a watched job for an incident kind, as bounded JSON (None: not plottable)."""
+    if kind not in ("hang", "tgs", "tgs-degradation"):
+        return None
+    chart = chart_for_view(
+        view, kind, now, tgs_threshold_pct=tgs_threshold_pct, baseline_steps=baseline_steps
+    )
+    spec = dataclasses.asdict(chart)
+    spec["points"] = _thin(spec["points"])
+    return {"type": PAYLOAD, "spec": spec}
+
+
+def chart_from_payload(payload: Mapping[str, Any]) -> StepChart:
+    """Rebuild the `StepChart` (tuples, nested dataclasses) from its JSON form."""
+    if payload.get("type") != PAYLOAD:
+        raise ValueError(f"unknown plot payload {payload.get('type')!r}")
+    spec = dict(payload["spec"])
+    spec["points"] = tuple(StepPoint(**p) for p in spec.get("points") or ())
+    marks = spec.get("marks")
+    if marks is not None:
+        marks = dict(marks)
+        if marks.get("baseline_steps") is not None:
+            marks["baseline_steps"] = tuple(marks["baseline_steps"])
+        spec["marks"] = IncidentMarks(**marks)
+    spec["checkpoints"] = tuple(spec.get("checkpoints") or ())
+    spec["evals"] = tuple(spec.get("evals") or ())
+    return StepChart(**spec)
+
+
+def strip_payload(
+    strip: GpuStrip, view: JobView, settings: TsdbSettings, gpu_model: str | None
+) -> dict[str, Any]:
+    """A RAY=1 hang's power strip (per-host GPU power/utilization, bands of the GPU model) as JSON."""
+    name = view.main.header.get("JOB_NAME") if view.main is not None else None
+    ps = power_strip(
+        strip.power,
+        strip.util,
+        power_bands(settings.profile(gpu_model), settings.thresholds),
+        title=chart_title(view.key, name, "GPU power"),
+        start=strip.start,
+        end=strip.end,
+        last_step=view.last_step,
+        last_step_at=view.last_step_at,
+        notes=strip.notes,
+    )
+    spec = dataclasses.asdict(ps)
+    for arm in ("power", "util"):
+        for h in spec[arm]:
+            for key in ("mean", "low", "high"):
+                h[key] = [None if x != x else x for x in h[key]]  # NaN (no sample) -> null: strict JSON
+    return {"type": STRIP, "spec": spec}
+
+
+def strip_from_payload(payload: Mapping[str, Any]) -> PowerStrip:
+    if payload.get("type") != STRIP:
+        raise ValueError(f"unknown plot payload {payload.get('type')!r}")
+    spec = dict(payload["spec"])
+
+    def series(items: Any) -> tuple[HostSeries, ...]:
+        return tuple(
+            HostSeries(
+                host=str(h["host"]),
+                times=tuple(h["times"]),
+                # JSON has no NaN literal in strict mode: a silent sample travels as null.
+                mean=tuple(float("nan") if x is None else x for x in h["mean"]),
+                low=tuple(float("nan") if x is None else x for x in h.get("low") or ()),
+                high=tuple(float("nan") if x is None else x for x in h.get("high") or ()),
+                gpus=h.get("gpus"),
+            )
+            for h in items or ()
+        )
+
+    spec["power"] = series(spec.get("power"))
+    spec["util"] = series(spec.get("util"))
+    bands = dict(spec["bands"])
+    bands["busy_wait_w"] = tuple(bands["busy_wait_w"])
+    bands["train_w"] = tuple(bands["train_w"])
+    spec["bands"] = PowerBands(**bands)
+    spec["notes"] = tuple(spec.get("notes") or ())
+    return PowerStrip(**spec)
+
+
+class PlotBridge:
+    """Renders payloads to PNG in the plots helper's off-loop renderer; None when a picture fails."""
+
+    def __init__(self, timeout_s: float = 30.0) -> None:
+        self._renderer = PlotRenderer(timeout_s=timeout_s)
+        self._log = get_logger(component="plots")
+
+    async def render(self, payload: Mapping[str, Any]) -> list[bytes]:
+        """The step chart, then (RAY=1 hang) the power strip; a picture that fails is left out."""
+        specs: list[StepChart | PowerStrip] = []
+        try:
+            specs.append(chart_from_payload(payload))
+            if isinstance(payload.get("strip"), Mapping):
+                specs.append(strip_from_payload(payload["strip"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            self._log.warning("plot_payload_bad", error=f"{type(exc).__name__}: {exc}")
+        out: list[bytes] = []
+        for spec in specs:
+            try:
+                out.append(await self._renderer.render(spec))
+            except Exception as exc:  # RenderError: the message goes without this picture
+                self._log.warning("plot_render_failed", error=f"{type(exc).__name__}: {exc}")
+        return out
+
+    async def close(self) -> None:
+        await self._renderer.close()
