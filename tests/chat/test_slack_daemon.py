@@ -12,6 +12,7 @@ from tests.chat.slack_support import (
     CHAN,
     FOREIGN_CHAN,
     MALLORY,
+    OPERATOR,
     OTHER_CHAN,
     slack_daemon_config,
 )
@@ -314,5 +315,41 @@ async def test_socket_mode_reconnects_when_slack_refreshes_or_drops_the_connecti
         await slack.drop()  # the server side goes away without a word
         await until(lambda: slack.connections_opened == 3 and slack.open_sockets() == 1, "reconnected")
         await answered("help")
+    finally:
+        await d.stop()
+
+
+async def test_scancel_asks_an_operator_to_confirm_and_refuses_everyone_else(
+    short_tmp: Path, slack: SlackEmulator
+) -> None:
+    outputs = short_tmp / "outputs"
+    hung_job(outputs, "7009", steps=12)
+    cfg = slack_daemon_config(short_tmp, slack, extra="[chat]\nscancel_button = true\n")
+    d = await start_daemon(cfg, outputs)
+    try:
+        (page,) = await until(lambda: open_pages(slack), "the hang page")
+        await settled(slack, page, d)
+        assert page.labels[-1] == "⛔ scancel…"
+        scancel = page.value_of("⛔ scancel…")
+        await acked(slack, await slack.press(CHAN, page.ts, ALICE, scancel))  # allowed, but no operator
+        await until(
+            lambda: any("Only operators" in e.visible for e in slack.ephemerals_for(ALICE)), "refusal"
+        )
+        assert slack.messages[(CHAN, page.ts)].labels[-1] == "⛔ scancel…"  # nothing changed
+        await acked(slack, await slack.press(CHAN, page.ts, OPERATOR, scancel))
+        await until(
+            lambda: "⛔ Yes, scancel 7009" in slack.messages[(CHAN, page.ts)].labels,
+            "the confirmation buttons",
+        )
+        confirm = slack.messages[(CHAN, page.ts)]
+        assert confirm.labels == ["⛔ Yes, scancel 7009", "Keep the job"]
+        assert "hang on job 7009" in confirm.visible  # the rest of the page is kept
+        await acked(slack, await slack.press(CHAN, page.ts, OPERATOR, confirm.value_of("Keep the job")))
+        await until(
+            lambda: slack.messages[(CHAN, page.ts)].labels[-1] == "⛔ scancel…", "the buttons restored"
+        )
+        assert any("Kept the job" in e.visible for e in slack.ephemerals_for(OPERATOR))
+        inc = d.engine.pipeline.book.get("7009", "hang")
+        assert inc is not None and inc.resolved_at is None
     finally:
         await d.stop()
