@@ -26,6 +26,8 @@ _MAX_SOCKET_PATH = 107
 _NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 _CREDENTIAL_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 _SLACK_ID_RE = re.compile(r"^[A-Z0-9]{2,32}$")
+_SLASH_RE = re.compile(r"^/[a-z0-9_-]{1,31}$")
+_MENTION_RE = re.compile(r"^<(!here|!channel|!everyone|!subteam\^[A-Z0-9]{2,32}|@[A-Z0-9]{2,32})>$")
 
 
 class ConfigError(ValueError):
@@ -143,6 +145,24 @@ def _token_file(value: Any) -> str | None:
 def _slack_ids(value: Any) -> str | None:
     bad = [v for v in value if not _SLACK_ID_RE.match(v)]
     return f"not Slack ids (upper-case letters and digits): {bad!r}" if bad else None
+
+
+def _slack_id(value: Any) -> str | None:
+    return (
+        None
+        if not value or _SLACK_ID_RE.match(value)
+        else f"not a Slack id (upper-case letters and digits): {value!r}"
+    )
+
+
+def _slash_command(value: Any) -> str | None:
+    return None if _SLASH_RE.match(value) else f"not a slash command like '/jobdiagd': {value!r}"
+
+
+def _slack_mention(value: Any) -> str | None:
+    if not value or all(_MENTION_RE.match(m) for m in value.split()):
+        return None
+    return f"not Slack mentions (<!here>, <!channel>, <!subteam^ID>, <@USERID>): {value!r}"
 
 
 def _severities(value: Any) -> str | None:
@@ -364,12 +384,41 @@ class ChatConfig:
 
 
 @dataclass(frozen=True)
+class SlackRouteConfig:
+    """[[notifiers.slack.routes]]: notifications matching every listed field go to `channel`."""
+
+    channel: str = field(default="", metadata=_v(_slack_id))
+    kinds: tuple[str, ...] = ()
+    severities: tuple[str, ...] = field(default=(), metadata=_v(_severities))
+    owners: tuple[str, ...] = field(default=(), metadata=_v(_names))
+
+
+@dataclass(frozen=True)
 class SlackNotifierConfig:
     enabled: bool = False
+    # The bot token (xoxb-...): a file, or a systemd credential name.
     token_file: Path | None = field(default=None, metadata=_v(_token_file, secret=True))
     token_credential: str = field(default="", metadata=_v(_credential, secret=True))
+    # The app-level token (xapp-..., scope connections:write) for Socket Mode; needed when commands = true.
+    app_token_file: Path | None = field(default=None, metadata=_v(_token_file, secret=True))
+    app_token_credential: str = field(default="", metadata=_v(_credential, secret=True))
+    # Channels the app posts to and takes commands from (ids, e.g. C0123456789).
     channel_ids: tuple[str, ...] = field(default=(), metadata=_v(_slack_ids))
+    # Users whose commands and button presses are obeyed (in the channels above); empty: nobody's.
     allowed_users: tuple[str, ...] = field(default=(), metadata=_v(_slack_ids))
+    # Users allowed to press "scancel" (also needs [chat] scancel_button = true).
+    operators: tuple[str, ...] = field(default=(), metadata=_v(_slack_ids))
+    # Where notifications go when no route matches (default: the first of channel_ids).
+    default_channel: str = field(default="", metadata=_v(_slack_id))
+    routes: tuple[SlackRouteConfig, ...] = ()
+    # Web API base URL: GovSlack / an enterprise gateway, or a test emulator.
+    api_base_url: str = field(default="https://slack.com/api/", metadata=_v(_http_url))
+    # Socket Mode intake of the slash command, @mentions and buttons; false: send-only.
+    commands: bool = True
+    slash_command: str = field(default="/jobdiagd", metadata=_v(_slash_command))
+    # Prepended to pages that ring (not info, not below critical in quiet hours): "<!here>",
+    # "<!channel>", a user group "<!subteam^S0123>" or users "<@U0123>"; empty: none.
+    page_mention: str = field(default="", metadata=_v(_slack_mention))
 
 
 @dataclass(frozen=True)
@@ -434,6 +483,7 @@ RESTART_KEYS: tuple[tuple[str, str], ...] = (
     ("daemon", "metrics_port"),
     ("slurm", "backend"),
     ("notifiers", "telegram"),
+    ("notifiers", "slack"),
     ("chat", "quiet_hours"),
     ("chat", "timezone"),
     ("chat", "scancel_button"),
@@ -621,6 +671,21 @@ def _cross_check(cfg: Config, ctx: _Ctx) -> None:
         targets = "chat_ids" if name == "telegram" else "channel_ids"
         if not getattr(sec, targets):
             ctx.error(where, targets, "must list at least one allowed destination when enabled")
+    sl = n.slack
+    if sl.enabled and sl.commands and (sl.app_token_file is None) == (not sl.app_token_credential):
+        ctx.error(
+            ("notifiers", "slack"),
+            "app_token_file",
+            "set exactly one of app_token_file or app_token_credential (the xapp- token Socket Mode"
+            " needs), or commands = false",
+        )
+    if sl.default_channel and sl.default_channel not in sl.channel_ids:
+        ctx.error(("notifiers", "slack"), "default_channel", f"{sl.default_channel} is not in channel_ids")
+    for i, sr in enumerate(sl.routes):
+        if sr.channel not in sl.channel_ids:
+            ctx.error(
+                ("notifiers", "slack", f"routes[{i}]"), "channel", f"{sr.channel!r} is not in channel_ids"
+            )
     tg = n.telegram
     if tg.default_chat is not None and tg.default_chat not in tg.chat_ids:
         ctx.error(("notifiers", "telegram"), "default_chat", f"{tg.default_chat} is not in chat_ids")

@@ -255,3 +255,21 @@ def test_build_notifiers_and_secrets(tmp_path: Path) -> None:
     assert [n.name for n in notifiers] == ["console", "jsonl", "telegram"] and skipped == []
     assert read_secret(None, "telegram-token", {}) is None
     assert read_secret(creds / "missing", "", env) is None
+
+
+async def test_retry_after_counts_from_the_refusal_not_from_the_start_of_the_pass(tmp_path: Path) -> None:
+    clock = [T0]
+
+    class SlowThenLimited(Recorder):
+        async def send(self, notification: Notification) -> None:
+            clock[0] += 3.0  # the request took 3 s before the server said "come back in 10 s"
+            raise NotifierError("429", retry_after=10.0)
+
+    box = outbox(tmp_path, ["chat"])
+    d = Dispatcher(
+        box, [SlowThenLimited("chat")], policy=RetryPolicy(initial=1, maximum=5), now=lambda: clock[0]
+    )
+    box.enqueue([note("n1")], T0)
+    assert (await d.drain(T0)).failed == 1
+    assert d.state["chat"].blocked_until == T0 + 3 + 10  # not T0 + 10: that would be refused again
+    assert box.next_attempt_at("chat") == T0 + 3 + 10

@@ -15,6 +15,7 @@ from jobdiagd.service.engine import Engine
 from jobdiagd.service.lifecycle import Lifecycle
 from jobdiagd.service.runner import run_daemon
 from tests.chat.emulators.telegram import TelegramEmulator
+from tests.chat.slack_support import slack  # noqa: F401  (fixture re-export)
 from tests.daemon.conftest import JobLog, short_tmp  # noqa: F401  (fixture re-export)
 
 CHAT = -1001

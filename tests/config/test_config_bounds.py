@@ -95,7 +95,8 @@ def test_other_numeric_keys_are_bounded_too(section: str, key: str, value: str) 
 def test_a_token_pasted_into_a_token_key_is_refused_without_echoing_it(
     table: str, token: str, key: str
 ) -> None:
-    targets = "chat_ids = [1]" if table == "telegram" else "channel_ids = ['C01']"
+    # Slack without commands: no app-level token is needed for a valid section.
+    targets = "chat_ids = [1]" if table == "telegram" else "channel_ids = ['C01']\ncommands = false"
     text = f"[notifiers.{table}]\nenabled = true\n{key} = '{token}'\n{targets}\n"
     if key == "token_file" and token.startswith("s3cr3t"):
         # Any string can be a file name: only token-shaped values are refused here.

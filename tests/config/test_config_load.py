@@ -173,6 +173,18 @@ def test_unknown_keys_rejected_at_every_level(text: str, expected: str) -> None:
             "credential",
         ),
         ("[notifiers.slack]\nchannel_ids = ['general']\n", "[notifiers.slack] channel_ids", "Slack ids"),
+        (
+            "[notifiers.slack]\nenabled = true\ntoken_credential = 'sl'\nchannel_ids = ['C1']\n",
+            "[notifiers.slack] app_token_file",
+            "xapp- token",
+        ),
+        ("[notifiers.slack]\npage_mention = '@here'\n", "[notifiers.slack] page_mention", "<!here>"),
+        ("[notifiers.slack]\nslash_command = 'jobdiagd'\n", "[notifiers.slack] slash_command", "slash command"),
+        (
+            "[notifiers.slack]\nchannel_ids = ['C1']\n[[notifiers.slack.routes]]\nchannel = 'C2'\n",
+            "[notifiers.slack.routes[0]] channel",
+            "not in channel_ids",
+        ),
         ("[tsdb]\ngpu_model = 'MI 300'\n", "[tsdb] gpu_model", "unknown GPU model"),
         ("[tsdb]\nconfirm_hang_with_power = 'yes'\n", "[tsdb] confirm_hang_with_power", "true or false"),
         ("[tsdb.ssh]\nconnect_timeout_s = 'soon'\n", "[tsdb.ssh] connect_timeout_s", "a number"),
@@ -226,11 +238,18 @@ def test_valid_chat_placeholders_accepted() -> None:
     cfg = loads(
         "[notifiers.telegram]\nenabled = true\ntoken_credential = 'telegram-token'\nchat_ids = [-1001234]\n"
         "allowed_users = [42]\n[notifiers.slack]\nenabled = true\ntoken_file = '/etc/jobdiagd/slack'\n"
-        "channel_ids = ['C012AB']\n",
+        "app_token_credential = 'slack-app'\nchannel_ids = ['C012AB']\n",
         source="c.toml",
     )
     assert cfg.notifiers.telegram.chat_ids == (-1001234,)
     assert cfg.notifiers.slack.token_file == Path("/etc/jobdiagd/slack")
+    assert cfg.notifiers.slack.app_token_credential == "slack-app"
+    send_only = loads(
+        "[notifiers.slack]\nenabled = true\ntoken_credential = 'sl'\nchannel_ids = ['C1']\ncommands = false\n"
+        "page_mention = '<!subteam^S0ONCALL> <@U0ALICE>'\n",
+        source="c.toml",
+    )
+    assert send_only.notifiers.slack.app_token_file is None and not send_only.notifiers.slack.commands
 
 
 def test_restart_required_lists_keys_a_reload_cannot_apply() -> None:

@@ -194,10 +194,12 @@ class Dispatcher:
             error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             attempts = delivery.attempts + 1
             permanent = isinstance(exc, NotifierError) and exc.permanent
-            delay = self.policy.delay(attempts)
+            backoff_until = now + self.policy.delay(attempts)
             if isinstance(exc, NotifierError) and exc.retry_after is not None:
-                delay = max(delay, exc.retry_after)  # the server said when; sooner is refused again
-            retry_at: float | None = now + delay
+                # The server said when, counted from its answer (not from the start of this pass,
+                # which a slow request predates): sooner is refused again.
+                backoff_until = max(backoff_until, self._now() + exc.retry_after)
+            retry_at: float | None = backoff_until
             if permanent or now - delivery.notification.created_at >= self.policy.give_up_after:
                 retry_at = None
                 st.dead += 1

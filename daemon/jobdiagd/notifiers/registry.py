@@ -1,4 +1,4 @@
-"""Builds the configured notifiers; Slack is validated in config but not built yet."""
+"""Builds the configured notifiers (console, JSONL, Telegram, Slack) with their secrets read from files or credentials."""
 
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ from jobdiagd.config import Config
 from jobdiagd.notifiers.base import Notifier
 from jobdiagd.notifiers.console import ConsoleNotifier
 from jobdiagd.notifiers.jsonl import JsonlNotifier
-
-NOT_IMPLEMENTED = ("slack",)
 
 
 def build_notifiers(cfg: Config, env: Mapping[str, str] | None = None) -> tuple[list[Notifier], list[str]]:
@@ -34,9 +32,21 @@ def build_notifiers(cfg: Config, env: Mapping[str, str] | None = None) -> tuple[
             from jobdiagd.notifiers.telegram import TelegramTransport, settings_from_config
 
             out.append(TelegramTransport(settings_from_config(n.telegram, cfg.chat, token)))
-    skipped += [
-        f"{name}: not available in this build" for name in NOT_IMPLEMENTED if getattr(n, name).enabled
-    ]
+    if n.slack.enabled:
+        sl = n.slack
+        bot = read_secret(sl.token_file, sl.token_credential, env)
+        app = read_secret(sl.app_token_file, sl.app_token_credential, env) if sl.commands else None
+        if bot is None:
+            where = sl.token_file or f"credential {sl.token_credential!r}"
+            skipped.append(f"slack: no bot token ({where} missing or empty)")
+        elif sl.commands and app is None:
+            where = sl.app_token_file or f"credential {sl.app_token_credential!r}"
+            skipped.append(f"slack: no app-level token ({where} missing or empty; or set commands = false)")
+        else:
+            from jobdiagd.notifiers.slack import SlackTransport
+            from jobdiagd.notifiers.slack import settings_from_config as slack_settings
+
+            out.append(SlackTransport(slack_settings(sl, cfg.chat, bot, app)))
     return out, skipped
 
 
