@@ -157,6 +157,7 @@ class IncidentBook:
                 last_seen_at=now,
                 first_step=finding.at_step,
                 last_step=finding.at_step,
+                owner=finding.owner,
             )
             if muted:
                 self._put(inc)

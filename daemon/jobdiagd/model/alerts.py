@@ -33,6 +33,8 @@ class Finding:
     evidence: tuple[str, ...] = ()
     at_step: int | None = None
     resolved: bool = False
+    # The job's Slurm user, where known (the engine fills it in); routes alerts to their owners.
+    owner: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +104,8 @@ class Incident:
     acked_by: str | None = None
     resolved_at: float | None = None
     resolution: str | None = None
+    # From the finding that opened it; kept for the incident's life so alert labels stay stable.
+    owner: str | None = None
 
     @property
     def is_open(self) -> bool:
@@ -120,3 +124,4 @@ class Mute:
 
     def covers(self, job_id: str, kind: str, now: float) -> bool:
         return now < self.until and self.job_id in ("*", job_id) and self.kind in ("*", kind)
+

@@ -375,7 +375,7 @@ class Engine:
                         findings.append(item)
         for name, secs in durations.items():
             self.metrics.observe_detector(name, secs, ok_by.get(name, True))
-        findings = [f for f in findings if keep_resolution(self.pipeline.book, f)]
+        findings = [self._with_owner(f) for f in findings if keep_resolution(self.pipeline.book, f)]
         if self.enricher is not None:
             # RAY=1 jobs: hang alerts carry the GPU power verdict, failed jobs' end reports the
             # class playbook; both are held (a tick, a playbook run) rather than sent without it.
@@ -421,6 +421,14 @@ class Engine:
             self.metrics.observe_tick(elapsed, stats.ok, now)
         stats.jobs = len(keys)
         return stats
+
+    def _with_owner(self, finding: Finding) -> Finding:
+        """The job's Slurm user on its findings, so incidents (and alert routes) know the owner."""
+        w = self.jobs.get(finding.job_id)
+        slurm = w.view.slurm if w is not None else None
+        if finding.owner is not None or slurm is None or not slurm.user:
+            return finding
+        return replace(finding, owner=slurm.user)
 
     async def _discover(self, now: float) -> None:
         d = self.discovery
