@@ -129,6 +129,11 @@ class AlertStore:
         sql = "SELECT data FROM incidents" + (" WHERE is_open = 1" if open_only else "") + " ORDER BY rowid"
         return [_incident_from_json(row["data"]) for row in self._conn.execute(sql)]
 
+    def load_incident(self, incident_id: str) -> Incident | None:
+        """One incident, open or resolved (a notifier mirroring state reads the final one)."""
+        row = self._conn.execute("SELECT data FROM incidents WHERE id = ?", (incident_id,)).fetchone()
+        return None if row is None else _incident_from_json(row["data"])
+
     def load_seqs(self) -> dict[tuple[str, str], int]:
         rows = self._conn.execute("SELECT job_id, kind, MAX(seq) AS seq FROM incidents GROUP BY job_id, kind")
         return {(r["job_id"], r["kind"]): int(r["seq"]) for r in rows}
