@@ -13,13 +13,15 @@
 # State (pid, ports, log, storage with silences and the notification log) lives under
 # $JOBDIAGD_SVC_DIR/alertmanager-NAME*; a restart with the same NAME keeps its storage.
 # ALERTMANAGER_PEER_TIMEOUT (default 15s, Alertmanager's own) is how long a peer waits for the one
-# before it to notify; ALERTMANAGER_GOSSIP_INTERVAL (default 200ms) sets gossip and settle speed.
+# before it to notify; ALERTMANAGER_GOSSIP_INTERVAL (default 200ms) sets gossip and settle speed;
+# ALERTMANAGER_WEB_CONFIG names a --web.config.file (basic auth, TLS) for the instances.
 set -euo pipefail
 
 SVC=${JOBDIAGD_SVC_DIR:-/tmp/jobdiagd-svc}
 AM=${ALERTMANAGER_BIN:-/usr/bin/prometheus-alertmanager}
 PEER_TIMEOUT=${ALERTMANAGER_PEER_TIMEOUT:-15s}
 GOSSIP_INTERVAL=${ALERTMANAGER_GOSSIP_INTERVAL:-200ms}
+WEB_CONFIG=${ALERTMANAGER_WEB_CONFIG:-}
 
 check() {
   if [ -x "$AM" ]; then
@@ -44,6 +46,11 @@ valid_port() {
   [[ $1 =~ ^[0-9]{1,5}$ ]] && [ "$1" -le 65535 ] || { echo "alertmanager.sh: bad port $1" >&2; return 2; }
 }
 
+# HTTP status of /-/ready (000: no answer). Behind basic auth a 401 still says it is up.
+ready_code() {
+  curl -s -o /dev/null -w '%{http_code}' --max-time 2 "http://127.0.0.1:$1/-/ready" 2>/dev/null || true
+}
+
 # "<cluster status> <peer count>" from /api/v2/status ("disabled 0" for a single instance).
 cluster_state() {
   curl -fsS --max-time 2 "http://127.0.0.1:$1/api/v2/status" 2>/dev/null | python3 -c '
@@ -58,7 +65,9 @@ wait_ready() {
   local port=$1 pid=$2 peers=${3:-0}
   for _ in $(seq 1 600); do
     kill -0 "$pid" 2>/dev/null || return 1
-    if curl -fsS --max-time 2 "http://127.0.0.1:$port/-/ready" >/dev/null 2>&1; then
+    local code
+    code=$(ready_code "$port")
+    if [ "$code" = 200 ] || { [ "$code" = 401 ] && [ -n "$WEB_CONFIG" ]; }; then
       [ "$peers" -eq 0 ] && return 0
       read -r state n <<<"$(cluster_state "$port")"
       if [ "$state" = ready ] && [ "$n" -ge "$peers" ]; then return 0; fi
@@ -91,10 +100,12 @@ launch() {
       cluster+=(--cluster.peer="$peer")
     done
   fi
+  local web=()
+  [ -z "$WEB_CONFIG" ] || web=(--web.config.file="$WEB_CONFIG")
   local dir="$SVC/alertmanager-$name"
   mkdir -p "$dir/data"
   "$AM" --config.file="$cfg" --storage.path="$dir/data" --web.listen-address="127.0.0.1:$port" \
-    "${cluster[@]}" >>"$SVC/alertmanager-$name.log" 2>&1 &
+    "${cluster[@]}" "${web[@]}" >>"$SVC/alertmanager-$name.log" 2>&1 &
   echo $! >"$SVC/alertmanager-$name.pid"
   echo "$port" >"$SVC/alertmanager-$name.port"
   if [ -n "$cport" ]; then echo "$cport" >"$SVC/alertmanager-$name.cport"; else rm -f "$SVC/alertmanager-$name.cport"; fi
