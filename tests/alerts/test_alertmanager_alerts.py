@@ -22,6 +22,7 @@ from jobdiagd.notifiers.alertmanager import (
     resolved_alert,
     watchdog_alert,
 )
+from jobdiagd.service.alert_sync import conditions_from_status
 
 T0 = 1_800_000_000.0
 OPTS = AlertOptions(cluster="frontier", instance="login1", resend_interval=60.0)
@@ -164,6 +165,34 @@ def test_daemon_alerts_carry_the_instance_and_the_watchdog_always_fires() -> Non
 )
 def test_only_content_rejections_drop_a_message(status: int, for_good: bool) -> None:
     assert rejected_for_good(status) is for_good
+
+
+def test_conditions_from_the_status_snapshot() -> None:
+    healthy = {"tick_seconds": 15, "started_at": T0, "last_tick_at": T0 + 100, "last_tick_ok": True}
+    assert conditions_from_status(healthy, T0 + 110) == []
+    status = {
+        **healthy,
+        "sources": {
+            "squeue": {"failing": True, "failing_since": T0 + 50, "last_error": "exit 1: no controller"},
+            "outputs": {"failing": False},
+        },
+        "jobs": [{"job_id": "7", "blind": ["/o/7.log"]}, {"job_id": "8", "blind": []}],
+        "notifiers": {
+            "telegram": {"failing": True, "failing_since": T0 + 60, "last_error": "HTTP 502"},
+            "alertmanager": {"failing": True, "failing_since": T0 + 60, "last_error": "down"},
+        },
+    }
+    got = conditions_from_status(status, T0 + 110, skip_notifiers=("alertmanager",))
+    assert [(c.name, c.job_id, c.component, c.severity) for c in got] == [
+        ("source-failing", None, "squeue", "warning"),
+        ("monitoring-blind", "7", None, "warning"),
+        ("notifier-failing", None, "telegram", "warning"),
+    ]
+    assert got[0].since == T0 + 50 and "no controller" in got[0].description
+    assert "/o/7.log" in got[1].description
+    stale = conditions_from_status({**healthy, "last_tick_ok": False}, T0 + 200)
+    assert [(c.name, c.severity) for c in stale] == [("unhealthy", "critical")]
+    assert "last tick" in stale[0].description
 
 
 def test_one_incident_by_id_open_or_resolved(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from jobdiagd.detectors import build as build_detectors
 from jobdiagd.detectors import enabled_names
 from jobdiagd.notifiers.dispatcher import Dispatcher, RetryPolicy
 from jobdiagd.notifiers.registry import build_notifiers
+from jobdiagd.service.alert_sync import add_state_mirrors
 from jobdiagd.service.engine import Discovery, Engine, OutputsDiscovery, SlurmDiscovery
 from jobdiagd.service.health import Health
 from jobdiagd.service.lifecycle import Lifecycle
@@ -133,6 +134,8 @@ async def run_daemon(
     if cfg.daemon.metrics_port:
         ms = MetricsServer(metrics, cfg.daemon.metrics_host, cfg.daemon.metrics_port)
         lc.add_step("metrics", ms.start, ms.stop)
+    # Alertmanager forgets alerts not re-posted: it gets the open incidents again every interval.
+    add_state_mirrors(lc, notifiers, pipeline, snapshot)
     lc.add_step("final delivery", cleanup=dispatcher.drain)
     lc.add_task("dispatcher", dispatcher.run, drain=False)
     lc.add_task("file watcher", watcher.run, drain=False)
