@@ -5,7 +5,7 @@
 #                                                       empty), gossip off; waits for /-/ready
 #   alertmanager.sh start NAME CONFIG PORT CPORT PEER...
 #                                                    -- one HA peer: gossip on 127.0.0.1:CPORT, joining PEER
-#                                                       (host:port, repeatable); waits until its gossip settled
+#                                                       (127.0.0.1:PORT, repeatable); waits until gossip settled
 #   alertmanager.sh start-pair NAME CONFIG           -- two peers NAME-0 and NAME-1 gossiping on loopback (free
 #                                                       ports); waits until both are settled and see each other
 #   alertmanager.sh stop NAME | stop-pair NAME       -- stop by PID (SIGKILL after 15 s)
