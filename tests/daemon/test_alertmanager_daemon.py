@@ -110,7 +110,10 @@ resend_interval_seconds = {RESEND}
         await asyncio.to_thread(slurm_cluster.scancel, job_id)
         await wait_until(lambda: webhook.notifications("resolved", job_id=job_id), "the resolve", within=120)
         assert await alertmanager.alerts(query) == []
-        assert [n["event"] for n in notes(work) if n["kind"] == "hang"] == ["open", "resolve"]
+        assert [n["event"] for n in notes(work) if (n["kind"], n["job_id"]) == ("hang", job_id)] == [
+            "open",
+            "resolve",
+        ]
     finally:
         if job_id and slurm_cluster.state(job_id) not in ("CANCELLED", "COMPLETED", "FAILED", None):
             slurm_cluster.scancel(job_id)
