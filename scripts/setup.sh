@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Set up everything jobdiagd and its tests need on a fresh Debian machine:
 # the system services the integration tests run for real (Slurm, munge, Prometheus,
-# promtool, sshd) and a virtualenv in .venv with the package installed editable.
+# promtool, Alertmanager, sshd) and a virtualenv in .venv with the package installed editable.
 # Idempotent: a second run only checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-SYSTEM_PACKAGES=(slurm-wlm munge prometheus openssh-server openssh-client systemd)
+SYSTEM_PACKAGES=(slurm-wlm munge prometheus prometheus-alertmanager openssh-server openssh-client systemd)
 
 missing=()
 for pkg in "${SYSTEM_PACKAGES[@]}"; do

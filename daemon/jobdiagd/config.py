@@ -11,6 +11,7 @@ import re
 import tomllib
 import types
 import typing
+import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,9 @@ _CREDENTIAL_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 _SLACK_ID_RE = re.compile(r"^[A-Z0-9]{2,32}$")
 _SLASH_RE = re.compile(r"^/[a-z0-9_-]{1,31}$")
 _MENTION_RE = re.compile(r"^<(!here|!channel|!everyone|!subteam\^[A-Z0-9]{2,32}|@[A-Z0-9]{2,32})>$")
+_LABEL_VALUE_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+# Placeholders an Alertmanager runbook/generator URL may use (filled per alert).
+_URL_PLACEHOLDERS = ("alertname", "cluster", "job_id", "kind")
 
 
 class ConfigError(ValueError):
@@ -190,6 +194,59 @@ def _timezone(value: Any) -> str | None:
     except ValueError as exc:
         return str(exc)
     return None
+def _http_url_problem(url: str, *, links: bool = False) -> str | None:
+    # The URL itself is never echoed: a pasted one may carry credentials.
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return "not a valid URL"
+    if parts.scheme not in ("http", "https"):
+        return "must be an http:// or https:// URL"
+    if parts.username is not None or parts.password is not None:
+        return "must not carry credentials (use secret_file or secret_credential)"
+    if not parts.hostname:
+        return "has no host"
+    if port == 0:
+        return "has port 0"
+    if (parts.query or parts.fragment) and not links:
+        return "must not have a query or fragment"
+    return None
+
+
+def _http_urls(value: Any) -> str | None:
+    for i, url in enumerate(value):
+        problem = _http_url_problem(url)
+        if problem:
+            return f"item {i}: {problem}"
+    if len(set(value)) != len(value):
+        return "lists the same URL twice"
+    return None
+
+
+def _url_template(value: Any) -> str | None:
+    if not value:
+        return None
+    try:
+        filled = value.format(**{name: "x" for name in _URL_PLACEHOLDERS})
+    except (KeyError, IndexError, ValueError):
+        known = ", ".join("{" + n + "}" for n in _URL_PLACEHOLDERS)
+        return f"has an unknown or malformed placeholder (known: {known})"
+    return _http_url_problem(filled, links=True)
+
+
+def _label_value(value: Any) -> str | None:
+    if not value or _LABEL_VALUE_RE.match(value):
+        return None
+    return f"must be 1-128 letters, digits, '_', '.', ':' or '-', got {value!r}"
+
+
+def _basic_auth_user(value: Any) -> str | None:
+    return (
+        f"must not contain ':' or control characters, got {value!r}"
+        if re.search(r"[:\x00-\x1f]", value)
+        else None
+    )
 
 
 # ---------------------------------------------------------------- sections
@@ -422,11 +479,38 @@ class SlackNotifierConfig:
 
 
 @dataclass(frozen=True)
+class AlertmanagerNotifierConfig:
+    enabled: bool = False
+    # Every instance of one Alertmanager cluster: HA peers do not share alerts, each must get them.
+    urls: tuple[str, ...] = field(default=(), metadata=_v(_http_urls))
+    # `cluster` label on every alert (required when enabled); two daemons of an HA pair use the same.
+    cluster: str = field(default="", metadata=_v(_label_value))
+    # `instance` label on alerts about the daemon itself ("": this host's name).
+    instance: str = field(default="", metadata=_v(_label_value))
+    # Firing alerts expire 4 intervals after their last post: a long one leaves them firing that
+    # long after the daemon died, and a short one floods Alertmanager.
+    resend_interval_seconds: float = field(
+        default=60.0, metadata=_v(Bounded(1, 900, "alerts expire 4 intervals after the daemon dies"))
+    )
+    timeout_seconds: float = field(
+        default=4.0, metadata=_v(Bounded(0.1, 300, "a hung instance holds the queue this long"))
+    )
+    runbook_url: str = field(default="", metadata=_v(_url_template))
+    generator_url: str = field(default="", metadata=_v(_url_template))
+    watchdog_alert: bool = False
+    auth: Literal["none", "basic", "bearer"] = "none"
+    username: str = field(default="", metadata=_v(_basic_auth_user))
+    secret_file: Path | None = field(default=None, metadata=_v(_token_file, secret=True))
+    secret_credential: str = field(default="", metadata=_v(_credential, secret=True))
+
+
+@dataclass(frozen=True)
 class NotifiersConfig:
     console: ConsoleNotifierConfig = field(default_factory=ConsoleNotifierConfig)
     jsonl: JsonlNotifierConfig = field(default_factory=JsonlNotifierConfig)
     telegram: TelegramNotifierConfig = field(default_factory=TelegramNotifierConfig)
     slack: SlackNotifierConfig = field(default_factory=SlackNotifierConfig)
+    alertmanager: AlertmanagerNotifierConfig = field(default_factory=AlertmanagerNotifierConfig)
 
 
 @dataclass(frozen=True)
@@ -660,8 +744,9 @@ def _cross_check(cfg: Config, ctx: _Ctx) -> None:
             f"must be >= retry_initial_seconds ({d.retry_initial_seconds})",
         )
     n = cfg.notifiers
-    if not (n.console.enabled or n.jsonl.enabled or n.telegram.enabled or n.slack.enabled):
-        ctx.error(("notifiers",), None, "enable at least one notifier (console, jsonl, telegram, slack)")
+    notifier_names = [f.name for f in dataclasses.fields(n)]
+    if not any(getattr(n, name).enabled for name in notifier_names):
+        ctx.error(("notifiers",), None, f"enable at least one notifier ({', '.join(notifier_names)})")
     for name, sec in (("telegram", n.telegram), ("slack", n.slack)):
         if not sec.enabled:
             continue
@@ -692,6 +777,38 @@ def _cross_check(cfg: Config, ctx: _Ctx) -> None:
     for i, r in enumerate(tg.routes):
         if r.chat not in tg.chat_ids:
             ctx.error(("notifiers", "telegram", f"routes[{i}]"), "chat", f"{r.chat} is not in chat_ids")
+    _check_alertmanager(cfg, ctx)
+
+
+def _check_alertmanager(cfg: Config, ctx: _Ctx) -> None:
+    am = cfg.notifiers.alertmanager
+    if not am.enabled:
+        return
+    where = ("notifiers", "alertmanager")
+    if not am.urls:
+        ctx.error(where, "urls", "must list every Alertmanager instance when enabled")
+    if not am.cluster:
+        ctx.error(where, "cluster", "must name the cluster when enabled (it is a label on every alert)")
+    has_secret = am.secret_file is not None or bool(am.secret_credential)
+    if am.auth == "none":
+        if has_secret or am.username:
+            ctx.error(where, "auth", 'is "none" but username/secret_file/secret_credential is set')
+    elif (am.secret_file is None) == (not am.secret_credential):
+        ctx.error(
+            where, "secret_file", f'set exactly one of secret_file or secret_credential (auth = "{am.auth}")'
+        )
+    if am.auth == "basic" and not am.username:
+        ctx.error(where, "username", 'must be set for auth = "basic"')
+    if am.auth == "bearer" and am.username:
+        ctx.error(where, "username", 'is only used with auth = "basic"')
+    send = cfg.delivery.send_timeout_seconds
+    if 2 * am.timeout_seconds > send:
+        # A send may wait for a re-post round in flight before its own request.
+        ctx.error(
+            where,
+            "timeout_seconds",
+            f"must be at most half of [delivery] send_timeout_seconds ({_fmt(send)}), got {_fmt(am.timeout_seconds)}",
+        )
 
 
 def _resolve_state_paths(cfg: Config) -> Config:

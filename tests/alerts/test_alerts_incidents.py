@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
+
 from jobdiagd.alerts.incidents import IncidentBook, format_duration
+from jobdiagd.alerts.store import AlertStore
 from jobdiagd.model.alerts import Finding
 
 T0 = 1_800_000_000.0
@@ -202,3 +206,17 @@ def test_format_duration() -> None:
         "1 h 30 min",
         "3 d 2 h",
     ]
+
+
+def test_the_owner_of_the_opening_finding_stays_with_the_incident(tmp_path: Path) -> None:
+    b = book()
+    b.observe(replace(hang(), owner="dave"), T0)
+    b.observe(replace(hang(), owner="someone-else"), T0 + 60)  # labels built from it must not change
+    (inc,) = b.open_incidents()
+    assert inc.owner == "dave"
+    store = AlertStore.in_state_dir(tmp_path)
+    store.save_incidents(b.take_changes().incidents)
+    store.close()
+    reloaded = AlertStore.in_state_dir(tmp_path)
+    assert [i.owner for i in reloaded.load_incidents()] == ["dave"]
+    reloaded.close()

@@ -84,4 +84,5 @@ def short_tmp() -> Iterator[Path]:
         yield Path(d)
 
 
+from tests.helpers.alertmanager import alertmanager, am_dir, webhook  # noqa: E402,F401  (fixture re-exports)
 from tests.helpers.slurm_cluster import slurm_cluster  # noqa: E402,F401  (fixture re-export)

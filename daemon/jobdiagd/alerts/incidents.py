@@ -173,7 +173,7 @@ class IncidentBook:
             summary=finding.summary,
             severity=finding.severity if escalated else inc.severity,
             last_step=finding.at_step if finding.at_step is not None else inc.last_step,
-            owner=finding.owner or inc.owner,
+            owner=inc.owner or finding.owner,  # the first owner known stays (stable alert labels)
             ray=finding.ray or inc.ray,
         )
         if muted:

@@ -128,6 +128,24 @@ class Outbox:
             out.append(delivery)
         return out
 
+    def latest_for_incident(
+        self, incident_id: str, events: Sequence[str] = ("open", "remind")
+    ) -> Notification | None:
+        """The newest stored notification of an incident among `events` (its current text).
+
+        Incident notification ids start with "<incident id>:" (IncidentBook): a range on the
+        primary key finds them without a scan.
+        """
+        rows = self.store.conn.execute(
+            "SELECT data FROM outbox WHERE id > ? AND id < ? ORDER BY created_at DESC, rowid DESC",
+            (incident_id + ":", incident_id + ";"),
+        )
+        for row in rows:
+            n = Notification.from_json(row[0])
+            if n.incident_id == incident_id and n.event in events:
+                return n
+        return None
+
     def next_attempt_at(self, notifier: str) -> float | None:
         """When the head of this notifier's queue is due (None: nothing pending)."""
         for r in self._pending_rows(notifier, 1):

@@ -321,6 +321,11 @@ class AlertStore:
         row = self._conn.execute("SELECT data FROM incidents WHERE rowid = ?", (token,)).fetchone()
         return None if row is None else _incident_from_json(row["data"])
 
+    def load_incident(self, incident_id: str) -> Incident | None:
+        """One incident, open or resolved (a notifier mirroring state reads the final one)."""
+        row = self._conn.execute("SELECT data FROM incidents WHERE id = ?", (incident_id,)).fetchone()
+        return None if row is None else _incident_from_json(row["data"])
+
     def load_seqs(self) -> dict[tuple[str, str], int]:
         rows = self._conn.execute("SELECT job_id, kind, MAX(seq) AS seq FROM incidents GROUP BY job_id, kind")
         out: dict[tuple[str, str], int] = {}

@@ -128,6 +128,7 @@ class Incident:
     acked_by: str | None = None
     resolved_at: float | None = None
     resolution: str | None = None
+    # From the finding that opened it; kept for the incident's life so alert labels stay stable.
     owner: str | None = None
     ray: bool = False
 
@@ -148,3 +149,21 @@ class Mute:
 
     def covers(self, job_id: str, kind: str, now: float) -> bool:
         return now < self.until and self.job_id in ("*", job_id) and self.kind in ("*", kind)
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonCondition:
+    """Something wrong with the daemon itself (an input failing, a job's log unreadable) while it lasts.
+
+    Not an incident: it has no history in the store; it is derived afresh from the daemon's state
+    (what `jobdiagd status` shows) each time it is needed, so it ends when that state clears.
+    Identity: `name` plus `job_id`/`component` ("source-failing" of component "squeue").
+    """
+
+    name: str
+    severity: Severity
+    summary: str
+    description: str = ""
+    job_id: str | None = None
+    component: str | None = None
+    since: float | None = None

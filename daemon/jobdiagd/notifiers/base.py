@@ -1,15 +1,20 @@
-"""The notifier interface: a pure `render` and an async `send` that raises NotifierError on failure."""
+"""The notifier interface: a pure `render` and an async `send` that raises NotifierError on failure.
+
+Notifiers whose destination holds state that must be refreshed (Alertmanager forgets an alert
+that is not re-posted) also implement `StateMirror`: the service hands them the current state.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from jobdiagd.alerts.messages import MessageStore
 from jobdiagd.chat.auth import Authorizer
 from jobdiagd.chat.router import ChatRouter
-from jobdiagd.model.alerts import Notification
+from jobdiagd.model.alerts import DaemonCondition, Incident, Notification
 
 # Renders a notification's plot inputs to PNGs at send time: the page's picture first, then any
 # further ones (a RAY=1 hang's GPU power strip); pictures that fail are left out.
@@ -77,3 +82,42 @@ class ChatTransport(Notifier, Protocol):
     async def stop(self) -> None: ...
 
     async def check(self, text: str) -> list[CheckResult]: ...
+
+
+@dataclass(frozen=True)
+class CurrentState:
+    """What is true now, for notifiers that mirror state rather than relay messages.
+
+    `incidents`: the open incidents people were told about, each with its newest open/remind
+    notification (its current text; None when no longer stored). `conditions`: the daemon's own
+    trouble (inputs failing, logs unreadable), derived from its status.
+    """
+
+    incidents: Sequence[tuple[Incident, Notification | None]] = ()
+    conditions: Sequence[DaemonCondition] = ()
+
+
+@runtime_checkable
+class StateMirror(Protocol):
+    """A notifier whose destination must be told the whole current state again and again.
+
+    The service calls `attach` once with a lookup of stored incidents (open or resolved), then
+    `resync` every `resync_interval` seconds and soon after `resync_wanted` is set. `resync`
+    calls `state` itself, under the lock its `send` also takes, so a re-post never lands after,
+    and undoes, a newer message.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def resync_interval(self) -> float: ...
+
+    @property
+    def resync_wanted(self) -> asyncio.Event: ...
+
+    def attach(self, lookup: Callable[[str], Incident | None]) -> None: ...
+
+    async def resync(self, state: Callable[[], CurrentState]) -> bool: ...
+
+    async def aclose(self) -> None: ...

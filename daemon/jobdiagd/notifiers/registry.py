@@ -1,13 +1,16 @@
-"""Builds the configured notifiers (console, JSONL, Telegram, Slack) with their secrets read from files or credentials."""
+"""Builds the configured notifiers (console, JSONL, Telegram, Slack, Alertmanager) with their secrets read from files or credentials."""
 
 from __future__ import annotations
 
+import base64
 import os
+import socket
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from jobdiagd.config import Config
+from jobdiagd.config import AlertmanagerNotifierConfig, Config, ConfigError
+from jobdiagd.notifiers.alertmanager import AlertmanagerNotifier, AlertOptions
 from jobdiagd.notifiers.base import Notifier
 from jobdiagd.notifiers.console import ConsoleNotifier
 from jobdiagd.notifiers.jsonl import JsonlNotifier
@@ -47,6 +50,8 @@ def build_notifiers(cfg: Config, env: Mapping[str, str] | None = None) -> tuple[
             from jobdiagd.notifiers.slack import settings_from_config as slack_settings
 
             out.append(SlackTransport(slack_settings(sl, cfg.chat, bot, app)))
+    if n.alertmanager.enabled:
+        out.append(build_alertmanager(n.alertmanager, source=cfg.source))
     return out, skipped
 
 
@@ -67,3 +72,38 @@ def read_secret(token_file: Path | None, credential: str, env: Mapping[str, str]
     except FileNotFoundError:
         return None
     return value or None
+
+
+def build_alertmanager(
+    cfg: AlertmanagerNotifierConfig, *, source: str = "<config>", env: Mapping[str, str] | None = None
+) -> AlertmanagerNotifier:
+    """The notifier with its secret read now; a missing or unreadable secret is a ConfigError."""
+    authorization = None
+    if cfg.auth != "none":
+        key = "secret_file" if cfg.secret_file is not None else "secret_credential"
+        where = f"{source}: [notifiers.alertmanager] {key}"
+        try:
+            secret = read_secret(cfg.secret_file, cfg.secret_credential, env)
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+            raise ConfigError([f"{where}: cannot read the secret: {reason}"]) from None
+        if secret is None:
+            raise ConfigError([f"{where}: the secret is missing or empty"])
+        if not secret.isascii() or not secret.isprintable():
+            # It goes into an HTTP header; the value itself is never echoed.
+            raise ConfigError([f"{where}: the secret has characters an HTTP header cannot carry"])
+        if cfg.auth == "bearer":
+            authorization = f"Bearer {secret}"
+        else:
+            # RFC 7617 by hand: aiohttp's BasicAuth is deprecated in 3.14, its successor absent before.
+            pair = f"{cfg.username}:{secret}".encode()
+            authorization = "Basic " + base64.b64encode(pair).decode("ascii")
+    options = AlertOptions(
+        cluster=cfg.cluster,
+        instance=cfg.instance or socket.gethostname(),
+        resend_interval=cfg.resend_interval_seconds,
+        runbook_url=cfg.runbook_url,
+        generator_url=cfg.generator_url,
+        watchdog=cfg.watchdog_alert,
+    )
+    return AlertmanagerNotifier(cfg.urls, options, timeout=cfg.timeout_seconds, authorization=authorization)

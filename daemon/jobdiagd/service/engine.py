@@ -337,7 +337,7 @@ class Engine:
         if w is None:
             return f
         view = w.view
-        owner = view.slurm.user if view.slurm is not None else None
+        owner = (view.slurm.user or None) if view.slurm is not None else None
         ray = view.logs().ray if view.main is not None else False
         plot = None
         if self.plot_inputs is not None and not f.resolved and f.kind in PLOTTED_KINDS:

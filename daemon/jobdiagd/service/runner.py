@@ -34,6 +34,7 @@ from jobdiagd.notifiers.dispatcher import Dispatcher, RetryPolicy
 from jobdiagd.notifiers.registry import build_notifiers
 from jobdiagd.privatefs import check_private_file, check_private_parent, ensure_private_dir, lock_state_dir
 from jobdiagd.service import plots_bridge
+from jobdiagd.service.alert_sync import add_state_mirrors
 from jobdiagd.service.chat_backend import DaemonChatBackend
 from jobdiagd.service.engine import Discovery, Engine, OutputsDiscovery, PlotInputs, SlurmDiscovery
 from jobdiagd.service.health import Health
@@ -306,6 +307,8 @@ async def run_daemon(
             transport.router = chat_router(cfg, transport, backend)
             # Set up before "final delivery": stopped after it, so the last deliveries still go out.
             lc.add_step(f"{transport.name} bot", transport.start, transport.stop)
+    # Alertmanager forgets alerts not re-posted: it gets the open incidents again every interval.
+    add_state_mirrors(lc, notifiers, pipeline, snapshot)
     lc.add_step("final delivery", cleanup=dispatcher.drain)
     lc.add_task("dispatcher", dispatcher.run, drain=False)
     lc.add_task("file watcher", watcher.run, drain=False)
