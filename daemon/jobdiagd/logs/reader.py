@@ -445,7 +445,9 @@ class TailReader:
         return True
 
     def reset(self) -> None:
-        self.state = LogState(self.state.source, ref_time=self.state.clock.ref_time)
+        self.state = LogState(
+            self.state.source, ref_time=self.state.clock.ref_time, retention=self.state.retention
+        )
         self.offset = 0
         self.lineno = 1
         self.inode = None

@@ -1,24 +1,80 @@
 """Bounded store of a job's step records: exact aggregates, every early and recent step,
-and an evenly down-sampled middle, so a million-step log costs the same memory as a
-thousand-step one.
+and a summarised middle, so a million-step log costs the same memory as a thousand-step one.
 
-What the analyses need and get exactly: first/last step, step count, summed seconds
-(runbook: "actually compute the sum"), the baseline window (steps 5–15 after the first),
-the last ~1000 steps (steady-state step time, recent TGS, checkpoint budget, progress
-lost). The middle is only used for the TGS pattern shape, where every 2^k-th step is
-plenty.
+Two retention policies (`Retention`), one store:
+
+- `TRIAGE` (`jobdiagd triage`, the job-end re-read): the first 64 steps, the last 1024 and
+  an evenly down-sampled middle of at most 2048 records (every 2^k-th step) for the TGS
+  pattern shape. Unchanged, so triage reports stay byte for byte what they were.
+- `TAIL` (the daemon's tailed logs, one per watched file, for weeks): sized by what the
+  detectors and the per-tick triage read, each exactly:
+  - first/last step, step count, summed seconds (runbook: "actually compute the sum"):
+    running aggregates over every step;
+  - the first 64 records (warmup, the steps 5–15 TGS baseline, the TGS detector's early
+    window) and the last 512 (the TGS detector's late window, the last 50 steady steps of
+    the step time, the recent TGS, progress since the last checkpoint);
+  - the checkpoint cost the hang budget learns (the slowest checkpoint step of the whole
+    run): the 32 slowest steps ever evicted from the recent window, each with the step
+    before it (its cost counts the time between the two lines), and the step just before
+    the recent window;
+  - "seconds since step X" for progress lost: exact inside the recent window, and at the
+    last 64 checkpoint steps (a save line, or a multiple of the configured period) through
+    prefix sums taken when they left the window;
+  - 256 down-sampled middle records for the live triage's whole-run TGS shape (an
+    approximation there, as in `TRIAGE`; the TGS detector itself reads only the two
+    exact windows, and the job-end report re-reads the files in full);
+  - `history()`: the whole run as at most ~1600 buckets of equal width (step range, mean
+    and max seconds, mean and min tokens/s, checkpoint/eval/profiler marks), with exact
+    per-bucket aggregates, for plots.
+  Per job that is under 1,000 records and a few arrays, whatever the length of the run.
+- `None`: keep every record (tests compare the bounded stores against it).
+
+Steps are expected in increasing order (a step's first copy; re-runs replace records).
 """
 
 from __future__ import annotations
 
+import heapq
+from array import array
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from jobdiagd.model.records import StepRecord
 
 EARLY_KEEP = 64
 RECENT_KEEP = 1024
 SAMPLED_MAX = 2048
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """How much of a step series a `StepSeries` keeps (see the module docstring)."""
+
+    early: int  # first records kept
+    recent: int  # last records kept
+    sampled: int  # down-sampled middle records, at most
+    # The early window is the first `early` records (True), or the steps below first + `early`.
+    early_by_count: bool = False
+    pinned: int = 0  # slowest evicted steps kept, each with its predecessor
+    history: int = 0  # whole-run history buckets, at most (0: none)
+    anchors: int = 0  # prefix sums kept at checkpoint steps (0: `seconds_after` answers None)
+    # `LogState` also caps its line-driven lists and per-task maps (see logs.state).
+    events: bool = False
+
+
+TRIAGE = Retention(early=EARLY_KEEP, recent=RECENT_KEEP, sampled=SAMPLED_MAX)
+TAIL = Retention(
+    early=64,
+    recent=512,
+    sampled=256,
+    early_by_count=True,
+    pinned=32,
+    history=1024,
+    anchors=64,
+    events=True,
+)
+HISTORY_POINTS = 1024  # buckets of `history()` for a store without a history of its own
 
 
 def parse_step_fields(rest: str) -> dict[str, float]:
@@ -69,8 +125,143 @@ def materialize(rec: StepRecord) -> None:
         rec.seconds = f.get("seconds")
 
 
+def tgs_of(rec: StepRecord) -> float | None:
+    """The record's Tokens/s/device without parsing its other fields (history, many records)."""
+    raw = rec.pending
+    if raw is None:
+        return rec.tgs
+    i = raw.find(b"Tokens/s/device: ")
+    if i == -1:
+        return None
+    j = raw.find(b",", i + 17)
+    try:
+        return float(raw[i + 17 : j if j != -1 else len(raw)].rstrip(b"% "))
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryPoint:
+    """One bucket of consecutive steps of the whole-run history (a plot point)."""
+
+    first_step: int
+    last_step: int
+    steps: int  # step records in the bucket
+    seconds_mean: float | None
+    seconds_max: float | None
+    tgs_mean: float | None  # Tokens/s/device
+    tgs_min: float | None
+    marks: tuple[str, ...] = ()  # "checkpoint", "eval", "profiler": such a step is in the bucket
+
+
+class StepHistory:
+    """The whole run in at most `max_buckets` buckets of `width` consecutive step records.
+
+    Exact per-bucket aggregates (count, sum and max of seconds, sum and min of tokens/s), in
+    flat arrays (~60 bytes a bucket); when full, neighbouring buckets merge and the width
+    doubles, so any run fits."""
+
+    def __init__(self, max_buckets: int) -> None:
+        self.max_buckets = max(2, max_buckets)
+        self.width = 1
+        self.first = array("q")
+        self.last = array("q")
+        self.n = array("L")
+        self.sec_n = array("L")
+        self.sec_sum = array("d")
+        self.sec_max = array("d")
+        self.tgs_n = array("L")
+        self.tgs_sum = array("d")
+        self.tgs_min = array("d")
+
+    def __len__(self) -> int:
+        return len(self.first)
+
+    def add(self, step: int, seconds: float | None, tgs: float | None) -> None:
+        if not self.n or self.n[-1] >= self.width:
+            if len(self.n) >= self.max_buckets:
+                self._merge()
+            if not self.n or self.n[-1] >= self.width:
+                self._open(step)
+        i = len(self.n) - 1
+        self.last[i] = step
+        self.n[i] += 1
+        if seconds is not None:
+            self.sec_n[i] += 1
+            self.sec_sum[i] += seconds
+            self.sec_max[i] = max(self.sec_max[i], seconds)
+        if tgs is not None:
+            self.tgs_n[i] += 1
+            self.tgs_sum[i] += tgs
+            self.tgs_min[i] = min(self.tgs_min[i], tgs)
+
+    def _open(self, step: int) -> None:
+        inf = float("inf")
+        self.first.append(step)
+        self.last.append(step)
+        for counts in (self.n, self.sec_n, self.tgs_n):
+            counts.append(0)
+        for values, start in (
+            (self.sec_sum, 0.0),
+            (self.sec_max, -inf),
+            (self.tgs_sum, 0.0),
+            (self.tgs_min, inf),
+        ):
+            values.append(start)
+
+    def _merge(self) -> None:
+        """Pairs of buckets become one: the width doubles."""
+        k = len(self.n)
+        pairs = [(i, min(i + 1, k - 1)) for i in range(0, k, 2)]
+
+        def both(col: array[float], op: Callable[[float, float], float]) -> None:
+            col[:] = array(col.typecode, [op(col[a], col[b]) if a != b else col[a] for a, b in pairs])
+
+        def add(x: float, y: float) -> float:
+            return x + y
+
+        self.first[:] = array("q", [self.first[a] for a, _ in pairs])
+        self.last[:] = array("q", [self.last[b] for _, b in pairs])
+        for col in (self.n, self.sec_n, self.tgs_n, self.sec_sum, self.tgs_sum):
+            both(col, add)  # type: ignore[arg-type]
+        both(self.sec_max, max)
+        both(self.tgs_min, min)
+        self.width *= 2
+
+    def points(self) -> list[HistoryPoint]:
+        out = []
+        for i in range(len(self.n)):
+            sn, tn = self.sec_n[i], self.tgs_n[i]
+            out.append(
+                HistoryPoint(
+                    self.first[i],
+                    self.last[i],
+                    self.n[i],
+                    self.sec_sum[i] / sn if sn else None,
+                    self.sec_max[i] if sn else None,
+                    self.tgs_sum[i] / tn if tn else None,
+                    self.tgs_min[i] if tn else None,
+                )
+            )
+        return out
+
+
+def _fold(records: list[StepRecord], width: int) -> list[HistoryPoint]:
+    """Records as history points of `width` records each (the same aggregates as StepHistory)."""
+    h = StepHistory(len(records) // max(1, width) + 2)
+    h.width = max(1, width)
+    for rec in records:
+        h.add(rec.step, rec.seconds, tgs_of(rec))
+    return h.points()
+
+
 class StepSeries:
-    def __init__(self) -> None:
+    def __init__(self, retention: Retention | None = TRIAGE) -> None:
+        self.retention = retention
+        self._early_keep = retention.early if retention is not None else 0
+        self._recent_keep = retention.recent if retention is not None else None
+        self._sampled_max = retention.sampled if retention is not None else 0
+        self._by_count = retention is not None and retention.early_by_count
         self._early: dict[int, StepRecord] = {}
         self._sampled: dict[int, StepRecord] = {}
         # OrderedDict: evicting the oldest entry of a plain dict is O(n) (it skips deleted slots).
@@ -83,10 +274,30 @@ class StepSeries:
         self.sum_seconds = 0.0
         self.max_step = -1
         self.max_checkpoint_like_s = 0.0
+        # Summaries of what left the recent window (TAIL; see the module docstring).
+        self._summarise = retention is not None and bool(
+            retention.pinned or retention.history or retention.anchors
+        )
+        self._last_evicted: StepRecord | None = None
+        self._pin_heap: list[tuple[float, int]] = []  # (cost, step): the slowest evicted steps
+        self._pins: dict[int, tuple[StepRecord, StepRecord | None]] = {}  # step -> (record, predecessor)
+        self._pinned: dict[int, StepRecord] = {}  # the pinned records and their predecessors
+        self._history = (
+            StepHistory(retention.history) if retention is not None and retention.history else None
+        )
+        self._early_sum = 0.0
+        self._evicted_sum = 0.0
+        self._anchors: dict[int, float] = {}  # step -> summed seconds of every step up to it
+        self._anchor_wanted: set[int] = set()
+        self.anchor_periods: set[int] = set()
 
     # -- dict-like read access over the kept records ---------------------------------------
     def get(self, step: int) -> StepRecord | None:
         rec = self._recent.get(step) or self._early.get(step) or self._sampled.get(step)
+        if rec is None and self._summarise:
+            rec = self._pinned.get(step)
+            if rec is None and self._last_evicted is not None and self._last_evicted.step == step:
+                rec = self._last_evicted
         if rec is not None and rec.pending is not None:
             materialize(rec)
         return rec
@@ -107,10 +318,20 @@ class StepSeries:
         return self.count > 0
 
     def __iter__(self) -> Iterator[int]:
-        return iter(sorted({*self._early, *self._sampled, *self._recent}))
+        keys = {*self._early, *self._sampled, *self._recent}
+        if self._summarise:
+            keys.update(self._pinned)
+            if self._last_evicted is not None:
+                keys.add(self._last_evicted.step)
+        return iter(sorted(keys))
 
     def values(self) -> list[StepRecord]:
         return [self[k] for k in self]
+
+    @property
+    def kept(self) -> int:
+        """How many step records are held (the rest is summarised)."""
+        return sum(1 for _ in self)
 
     def seen(self, step: int) -> bool:
         """Was this step recorded (also when its record has since been down-sampled away)?"""
@@ -121,6 +342,60 @@ class StepSeries:
             or (self._recent_floor is not None and step < self._recent_floor)
         )
 
+    def seconds_after(self, step: int) -> float | None:
+        """The summed seconds of every step after `step`, when this store knows it exactly
+        (always without a bound; inside the recent window, before the first step or at an
+        anchored checkpoint step with `TAIL`); None otherwise, and always with `TRIAGE`."""
+        if self.retention is not None and not self.retention.anchors:
+            return None
+        if self._recent_floor is None or step >= self._recent_floor - 1:
+            return sum(r.seconds or 0.0 for r in self.values() if r.step > step)
+        if self._early_first is not None and step < self._early_first:
+            return self.sum_seconds
+        prefix = self._anchors.get(step)
+        return None if prefix is None else self.sum_seconds - prefix
+
+    def want_anchor(self, step: int) -> None:
+        """A checkpoint was saved at `step`: remember the seconds up to it when it leaves the window."""
+        if not self.retention or not self.retention.anchors:
+            return
+        if self._recent_floor is not None and step < self._recent_floor:
+            return  # already gone: too late for an exact prefix
+        self._anchor_wanted.add(step)
+        if len(self._anchor_wanted) > self.retention.anchors:
+            self._anchor_wanted.discard(min(self._anchor_wanted))
+
+    def history(self, marks: Callable[[int, int], tuple[str, ...]] | None = None) -> list[HistoryPoint]:
+        """The whole run as buckets of consecutive steps (a plot of step time and tokens/s).
+
+        `marks(first, last)` names what slows steps in that range (`CheckpointConfig.marks`).
+        With `TAIL` the buckets carry exact aggregates of every step; otherwise they are folded
+        from the kept records (a down-sampled middle for long logs)."""
+        h = self._history
+        if h is None:
+            records = self.values()
+            width = -(-len(records) // HISTORY_POINTS) if records else 1
+            points = _fold(records, width)
+        else:
+            early = [self[k] for k in sorted(self._early)]
+            recent = [self[k] for k in sorted(self._recent)]
+            points = _fold(early, h.width) + h.points() + _fold(recent, h.width)
+        if marks is None:
+            return points
+        return [
+            HistoryPoint(
+                p.first_step,
+                p.last_step,
+                p.steps,
+                p.seconds_mean,
+                p.seconds_max,
+                p.tgs_mean,
+                p.tgs_min,
+                marks(p.first_step, p.last_step),
+            )
+            for p in points
+        ]
+
     # -- writing ----------------------------------------------------------------------------
     def add(self, rec: StepRecord) -> None:
         self.count += 1
@@ -130,30 +405,109 @@ class StepSeries:
             self.max_step = rec.step
         if self._early_first is None:
             self._early_first = rec.step
-        if len(self._early) < EARLY_KEEP and rec.step < self._early_first + EARLY_KEEP:
+        if len(self._early) < self._early_keep and (
+            self._by_count or rec.step < self._early_first + self._early_keep
+        ):
             self._early[rec.step] = rec
+            if self._summarise and rec.seconds is not None:
+                self._early_sum += rec.seconds
             return
         self._recent[rec.step] = rec
-        if len(self._recent) > RECENT_KEEP:
+        if self._recent_keep is not None and len(self._recent) > self._recent_keep:
             # Steps arrive in increasing order, so insertion order is step order.
             oldest, old = self._recent.popitem(last=False)
             self._recent_floor = next(iter(self._recent))
             self._evicted += 1
+            if self._summarise:
+                self._summarise_evicted(old)
             if self._evicted % self._stride == 0:
                 self._sampled[oldest] = old
-                if len(self._sampled) > SAMPLED_MAX:
+                if len(self._sampled) > self._sampled_max:
                     self._stride *= 2
                     keep = sorted(self._sampled)[::2]
                     self._sampled = {k: self._sampled[k] for k in keep}
 
+    def _summarise_evicted(self, old: StepRecord) -> None:
+        """Fold a record leaving the recent window into the summaries (TAIL)."""
+        r = self.retention
+        assert r is not None
+        if old.seconds is None and old.pending is not None:
+            materialize(old)  # an unusual line: `seconds` only in the general parse
+        pred = self._last_evicted
+        # The cost the hang budget learns (triage.stall._cost): the step's seconds, or the
+        # time since the previous step's line when that is longer.
+        cost = old.seconds
+        if (
+            pred is not None
+            and pred.step == old.step - 1
+            and old.time is not None
+            and pred.time is not None
+            and old.time > pred.time
+        ):
+            cost = max(cost or 0.0, old.time - pred.time)
+        self._last_evicted = old
+        if r.pinned and cost is not None:
+            self._pin(cost, old, pred, r.pinned)
+        if self._history is not None:
+            self._history.add(old.step, old.seconds, tgs_of(old))
+        if r.anchors:
+            self._evicted_sum += old.seconds or 0.0
+            step = old.step
+            if step in self._anchor_wanted or any(step % p == 0 for p in self.anchor_periods):
+                self._anchor_wanted.discard(step)
+                self._anchors[step] = self._early_sum + self._evicted_sum
+                if len(self._anchors) > r.anchors:
+                    del self._anchors[next(iter(self._anchors))]
+
+    def _pin(self, cost: float, rec: StepRecord, pred: StepRecord | None, keep: int) -> None:
+        heap = self._pin_heap
+        if len(heap) < keep:
+            heapq.heappush(heap, (cost, rec.step))
+        elif cost > heap[0][0]:
+            _, gone = heapq.heapreplace(heap, (cost, rec.step))
+            del self._pins[gone]
+        else:
+            return
+        self._pins[rec.step] = (rec, pred if pred is not None and pred.step == rec.step - 1 else None)
+        pinned: dict[int, StepRecord] = {}
+        for r, p in self._pins.values():
+            pinned[r.step] = r
+            if p is not None:
+                pinned[p.step] = p
+        self._pinned = pinned
+
     def replace(self, rec: StepRecord) -> None:
         """Swap the kept record of a step (task 0's copy preferred) without recounting it."""
-        for store in (self._early, self._recent, self._sampled):
-            old = store.get(rec.step)
-            if old is not None:
-                if old.seconds is not None:
-                    self.sum_seconds -= old.seconds
-                if rec.seconds is not None:
-                    self.sum_seconds += rec.seconds
+        if not self._summarise:
+            for store in (self._early, self._recent, self._sampled):
+                old = store.get(rec.step)
+                if old is not None:
+                    if old.seconds is not None:
+                        self.sum_seconds -= old.seconds
+                    if rec.seconds is not None:
+                        self.sum_seconds += rec.seconds
+                    store[rec.step] = rec
+                    return
+            return
+        # A record may sit in several stores here (sampled, pinned, just evicted): swap it in all.
+        old_rec = self.get(rec.step)
+        if old_rec is None:
+            return
+        delta = (rec.seconds or 0.0) - (old_rec.seconds or 0.0)
+        self.sum_seconds += delta
+        for store in (self._early, self._recent, self._sampled, self._pinned):
+            if rec.step in store:
                 store[rec.step] = rec
-                return
+        if self._early.get(rec.step) is rec:
+            self._early_sum += delta
+        if self._last_evicted is not None and self._last_evicted.step == rec.step:
+            self._last_evicted = rec
+        for step, (r, p) in list(self._pins.items()):
+            if r.step == rec.step or (p is not None and p.step == rec.step):
+                self._pins[step] = (
+                    rec if r.step == rec.step else r,
+                    rec if p is not None and p.step == rec.step else p,
+                )
+        if self._recent_floor is not None and rec.step < self._recent_floor:
+            self._evicted_sum += delta
+            self._anchors.clear()  # prefix sums taken before the swap no longer add up

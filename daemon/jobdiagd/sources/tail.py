@@ -2,10 +2,14 @@
 
 Restart policy (decided here): the offset table says how far each file had been read and
 when its last step line was read; on restart the file is re-read from the start with the
-same pre-filtered reader triage uses (`read_file`) — so the rebuilt `LogState` is exactly
-what triage would build — and the saved arrival time is restored for the steps already
+same pre-filtered reader triage uses (`read_file`) — so the rebuilt `LogState` holds the
+facts triage would find — and the saved arrival time is restored for the steps already
 seen before, so a hang in progress keeps its clock. Alerts are never re-sent: incidents
 and the outbox live in the alert store, whose ids make a repeat a no-op.
+
+Tailed states keep `logs.steps.TAIL` retention: a job followed for weeks holds a bounded
+summary of its steps (what the detectors and the per-tick triage read, exactly), not every
+step; the job-end report re-reads the files in full.
 
 Files are followed through truncation, rotation (new inode), a rename or a repointed job
 `log` link (same inode: the reader keeps its offset) and deletion (OSError -> the engine's
@@ -25,6 +29,7 @@ from pathlib import Path
 from jobdiagd.alerts.store import DB_NAME
 from jobdiagd.logs.reader import HEAD_FULL, TailReader, read_file
 from jobdiagd.logs.state import LogState
+from jobdiagd.logs.steps import TAIL
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS tail_offsets (
@@ -167,7 +172,8 @@ class FileTail:
             if st.st_ino == self.reader.inode:
                 self.reader.path = target  # renamed (e.g. the TGS tagger): same file, keep the offset
             else:
-                self.reader = PrefilterTailReader(target, LogState(str(target), ref_time=self.ref_time))
+                state = LogState(str(target), ref_time=self.ref_time, retention=TAIL)
+                self.reader = PrefilterTailReader(target, state)
                 replaced = True
         before = self.reader.state
         n = self.reader.poll()
@@ -180,7 +186,7 @@ class FileTail:
 
     def _initial(self, target: Path) -> TailReader:
         """Catch up with the file as it is now (the pre-filtered reader triage uses)."""
-        state = LogState(str(target), ref_time=self.ref_time)
+        state = LogState(str(target), ref_time=self.ref_time, retention=TAIL)
         with open(target, "rb") as fh:
             st = os.fstat(fh.fileno())
             head = fh.read(64)
