@@ -8,6 +8,7 @@ unbounded state side by side and compare what the detectors and the per-tick tri
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import gc
 import sys
 import types
@@ -17,7 +18,7 @@ from typing import Any
 from jobdiagd.config import default_config
 from jobdiagd.detectors import Detector, NoData, build
 from jobdiagd.detectors import tgs as tgs_detector
-from jobdiagd.logs.reader import read_file
+from jobdiagd.logs.reader import MAX_LINE, read_file
 from jobdiagd.logs.state import EVENTS_KEEP, MAX_TASKS, LogState
 from jobdiagd.logs.steps import TAIL, TRIAGE, StepSeries
 from jobdiagd.model.jobview import JobView
@@ -266,6 +267,12 @@ def test_tailed_state_caps_line_driven_lists_and_task_maps() -> None:
     assert tail.srun_errors[0] == full.srun_errors[0] and tail.srun_errors[-1] == full.srun_errors[-1]
     assert len(tail.task_last_step) == MAX_TASKS < len(full.task_last_step)
     assert len(tail.first_error_by_task) <= MAX_TASKS
+    # Stamps on ever more days (a clock's per-day cache), in any state: a cache, so capped everywhere.
+    for st in (tail, full):
+        for k in range(3000):
+            day = datetime.date(2010, 1, 1) + datetime.timedelta(days=k)
+            st.feed(f"[{day:%Y-%m-%d} 10:00:00] node001:1:2 [0] NCCL INFO Channel 00/0", k)
+        assert len(st.clock._midnights) <= 1024
 
 
 def test_the_daemon_tails_with_tail_retention_and_keeps_it_across_a_truncation(tmp_path: Path) -> None:
@@ -278,3 +285,33 @@ def test_the_daemon_tails_with_tail_retention_and_keeps_it_across_a_truncation(t
     run.steps(5)
     ft.poll()
     assert ft.state.retention is TAIL and ft.state.steps.retention is TAIL
+
+
+def test_a_line_that_never_ends_does_not_grow_the_reader(tmp_path: Path) -> None:
+    """A progress bar redrawn with \\r and no newline for hours: the reader keeps its two ends,
+    and once the line ends, the lines after it get their real numbers and offsets."""
+    run = LongRun(tmp_path / "900004-JAX-long.log", job_id="900004", tasks=2)
+    run.steps(3)
+    ft = FileTail(run.path, ref_time=SIM_EPOCH)
+    ft.poll()
+    bar = "".join(f"\rdownloading shard {k}: {'#' * (k % 50):<50}|" for k in range(400))
+    for _ in range(100):  # 2 MB without a newline
+        with open(run.path, "a") as fh:
+            fh.write(bar)
+        ft.poll()
+        assert ft.reader is not None and len(ft.reader._carry) <= 2 * MAX_LINE
+    with open(run.path, "a") as fh:
+        fh.write("\n")
+    run.line("Traceback (most recent call last):")
+    run.steps(2)
+    ft.poll()
+    # The truth, from the bytes (read_file cuts a runaway line into pieces: not a reference here).
+    raw = run.path.read_bytes()
+    starts = [0] + [i + 1 for i, b in enumerate(raw) if b == 10][:-1]
+    numbered = {ln: (start, raw[start : raw.index(b"\n", start)]) for ln, start in enumerate(starts, 1)}
+    live = ft.state
+    assert live is not None and live.lines == raw.count(b"\n")
+    for rec in live.sorted_steps():
+        assert f"completed step: {rec.step},".encode() in numbered[rec.line][1]
+    (ev,) = live.hits["python-exception"].all()
+    assert numbered[ev.line] == (ev.offset, numbered[ev.line][1]) and b"Traceback" in numbered[ev.line][1]

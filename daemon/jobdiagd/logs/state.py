@@ -108,6 +108,7 @@ SAVES_TAIL = 256
 _SAVES_SLACK = 64  # trim in batches: sorting the saves on every new one would cost
 RERUN_KEEP = 4096
 _WALL_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+_MAX_CACHED_DAYS = 1024
 
 
 def parse_wall(text: str) -> float | None:
@@ -235,6 +236,8 @@ class StampClock:
             return self.epoch(Stamp(month, day, seconds))
         midnight = self._undated.get((month, day), -1.0)
         if midnight == -1.0:
+            if len(self._undated) >= _MAX_CACHED_DAYS:
+                self._undated.clear()  # a cache: a log stamped on ever more days costs recomputing
             midnight = self._undated[(month, day)] = self._at(self.ref_year, Stamp(month, day, 0.0))
         if midnight is None:
             return None
@@ -257,6 +260,8 @@ class StampClock:
                 midnight = time.mktime((year, stamp.month, stamp.day, 0, 0, 0, 0, 0, -1))
             except (OverflowError, ValueError):
                 return None
+            if len(self._midnights) >= _MAX_CACHED_DAYS:
+                self._midnights.clear()
             self._midnights[key] = midnight
         return midnight + stamp.seconds
 
