@@ -75,6 +75,7 @@ TAIL = Retention(
     events=True,
 )
 HISTORY_POINTS = 1024  # buckets of `history()` for a store without a history of its own
+_INF = float("inf")
 
 
 def parse_step_fields(rest: str) -> dict[str, float]:
@@ -134,10 +135,14 @@ def tgs_of(rec: StepRecord) -> float | None:
     if i == -1:
         return None
     j = raw.find(b",", i + 17)
+    tok = raw[i + 17 : j] if j != -1 else raw[i + 17 :]
     try:
-        return float(raw[i + 17 : j if j != -1 else len(raw)].rstrip(b"% "))
+        return float(tok)
     except ValueError:
-        return None
+        try:
+            return float(tok.rstrip(b"% "))
+        except ValueError:
+            return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,9 +162,10 @@ class HistoryPoint:
 class StepHistory:
     """The whole run in at most `max_buckets` buckets of `width` consecutive step records.
 
-    Exact per-bucket aggregates (count, sum and max of seconds, sum and min of tokens/s), in
-    flat arrays (~60 bytes a bucket); when full, neighbouring buckets merge and the width
-    doubles, so any run fits."""
+    Exact per-bucket aggregates (count, sum and max of seconds, sum and min of tokens/s): the
+    bucket being filled in plain attributes (one add is a few additions), closed ones in flat
+    arrays (~60 bytes a bucket); when the arrays are full, neighbouring buckets merge and the
+    width doubles, so any run fits."""
 
     def __init__(self, max_buckets: int) -> None:
         self.max_buckets = max(2, max_buckets)
@@ -173,41 +179,47 @@ class StepHistory:
         self.tgs_n = array("L")
         self.tgs_sum = array("d")
         self.tgs_min = array("d")
+        self._reset()
+
+    def _reset(self) -> None:
+        self._first = self._last = self._n = self._sec_n = self._tgs_n = 0
+        self._sec_sum = self._tgs_sum = 0.0
+        self._sec_max, self._tgs_min = -_INF, _INF
 
     def __len__(self) -> int:
-        return len(self.first)
+        return len(self.first) + (1 if self._n else 0)
 
     def add(self, step: int, seconds: float | None, tgs: float | None) -> None:
-        if not self.n or self.n[-1] >= self.width:
-            if len(self.n) >= self.max_buckets:
-                self._merge()
-            if not self.n or self.n[-1] >= self.width:
-                self._open(step)
-        i = len(self.n) - 1
-        self.last[i] = step
-        self.n[i] += 1
+        if not self._n:
+            self._first = step
+        self._last = step
+        self._n += 1
         if seconds is not None:
-            self.sec_n[i] += 1
-            self.sec_sum[i] += seconds
-            self.sec_max[i] = max(self.sec_max[i], seconds)
+            self._sec_n += 1
+            self._sec_sum += seconds
+            if seconds > self._sec_max:
+                self._sec_max = seconds
         if tgs is not None:
-            self.tgs_n[i] += 1
-            self.tgs_sum[i] += tgs
-            self.tgs_min[i] = min(self.tgs_min[i], tgs)
+            self._tgs_n += 1
+            self._tgs_sum += tgs
+            if tgs < self._tgs_min:
+                self._tgs_min = tgs
+        if self._n >= self.width:
+            self._close()
 
-    def _open(self, step: int) -> None:
-        inf = float("inf")
-        self.first.append(step)
-        self.last.append(step)
-        for counts in (self.n, self.sec_n, self.tgs_n):
-            counts.append(0)
-        for values, start in (
-            (self.sec_sum, 0.0),
-            (self.sec_max, -inf),
-            (self.tgs_sum, 0.0),
-            (self.tgs_min, inf),
-        ):
-            values.append(start)
+    def _close(self) -> None:
+        self.first.append(self._first)
+        self.last.append(self._last)
+        self.n.append(self._n)
+        self.sec_n.append(self._sec_n)
+        self.sec_sum.append(self._sec_sum)
+        self.sec_max.append(self._sec_max)
+        self.tgs_n.append(self._tgs_n)
+        self.tgs_sum.append(self._tgs_sum)
+        self.tgs_min.append(self._tgs_min)
+        self._reset()
+        if len(self.first) >= self.max_buckets:
+            self._merge()
 
     def _merge(self) -> None:
         """Pairs of buckets become one: the width doubles."""
@@ -229,21 +241,46 @@ class StepHistory:
         self.width *= 2
 
     def points(self) -> list[HistoryPoint]:
-        out = []
-        for i in range(len(self.n)):
-            sn, tn = self.sec_n[i], self.tgs_n[i]
-            out.append(
-                HistoryPoint(
-                    self.first[i],
-                    self.last[i],
-                    self.n[i],
-                    self.sec_sum[i] / sn if sn else None,
-                    self.sec_max[i] if sn else None,
-                    self.tgs_sum[i] / tn if tn else None,
-                    self.tgs_min[i] if tn else None,
+        rows = [
+            (
+                self.first[i],
+                self.last[i],
+                self.n[i],
+                self.sec_n[i],
+                self.sec_sum[i],
+                self.sec_max[i],
+                self.tgs_n[i],
+                self.tgs_sum[i],
+                self.tgs_min[i],
+            )
+            for i in range(len(self.first))
+        ]
+        if self._n:
+            rows.append(
+                (
+                    self._first,
+                    self._last,
+                    self._n,
+                    self._sec_n,
+                    self._sec_sum,
+                    self._sec_max,
+                    self._tgs_n,
+                    self._tgs_sum,
+                    self._tgs_min,
                 )
             )
-        return out
+        return [
+            HistoryPoint(
+                first,
+                last,
+                n,
+                sec_sum / sn if sn else None,
+                sec_max if sn else None,
+                tgs_sum / tn if tn else None,
+                tgs_min if tn else None,
+            )
+            for first, last, n, sn, sec_sum, sec_max, tn, tgs_sum, tgs_min in rows
+        ]
 
 
 def _fold(records: list[StepRecord], width: int) -> list[HistoryPoint]:
@@ -290,6 +327,8 @@ class StepSeries:
         self._anchors: dict[int, float] = {}  # step -> summed seconds of every step up to it
         self._anchor_wanted: set[int] = set()
         self.anchor_periods: set[int] = set()
+        self._pin_keep = retention.pinned if retention is not None else 0
+        self._anchor_keep = retention.anchors if retention is not None else 0
 
     # -- dict-like read access over the kept records ---------------------------------------
     def get(self, step: int) -> StepRecord | None:
@@ -428,46 +467,50 @@ class StepSeries:
                     self._sampled = {k: self._sampled[k] for k in keep}
 
     def _summarise_evicted(self, old: StepRecord) -> None:
-        """Fold a record leaving the recent window into the summaries (TAIL)."""
-        r = self.retention
-        assert r is not None
-        if old.seconds is None and old.pending is not None:
+        """Fold a record leaving the recent window into the summaries (TAIL). Runs for every
+        step of a long log read at start-up, so it stays a handful of operations."""
+        seconds = old.seconds
+        if seconds is None and old.pending is not None:
             materialize(old)  # an unusual line: `seconds` only in the general parse
+            seconds = old.seconds
         pred = self._last_evicted
+        self._last_evicted = old
         # The cost the hang budget learns (triage.stall._cost): the step's seconds, or the
         # time since the previous step's line when that is longer.
-        cost = old.seconds
-        if (
-            pred is not None
-            and pred.step == old.step - 1
-            and old.time is not None
-            and pred.time is not None
-            and old.time > pred.time
-        ):
-            cost = max(cost or 0.0, old.time - pred.time)
-        self._last_evicted = old
-        if r.pinned and cost is not None:
-            self._pin(cost, old, pred, r.pinned)
+        cost = seconds
+        t = old.time
+        if pred is not None and t is not None and pred.step == old.step - 1 and pred.time is not None:
+            gap = t - pred.time
+            if gap > 0 and (cost is None or gap > cost):
+                cost = gap
+        heap = self._pin_heap
+        if cost is not None and self._pin_keep and (len(heap) < self._pin_keep or cost > heap[0][0]):
+            self._pin(cost, old, pred, self._pin_keep)
         if self._history is not None:
-            self._history.add(old.step, old.seconds, tgs_of(old))
-        if r.anchors:
-            self._evicted_sum += old.seconds or 0.0
+            self._history.add(old.step, seconds, old.tgs if old.pending is None else tgs_of(old))
+        if self._anchor_keep:
+            self._evicted_sum += seconds or 0.0
             step = old.step
-            if step in self._anchor_wanted or any(step % p == 0 for p in self.anchor_periods):
+            anchor = step in self._anchor_wanted
+            if not anchor:
+                for p in self.anchor_periods:
+                    if step % p == 0:
+                        anchor = True
+                        break
+            if anchor:
                 self._anchor_wanted.discard(step)
                 self._anchors[step] = self._early_sum + self._evicted_sum
-                if len(self._anchors) > r.anchors:
+                if len(self._anchors) > self._anchor_keep:
                     del self._anchors[next(iter(self._anchors))]
 
     def _pin(self, cost: float, rec: StepRecord, pred: StepRecord | None, keep: int) -> None:
+        """Keep `rec` (and its predecessor) among the `keep` slowest steps evicted so far."""
         heap = self._pin_heap
         if len(heap) < keep:
             heapq.heappush(heap, (cost, rec.step))
-        elif cost > heap[0][0]:
+        else:
             _, gone = heapq.heapreplace(heap, (cost, rec.step))
             del self._pins[gone]
-        else:
-            return
         self._pins[rec.step] = (rec, pred if pred is not None and pred.step == rec.step - 1 else None)
         pinned: dict[int, StepRecord] = {}
         for r, p in self._pins.values():
