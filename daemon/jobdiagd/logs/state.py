@@ -777,7 +777,8 @@ class LogState:
         return parse_passthrough(raw) if raw else {}
 
     def sorted_steps(self) -> list[StepRecord]:
-        """The kept step records in step order (every step for logs under ~3000 steps)."""
+        """The kept step records in step order (every step of a log under ~3,000 steps with
+        `TRIAGE` retention, under ~570 with `TAIL`; see logs.steps)."""
         return self.steps.values()
 
 

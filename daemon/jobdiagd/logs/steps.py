@@ -27,6 +27,13 @@ Two retention policies (`Retention`), one store:
     and max seconds, mean and min tokens/s, checkpoint/eval/profiler marks), with exact
     per-bucket aggregates, for plots.
   Per job that is under 1,000 records and a few arrays, whatever the length of the run.
+  Where `TAIL` is not exact (decided here; each needs a pathological run): the learned
+  checkpoint cost, when more than 32 evicted steps that no save/eval slowed were slower
+  than the slowest one that was; progress-lost seconds since a checkpoint more than 512
+  steps back that was neither a logged save nor on a configured period's grid (the kept
+  records are summed, as before); the steady step time when fewer than 50 of the last 512
+  steps are clean (checkpoint/eval periods of 1-2 steps); steps arriving more than 512 out
+  of order, and re-runs of evicted steps (the anchors are dropped then).
 - `None`: keep every record (tests compare the bounded stores against it).
 
 Steps are expected in increasing order (a step's first copy; re-runs replace records).
@@ -293,6 +300,8 @@ def _fold(records: list[StepRecord], width: int) -> list[HistoryPoint]:
 
 
 class StepSeries:
+    """One log's step records as `retention` keeps them (None: every one), with exact aggregates."""
+
     def __init__(self, retention: Retention | None = TRIAGE) -> None:
         self.retention = retention
         self._early_keep = retention.early if retention is not None else 0
