@@ -12,8 +12,9 @@ per-tick `JobView.analysis()` every `--steps-per-tick` steps, on a simulated clo
 
 Printed as JSON: the job's retained state (a walk of every object reachable from the
 `FileTail` and the `JobView`, shared modules and classes excluded) and the process RSS, at
-the baseline (after `--baseline-steps` steps) and after all steps, as a ratio of the two,
-and the bytes per step between them. With `--tracemalloc`, the traced heap too (slower).
+the baseline (after `--baseline-steps` steps), after a quarter of the steps and after all
+of them, as ratios (end vs baseline, end vs quarter: 1.0 when bounded) and the bytes per
+step between baseline and end. With `--tracemalloc`, the traced heap too (slower).
 The log file is appended to in chunks and deleted at the end (~200 bytes per task per step).
 Run it on another tree (`PYTHONPATH=<tree>/daemon`) to compare the same figure before a change.
 """
@@ -120,17 +121,21 @@ def main(argv: list[str] | None = None) -> int:
         tick()
         gc.collect()
         points["start"] = {"steps": 0, "rss_bytes": rss_bytes()}
+        quarter = a.steps // 4
         while writer.step < a.steps:
             n = min(a.steps_per_tick, a.steps - writer.step)
-            if writer.step < a.baseline_steps:
-                n = min(n, a.baseline_steps - writer.step)
+            for mark in (a.baseline_steps, quarter):
+                if writer.step < mark:
+                    n = min(n, mark - writer.step)
             writer.steps(n)
             tick()
             if writer.step == a.baseline_steps:
                 measure("baseline")
+            if writer.step == quarter:
+                measure("quarter")
         measure("end")
         log_bytes = os.path.getsize(log)
-    base, end = points["baseline"], points["end"]
+    base, mid, end = points["baseline"], points["quarter"], points["end"]
     steps_between = end["steps"] - base["steps"]
     result: dict[str, Any] = {
         "steps": a.steps,
@@ -144,6 +149,10 @@ def main(argv: list[str] | None = None) -> int:
         "state_bytes_per_step": round((end["state_bytes"] - base["state_bytes"]) / steps_between, 2),
         "rss_ratio_end_vs_baseline": round(end["rss_bytes"] / base["rss_bytes"], 3),
         "rss_bytes_per_step": round((end["rss_bytes"] - base["rss_bytes"]) / steps_between, 2),
+        # Bounded: the last 3/4 of the run add nothing (the caps fill up well before).
+        "state_ratio_end_vs_quarter": round(end["state_bytes"] / mid["state_bytes"], 3),
+        "rss_ratio_end_vs_quarter": round(end["rss_bytes"] / mid["rss_bytes"], 3),
+        "rss_ratio_end_vs_start": round(end["rss_bytes"] / points["start"]["rss_bytes"], 3),
         "state_mb_end": round(end["state_bytes"] / 1e6, 2),
         "rss_mb_end": round(end["rss_bytes"] / 1e6, 1),
     }
