@@ -19,7 +19,7 @@ from jobdiagd.config import default_config
 from jobdiagd.detectors import Detector, NoData, build
 from jobdiagd.detectors import tgs as tgs_detector
 from jobdiagd.logs.reader import MAX_LINE, read_file
-from jobdiagd.logs.state import EVENTS_KEEP, MAX_TASKS, LogState
+from jobdiagd.logs.state import EVENTS_KEEP, MAX_TASKS, SAVES_HEAD, SAVES_SLACK, SAVES_TAIL, LogState
 from jobdiagd.logs.steps import TAIL, TRIAGE, StepSeries
 from jobdiagd.model.jobview import JobView
 from jobdiagd.model.records import StepRecord
@@ -176,6 +176,47 @@ def test_bounded_tail_state_answers_like_an_unbounded_one_on_a_53k_step_job(tmp_
     assert compared["ticks"] > 60 and compared["triage"] >= 13
 
 
+def test_saves_only_checkpointing_is_learned_alike_from_trimmed_saves(tmp_path: Path) -> None:
+    """No period in the arguments or config: the period comes from the save lines, which a
+    tailed state trims to a few dozen. The detectors and triage still agree with an unbounded
+    state, down to the budget of a hang after a save learned from a slow save long ago."""
+    period = 30
+    run = LongRun(
+        tmp_path / "900005-JAX-long.log",
+        job_id="900005",
+        tasks=2,
+        checkpoint_period=period,
+        period_in_log=False,
+    )
+    bounded, unbounded = Side(run, True), Side(run, False)
+
+    def tick(now: float, *, triage: bool = False) -> list[object]:
+        for side in (bounded, unbounded):
+            side.read(now)
+        a, b = bounded.check(now), unbounded.check(now)
+        assert a == b, f"detectors disagree at step {run.step - 1}, t+{now - run.t:.0f}s"
+        if triage:
+            ra, rb = bounded.view.analysis(now), unbounded.view.analysis(now)
+            assert triage_facts(ra) == triage_facts(rb), f"triage disagrees at step {run.step - 1}"
+        return a
+
+    while run.step < 12_000:
+        run.steps(500, outside=lambda k: 300.0 if k == 2010 else 0.0)
+        tick(run.t, triage=run.step % 3000 == 0)
+    state = bounded.view.main
+    assert state is not None and len(state.saves) < 120 < len(unbounded.view.main.saves)  # type: ignore[union-attr]
+    assert bounded.view.checkpoint().period == unbounded.view.checkpoint().period == period
+    run.steps(period - run.step % period + 1)  # through a save step
+    last_at = run.t
+    tick(last_at)
+    budget = bounded.view.memo["hang"].budget
+    assert budget.phase == "checkpoint" and budget.seconds > 450  # 1.5 x the 300 s save
+    for dt in (200.0, budget.seconds - 1, budget.seconds + 1):
+        found = tick(last_at + dt, triage=True)
+        hang = next(f for f in found if isinstance(f, list) and f and f[0].kind == "hang")
+        assert hang[0].resolved is (dt < budget.seconds)
+
+
 def test_a_tailed_jobs_memory_stops_growing_with_its_steps(tmp_path: Path) -> None:
     """Through the daemon's path (tail reader, view, detectors, per-tick triage): what one job
     holds after N steps is what it holds after 4N, and far below an unbounded store."""
@@ -203,7 +244,8 @@ def test_a_tailed_jobs_memory_stops_growing_with_its_steps(tmp_path: Path) -> No
     assert held_n <= bound and held_4n <= bound
     assert at_4n <= at_n * 1.05, (at_n, at_4n)  # 60,000 more steps, no more memory
     assert at_4n < 700_000, at_4n
-    assert len(state.saves) + len(state.async_saves) <= 16 + 256 + 64
+    assert len(state.saves) + len(state.async_saves) <= SAVES_HEAD + SAVES_TAIL + SAVES_SLACK
+    assert state.saves_seen == 80_000 // 50 - 1  # ... while every save was counted
     # The measure sees step records: the same job unbounded holds about 4x as much at 4N.
     ref = read_file(run.path, LogState(str(run.path), ref_time=SIM_EPOCH, retention=None))
     assert deep_size(ref) > 10 * at_4n

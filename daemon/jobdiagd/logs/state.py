@@ -103,9 +103,11 @@ MAX_TEXT = 400
 EVENTS_KEEP = 2048
 MAX_TASKS = 4096
 MAX_CONFIG_KEYS = 4096
+# Saves beside a kept record are kept anyway (every recent step's): the head and tail only
+# give the period they follow (`period_from_saves`) enough regular gaps.
 SAVES_HEAD = 16
-SAVES_TAIL = 256
-_SAVES_SLACK = 64  # trim in batches: sorting the saves on every new one would cost
+SAVES_TAIL = 32
+SAVES_SLACK = 64  # trim in batches: sorting the saves on every new one would cost
 RERUN_KEEP = 4096
 _WALL_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 _MAX_CACHED_DAYS = 1024
@@ -756,7 +758,7 @@ class LogState:
     def _on_save(self, step: int) -> None:
         self.saves_seen += 1
         self.steps.want_anchor(step)
-        if self._capped and len(self.saves) + len(self.async_saves) > SAVES_HEAD + SAVES_TAIL + _SAVES_SLACK:
+        if self._capped and len(self.saves) + len(self.async_saves) > SAVES_HEAD + SAVES_TAIL + SAVES_SLACK:
             kept = set(self.steps)
             self.saves = {s: ln for s, ln in self.saves.items() if s in _saves_to_keep(self.saves, kept)}
             self.async_saves = _saves_to_keep(self.async_saves, kept)

@@ -32,7 +32,10 @@ class LongRun:
         tokens: float = 3000.0,
         total_steps: int = 10_000_000,
         start: float = SIM_EPOCH,
+        period_in_log: bool = True,
     ) -> None:
+        """`period_in_log=False`: neither the arguments nor the config print the checkpoint
+        period; only the save lines show it (a period from the model's config file)."""
         self.path = path
         self.job_id = job_id
         self.tasks = tasks
@@ -53,10 +56,13 @@ class LongRun:
                 "steps": total_steps,
                 "enable_checkpointing": True,
                 "checkpoint_period": checkpoint_period,
-            },
+            }
+            if period_in_log
+            else {"steps": total_steps},
             model="llama3.1-8b",
         )
-        head += [f"{r}: {L.config_param('checkpoint_period', checkpoint_period)}" for r in range(tasks)]
+        if period_in_log:
+            head += [f"{r}: {L.config_param('checkpoint_period', checkpoint_period)}" for r in range(tasks)]
         head += [f"{r}: {L.BARRIER_PASSED}" for r in range(tasks)]
         self._write(head)
 
