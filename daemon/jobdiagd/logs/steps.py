@@ -328,9 +328,8 @@ class StepSeries:
         self._pin_heap: list[tuple[float, int]] = []  # (cost, step): the slowest evicted steps
         self._pins: dict[int, tuple[StepRecord, StepRecord | None]] = {}  # step -> (record, predecessor)
         self._pinned: dict[int, StepRecord] = {}  # the pinned records and their predecessors
-        self._history = (
-            StepHistory(retention.history) if retention is not None and retention.history else None
-        )
+        self._history: StepHistory | None = None  # made at the first eviction: most jobs are short
+        self._history_max = retention.history if retention is not None else 0
         self._early_sum = 0.0
         self._evicted_sum = 0.0
         self._anchors: dict[int, float] = {}  # step -> summed seconds of every step up to it
@@ -495,7 +494,9 @@ class StepSeries:
         heap = self._pin_heap
         if cost is not None and self._pin_keep and (len(heap) < self._pin_keep or cost > heap[0][0]):
             self._pin(cost, old, pred, self._pin_keep)
-        if self._history is not None:
+        if self._history_max:
+            if self._history is None:
+                self._history = StepHistory(self._history_max)
             self._history.add(old.step, seconds, old.tgs if old.pending is None else tgs_of(old))
         if self._anchor_keep:
             self._evicted_sum += seconds or 0.0
