@@ -6,10 +6,11 @@ time plus its `seconds:`; any other line without one inherits the previous time;
 never runs backwards. A file with no timestamps at all runs on summed step seconds from 0.
 `at_s` is seconds since the first `completed step:` line on that clock (negative before it).
 
-Replay: lines are fed to fresh `LogState`s (the one parser) in clock order; the step arrival
-time is the line's own time (what a daemon tailing it live would have seen); full ticks run
-every `tick` seconds of virtual time through the same detectors, the same resolution rule and
-the same incident book as the daemon. The job ends at its last line (JOB SUMMARY state, or
+Replay: lines are fed to fresh `LogState`s (the one parser, with the daemon's `TAIL` step
+retention) in clock order; the step arrival time is the line's own time (what a daemon
+tailing it live would have seen); full ticks run every `tick` seconds of virtual time
+through the same detectors, the same resolution rule and the same incident book as the
+daemon. The job ends at its last line (JOB SUMMARY state, or
 UNKNOWN) and the job-end report runs on a fresh `load_job` of its files, like the daemon's.
 Files are opened as `jobdiagd triage` opens them (`triage.resolve.job_access`): one that is no
 regular file, leaves the job's outputs root or belongs to another user is left out.
@@ -36,6 +37,7 @@ from jobdiagd.logs.prefixes import strip
 from jobdiagd.logs.reader import MAX_LINE
 from jobdiagd.logs.safeopen import ANYWHERE, LogAccess
 from jobdiagd.logs.state import LogState
+from jobdiagd.logs.steps import TAIL
 from jobdiagd.model.alerts import Finding
 from jobdiagd.model.jobview import JobView
 from jobdiagd.triage.engine import analyze
@@ -187,7 +189,7 @@ def replay(ref: JobRef, cfg: Config, *, tick: float, ref_time: float) -> JobRepl
             tl = timeline(files[i], i, ref_time, anchor, access)  # no stamps at all: start with the job
         lines += tl
     lines.sort(key=lambda ln: (ln.t, ln.order, ln.lineno))
-    states = [LogState(str(f), ref_time=ref_time) for f in files]
+    states = [LogState(str(f), ref_time=ref_time, retention=TAIL) for f in files]  # as the daemon tails
     policy = policy_from_config(cfg)
     view = JobView(key=key, ref=ref, first_seen=lines[0].t, policy=policy)
     view.main = states[0]

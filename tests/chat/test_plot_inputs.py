@@ -23,6 +23,7 @@ from jobdiagd.chat.plot_inputs import (
 from jobdiagd.chat.plots import HostSeries, StepPoint, render, step_figure
 from jobdiagd.detectors.hang import HangDetector
 from jobdiagd.logs.state import LogState
+from jobdiagd.logs.steps import TAIL, TRIAGE, Retention
 from jobdiagd.model.alerts import Finding
 from jobdiagd.model.jobview import JobView
 from jobdiagd.model.records import StepRecord
@@ -165,12 +166,12 @@ def test_long_titles_are_cut() -> None:
 class Live:
     """A job view fed line by line with the daemon clock advanced by hand (as the detectors see it)."""
 
-    def __init__(self) -> None:
-        self.state = LogState("/x/7001-JAX-t.log", ref_time=T0)
+    def __init__(self, retention: Retention = TRIAGE) -> None:
+        self.state = LogState("/x/7001-JAX-t.log", ref_time=T0, retention=retention)
         ref = JobRef("7001", "JAX-t", None, Path("/x/7001-JAX-t.log"), "slurm")
         self.view = JobView(key="7001", ref=ref, first_seen=T0, main=self.state, policy=POLICY)
         self.n = 0
-        pt: dict[str, object] = {"steps": 1000, "enable_checkpointing": True, "checkpoint_period": 20}
+        pt: dict[str, object] = {"steps": 100_000, "enable_checkpointing": True, "checkpoint_period": 20}
         for ln in L.header_lines(
             job_id="7001",
             name="JAX-t",
@@ -238,3 +239,21 @@ def test_chart_for_view_before_the_first_step_is_a_placeholder_chart() -> None:
     assert chart.marks.stalled_s == 2000.0
     fig = step_figure(chart)
     assert any("no training step" in t.get_text() for ax in fig.axes for t in ax.texts)
+
+
+def test_the_tgs_chart_of_a_long_tailed_job_draws_the_whole_run() -> None:
+    # The daemon's tailed state keeps only the detectors' windows of step records; the picture
+    # still spans the run, from its bounded history.
+    job = Live(TAIL)
+    t = T0
+    for k in range(6000):
+        t += 10.0
+        job.step(k, t, tokens=3000.0 if k < 5000 else 2400.0)
+    assert len(job.view.sorted_steps()) < 2000  # bounded: most records were summarised
+    chart = chart_for_view(job.view, "tgs-degradation", t)
+    steps = [p.step for p in chart.points]
+    assert steps[0] <= 5 and steps[-1] >= 5990
+    # The evicted middle is drawn as densely as the rest, not from the few records kept there.
+    assert sum(1000 <= s <= 4000 for s in steps) > 250
+    m = chart.marks
+    assert m is not None and m.baseline == 3000.0 and m.degraded == 2400.0

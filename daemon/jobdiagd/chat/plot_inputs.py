@@ -222,8 +222,14 @@ def chart_for_view(
         )
     if kind in ("tgs", "tgs-degradation"):
         analysis = analyze_tgs(steps, ckpt, threshold_pct=tgs_threshold_pct, baseline_steps=baseline_steps)
+        # The whole run: a tailed job keeps only some step records (the detectors' windows), so the
+        # line is drawn from its bounded history (bucket means) when that covers more of the run.
+        history = view.step_history()
+        drawn: Sequence[HistoryItem] = steps
+        if history and sum(p.steps for p in history) > len(steps):
+            drawn = [(p.first_step, p.seconds_mean, p.tgs_mean) for p in history]
         return tgs_chart(
-            steps,
+            drawn,
             ckpt,
             analysis,
             title=chart_title(view.key, name, "TGS slide"),

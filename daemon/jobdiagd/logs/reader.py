@@ -423,7 +423,8 @@ class TailReader:
     lineno: int = 1
     inode: int | None = None
     head: bytes = b""  # the file's first bytes: a new file reusing the inode differs here
-    _carry: bytes = b""
+    _carry: bytes = b""  # the unfinished last line (both ends only, once it is runaway long)
+    _dropped: int = 0  # bytes dropped from the middle of `_carry`
     access: LogAccess = ANYWHERE  # which files may be opened (regular files only, at least)
 
     def poll(self, max_bytes: int = 64 << 20) -> int:
@@ -450,32 +451,50 @@ class TailReader:
             data = _pread_all(fd, min(max_bytes, st.st_size - self.offset), self.offset)
         finally:
             os.close(fd)
-        body_start = self.offset - len(self._carry)
+        body_start = self.offset - len(self._carry) - self._dropped
         buf = self._carry + data
         cut = buf.rfind(b"\n") + 1
         body, self._carry = buf[:cut], buf[cut:]
+        if body and self._dropped:
+            # The end of a runaway line whose middle was dropped: alone, so the lines after it
+            # keep their real offsets.
+            end = body.find(b"\n") + 1
+            self._feed(body[:end], body_start)
+            body, body_start = body[end:], body_start + end + self._dropped
+            self._dropped = 0
         if body:
-            self.lineno += feed_buffer(
-                self.state,
-                body,
-                base_offset=body_start,
-                first_lineno=self.lineno,
-                full=self.read_fully(body_start),
-            )
+            self._feed(body, body_start)
+        if len(self._carry) > 2 * MAX_LINE:
+            # A line that never ends (a progress bar redrawn with \r): keep its two ends, more
+            # than the parser reads of a long line (LogState.feed_bytes), not all of it.
+            self._dropped += len(self._carry) - 2 * MAX_LINE
+            self._carry = self._carry[:MAX_LINE] + self._carry[-MAX_LINE:]
         self.offset += len(data)
         self.state.lines = self.lineno - 1
         self.state.bytes = self.offset
         self.state.ends_with_newline = not self._carry
         return len(data)
 
+    def _feed(self, body: bytes, body_start: int) -> None:
+        self.lineno += feed_buffer(
+            self.state,
+            body,
+            base_offset=body_start,
+            first_lineno=self.lineno,
+            full=self.read_fully(body_start),
+        )
+
     def read_fully(self, body_start: int) -> bool:
         """Parse every line of this chunk (True), or only the pre-filter's candidates (False)."""
         return True
 
     def reset(self) -> None:
-        self.state = LogState(self.state.source, ref_time=self.state.clock.ref_time)
+        self.state = LogState(
+            self.state.source, ref_time=self.state.clock.ref_time, retention=self.state.retention
+        )
         self.offset = 0
         self.lineno = 1
         self.inode = None
         self.head = b""
         self._carry = b""
+        self._dropped = 0

@@ -2,8 +2,17 @@
 
 `LogState.feed(raw_line, lineno, offset)` is the one parser behind `jobdiagd triage`,
 the daemon's tailer and `backtest`: feed it lines in order, as many times as new data
-arrives. Memory is bounded by the number of distinct training steps (one small record
-each) plus a fixed number of evidence lines per failure class.
+arrives. Step records are kept as `logs.steps.StepSeries` retains them (exact aggregates,
+early and recent windows); evidence is a fixed number of lines per failure class.
+
+With `retention=TAIL` (the daemon's tailed files, followed for weeks) everything else that
+grows with lines is capped too, so a job's memory does not depend on its length: lists of
+events (stage markers, NODE_EXIT, srun errors, Prometheus ports tried, in-log restarts)
+keep their first and last `EVENTS_KEEP // 2`; per-task maps and sets stop at `MAX_TASKS`
+tasks; checkpoint saves keep the first `SAVES_HEAD`, the last `SAVES_TAIL` and those next
+to a kept step record (what `CheckpointConfig` reads: the period they follow, whether a
+kept step is beside one); config keys stop at `MAX_CONFIG_KEYS`. Triage (`TRIAGE`) keeps
+them all, so its reports do not change.
 """
 
 from __future__ import annotations
@@ -12,12 +21,15 @@ import contextlib
 import re
 import shlex
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from jobdiagd.logs.prefixes import Stamp, strip, strip_ansi
 from jobdiagd.logs.scan import HARMLESS_ONLY
-from jobdiagd.logs.steps import StepSeries, step_record
+from jobdiagd.logs.steps import TRIAGE, Retention, StepSeries, step_record
 from jobdiagd.model.records import ClassHits, Evidence, NodeExit, StageEvent, StepRecord, Summary
+from jobdiagd.triage.progress import DEFAULT_CHECKPOINT_PERIOD, truthy
 from jobdiagd.triage.signatures import match_line
 
 # The number must end at a comma or the line end: with `srun -u` another task's prefix can
@@ -65,6 +77,8 @@ _SECONDS = re.compile(rb"seconds: (\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)")
 _TASK_BYTES = re.compile(rb"^\s*(?:P\d+\s+)?(\d{1,6}): ")
 MAX_LINE_BYTES = 64 << 10
 _SRUN_TASK = re.compile(r": task (\d+): ")
+_T = TypeVar("_T")
+_V = TypeVar("_V")
 
 HEADER_KEYS = frozenset(
     {
@@ -84,7 +98,19 @@ HEADER_KEYS = frozenset(
 )
 MAX_ENV_KEYS = 400
 MAX_TEXT = 400
+# Caps of a TAIL state (see the module docstring): far above any real job, they only stop a
+# runaway or hostile log from growing the daemon without end.
+EVENTS_KEEP = 2048
+MAX_TASKS = 4096
+MAX_CONFIG_KEYS = 4096
+# Saves beside a kept record are kept anyway (every recent step's): the head and tail only
+# give the period they follow (`period_from_saves`) enough regular gaps.
+SAVES_HEAD = 16
+SAVES_TAIL = 32
+SAVES_SLACK = 64  # trim in batches: sorting the saves on every new one would cost
+RERUN_KEEP = 4096
 _WALL_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+_MAX_CACHED_DAYS = 1024
 
 
 def parse_wall(text: str) -> float | None:
@@ -212,6 +238,8 @@ class StampClock:
             return self.epoch(Stamp(month, day, seconds))
         midnight = self._undated.get((month, day), -1.0)
         if midnight == -1.0:
+            if len(self._undated) >= _MAX_CACHED_DAYS:
+                self._undated.clear()  # a cache: a log stamped on ever more days costs recomputing
             midnight = self._undated[(month, day)] = self._at(self.ref_year, Stamp(month, day, 0.0))
         if midnight is None:
             return None
@@ -234,6 +262,8 @@ class StampClock:
                 midnight = time.mktime((year, stamp.month, stamp.day, 0, 0, 0, 0, 0, -1))
             except (OverflowError, ValueError):
                 return None
+            if len(self._midnights) >= _MAX_CACHED_DAYS:
+                self._midnights.clear()
             self._midnights[key] = midnight
         return midnight + stamp.seconds
 
@@ -250,8 +280,10 @@ class Heartbeat:
 class LogState:
     """Everything learned from one log file so far."""
 
-    def __init__(self, source: str, *, ref_time: float) -> None:
+    def __init__(self, source: str, *, ref_time: float, retention: Retention | None = TRIAGE) -> None:
         self.source = source
+        self.retention = retention
+        self._capped = retention is not None and retention.events
         self.clock = StampClock(ref_time)
         self.lines = 0
         self.bytes = 0
@@ -259,7 +291,7 @@ class LogState:
         self.header: dict[str, str] = {}
         self.env: dict[str, str] = {}
         self.config: dict[str, str] = {}
-        self.steps = StepSeries()
+        self.steps = StepSeries(retention)
         self.task_last_step: dict[int, int] = {}
         self.step_lines = 0
         self.profiler_steps: set[int] = set()
@@ -268,6 +300,7 @@ class LogState:
         self.restore: tuple[str, int | None, int] | None = None  # (fresh|restored, step, line)
         self.saves: dict[int, int] = {}  # step -> line of "Saved a checkpoint"
         self.async_saves: set[int] = set()
+        self.saves_seen = 0  # distinct save steps ever added (a change counter: saves may be trimmed)
         self.barrier_sync: tuple[int, float | None] | None = None
         self.barrier_passed: tuple[int, float | None] | None = None
         self.stages: list[StageEvent] = []
@@ -302,6 +335,7 @@ class LogState:
         self.superseded_seconds = 0.0
         self._rerun: tuple[int, int] | None = None  # steps [a, b] being re-run
         self._rerun_done: set[int] = set()
+        self._rerun_floor = -1  # re-run steps below it count as done (TAIL bounds the set)
 
     # ------------------------------------------------------------------ feeding
     def feed_bytes(
@@ -329,8 +363,11 @@ class LogState:
                     self.step_lines += 1
                     if m is not None:
                         t, step = int(m.group(1)), int(num)
-                        if step > self.task_last_step.get(t, -1):
-                            self.task_last_step[t] = step
+                        known = self.task_last_step
+                        if step > known.get(t, -1) and (
+                            not self._capped or t in known or len(known) < MAX_TASKS
+                        ):
+                            known[t] = step
                     return
         elif any(n in raw for n in HARMLESS_ONLY):
             return
@@ -356,8 +393,13 @@ class LogState:
                     self.last_stamp = when
         self.last_text = f"completed step: {step}"
         self.step_lines += 1
-        if task is not None and step > self.task_last_step.get(task, -1):
-            self.task_last_step[task] = step
+        known = self.task_last_step
+        if (
+            task is not None
+            and step > known.get(task, -1)
+            and (not self._capped or task in known or len(known) < MAX_TASKS)
+        ):
+            known[task] = step
         self.steps.add(StepRecord(step, seconds, None, None, None, when, lineno, task, self.source, rest))
 
     def feed(self, raw: str, lineno: int, offset: int = 0) -> None:
@@ -384,7 +426,8 @@ class LogState:
             m = _PROFILER_STEP.search(text)
             if m:
                 step = int(m.group(1))
-                self.profiler_steps.add(step)
+                if not self._capped or len(self.profiler_steps) < EVENTS_KEEP:
+                    self.profiler_steps.add(step)
                 self._on_step(step, "", task, when, lineno)
                 return
         self._on_event(text, task, when, lineno, offset)
@@ -392,16 +435,24 @@ class LogState:
     def _new_run(self, lineno: int) -> None:
         """Forget the finished run: its summary, steps and errors describe a job that is over."""
         clock, earlier = self.clock, self.earlier_runs + 1
-        self.__init__(self.source, ref_time=clock.ref_time)  # type: ignore[misc]
+        self.__init__(self.source, ref_time=clock.ref_time, retention=self.retention)  # type: ignore[misc]
         self.clock, self.earlier_runs, self.run_start_line = clock, earlier, lineno
 
     def _in_rerun(self, step: int) -> bool:
         r = self._rerun
-        return r is not None and r[0] <= step <= r[1] and step not in self._rerun_done
+        return (
+            r is not None
+            and r[0] <= step <= r[1]
+            and step not in self._rerun_done
+            and step >= self._rerun_floor
+        )
 
     def _on_rerun_step(self, step: int, rest: str, task: int | None, when: float | None, lineno: int) -> None:
         """The first copy of a re-run step replaces the earlier run's record."""
         self._rerun_done.add(step)
+        if self._capped and len(self._rerun_done) > RERUN_KEEP:
+            self._rerun_floor = max(self._rerun_done) - RERUN_KEEP // 2
+            self._rerun_done = {s for s in self._rerun_done if s >= self._rerun_floor}
         rec = step_record(step, rest, time=when, line=lineno, task=task, source=self.source)
         old = self.steps.get(step)
         if old is not None:
@@ -415,12 +466,14 @@ class LogState:
         if task is not None:
             prev = self.task_last_step.get(task)
             if prev is None or step > prev:
-                self.task_last_step[task] = step
+                if self._task_ok(task, self.task_last_step):
+                    self.task_last_step[task] = step
             elif task == 0 and step < prev - 1 and self.steps.seen(step) and not self._in_rerun(step):
                 # Task 0 went back without a restore line: a new run re-does these steps.
-                self.restarts.append((lineno, step))
+                self._push(self.restarts, (lineno, step))
                 self._rerun = (step, self.steps.max_step)
                 self._rerun_done = set()
+                self._rerun_floor = -1
         if task in (0, None) and self._in_rerun(step):
             self._on_rerun_step(step, rest, task, when, lineno)
             return
@@ -460,6 +513,7 @@ class LogState:
             task is not None
             and cls not in ("heartbeat-timeout", "node-fail", "stage-fail")
             and task not in self.first_error_by_task
+            and self._task_ok(task, self.first_error_by_task)
         ):
             self.first_error_by_task[task] = ev
         return ev
@@ -490,14 +544,14 @@ class LogState:
         if "jax_worker/replica" in text:
             for m in _TASK_PATH.finditer(text):
                 if self.heartbeat is not None and (text.strip().startswith("/job:") or "unhealthy" in text):
-                    self.heartbeat.accused_tasks.add(int(m.group(1)))
+                    self._add_task(self.heartbeat.accused_tasks, int(m.group(1)))
             return
         if "Polled an error" in text or "Terminating process because" in text:
             if task is not None:
                 if self.heartbeat is not None:
-                    self.heartbeat.self_reported.add(task)
+                    self._add_task(self.heartbeat.self_reported, task)
                 else:
-                    self._pending_self_report.add(task)
+                    self._add_task(self._pending_self_report, task)
             return
         if task is None and "=" in text and text[:1].isupper():
             m = _HEADER.match(text)
@@ -514,8 +568,11 @@ class LogState:
 
         if "Config param" in text:
             m = _CONFIG.search(text)
-            if m:
-                self.config.setdefault(m.group(1), m.group(2).strip())
+            if m and (not self._capped or len(self.config) < MAX_CONFIG_KEYS or m.group(1) in self.config):
+                key, value = m.group(1), m.group(2).strip()
+                if key not in self.config:
+                    self.config[key] = value
+                    self._checkpoint_hint(key, value)
             return
         if "restoring" in text:
             m = _RESTORE.search(text)
@@ -527,9 +584,10 @@ class LogState:
                     and (self._rerun is None or at + 1 != self._rerun[0])
                 ):
                     # a new run in the same log, restored from step `at`: it re-does at+1..max
-                    self.restarts.append((lineno, at + 1))
+                    self._push(self.restarts, (lineno, at + 1))
                     self._rerun = (at + 1, self.steps.max_step)
                     self._rerun_done = set()
+                    self._rerun_floor = -1
                     self.restore = ("restored", at, lineno)
                 elif self.restore is None or self.restore[0] != "restored":
                     self.restore = ("restored", at, lineno)
@@ -540,11 +598,17 @@ class LogState:
         if "checkpoint" in text:
             m = _SAVED.search(text) or _FINISHED_SAVE.search(text)
             if m:
-                self.saves.setdefault(int(m.group(1)), lineno)
+                step = int(m.group(1))
+                if step not in self.saves:
+                    self.saves[step] = lineno
+                    self._on_save(step)
                 return
             m = _ASYNC_SAVE.search(text)
             if m:
-                self.async_saves.add(int(m.group(1)))
+                step = int(m.group(1))
+                if step not in self.async_saves:
+                    self.async_saves.add(step)
+                    self._on_save(step)
                 return
         if "BARRIER" in text:
             if "BARRIER PASSED" in text:
@@ -558,21 +622,22 @@ class LogState:
             if m:
                 detail = m.group(3) or ""
                 em = _STAGE_EXIT.search(detail)
-                self.stages.append(
-                    StageEvent(m.group(1), m.group(2), detail, lineno, int(em.group(1)) if em else None)
+                self._push(
+                    self.stages,
+                    StageEvent(m.group(1), m.group(2), detail, lineno, int(em.group(1)) if em else None),
                 )
                 return
         if "NODE_EXIT" in text:
             m = _NODE_EXIT.search(text)
             if m:
-                self.node_exits.append(NodeExit(m.group(1), int(m.group(2)), lineno, task))
+                self._push(self.node_exits, NodeExit(m.group(1), int(m.group(2)), lineno, task))
             return
         if "srun: error:" in text:
             m = _SRUN_ERROR.search(text)
             if m:
                 em = _EXIT_CODE.search(m.group(3))
                 what = f"task{'s' if not m.group(2).strip().isdigit() else ''} {m.group(2).strip()}: {m.group(3)}"
-                self.srun_errors.append((m.group(1), what, int(em.group(1)) if em else None, lineno))
+                self._push(self.srun_errors, (m.group(1), what, int(em.group(1)) if em else None, lineno))
             return
         if "CANCELLED AT" in text:
             m = _STEPD_CANCEL.search(text)
@@ -598,7 +663,7 @@ class LogState:
                 return
             m = _PROM_TRYING.search(text)
             if m:
-                self.prom_port_tried.append(int(m.group(1)))
+                self._push(self.prom_port_tried, int(m.group(1)))
             return
         if "[Ray] Starting HEAD" in text:
             m = _RAY_HEAD.search(text)
@@ -613,20 +678,23 @@ class LogState:
     def _on_heartbeat(self, ev: Evidence, text: str, task: int | None) -> None:
         if self.heartbeat is None:
             self.heartbeat = Heartbeat(first=ev)
-            self.heartbeat.self_reported |= self._pending_self_report
+            self.heartbeat.self_reported |= self._pending_self_report  # both capped at MAX_TASKS
         hb = self.heartbeat
         hb.count += 1
         if task is not None:
-            hb.reporters.add(task)
+            self._add_task(hb.reporters, task)
             if "Terminating process because" in text:
-                hb.self_reported.add(task)
+                self._add_task(hb.self_reported, task)
         for m in _TASK_PATH.finditer(text):
-            hb.accused_tasks.add(int(m.group(1)))
+            self._add_task(hb.accused_tasks, int(m.group(1)))
 
     def _on_kv(self, key: str, value: str, *, header: bool) -> None:
         value = value.strip()
         if key in HEADER_KEYS and (key == "PASSTHROUGH_ARGS" or key not in self.header):
             self.header.setdefault(key, value.strip("\"'") if key != "PASSTHROUGH_ARGS" else value)
+            if key == "PASSTHROUGH_ARGS" and self._capped:
+                for k, v in parse_passthrough(value).items():
+                    self._checkpoint_hint(k, v)
         if (not header or key not in HEADER_KEYS) and key not in self.env and len(self.env) < MAX_ENV_KEYS:
             self.env[key] = value
 
@@ -672,14 +740,56 @@ class LogState:
             return True
         return False
 
+    # ------------------------------------------------------------------ bounds (TAIL)
+    def _push(self, items: list[_T], item: _T) -> None:
+        """Append; a capped state keeps the first and the last half: how it began, how it is now."""
+        items.append(item)
+        if self._capped and len(items) > EVENTS_KEEP:
+            del items[EVENTS_KEEP // 2]
+
+    def _task_ok(self, task: int, known: dict[int, _V]) -> bool:
+        """May `task` get an entry in a per-task map? (Always, unless capped and full.)"""
+        return not self._capped or task in known or len(known) < MAX_TASKS
+
+    def _add_task(self, tasks: set[int], task: int) -> None:
+        if not self._capped or task in tasks or len(tasks) < MAX_TASKS:
+            tasks.add(task)
+
+    def _on_save(self, step: int) -> None:
+        self.saves_seen += 1
+        self.steps.want_anchor(step)
+        if self._capped and len(self.saves) + len(self.async_saves) > SAVES_HEAD + SAVES_TAIL + SAVES_SLACK:
+            kept = set(self.steps)
+            self.saves = {s: ln for s, ln in self.saves.items() if s in _saves_to_keep(self.saves, kept)}
+            self.async_saves = _saves_to_keep(self.async_saves, kept)
+
+    def _checkpoint_hint(self, key: str, value: str) -> None:
+        """The checkpoint period as configured: the steps where progress-lost sums may be asked."""
+        if key == "checkpoint_period":
+            with contextlib.suppress(ValueError):
+                period = int(float(value.strip().strip("\"'").replace("_", "")))
+                if period > 0 and len(self.steps.anchor_periods) < 8:
+                    self.steps.anchor_periods.add(period)
+        elif key == "enable_checkpointing" and truthy(value) and len(self.steps.anchor_periods) < 8:
+            self.steps.anchor_periods.add(DEFAULT_CHECKPOINT_PERIOD)
+
     # ------------------------------------------------------------------ views
     def passthrough(self) -> dict[str, str]:
         raw = self.header.get("PASSTHROUGH_ARGS")
         return parse_passthrough(raw) if raw else {}
 
     def sorted_steps(self) -> list[StepRecord]:
-        """The kept step records in step order (every step for logs under ~3000 steps)."""
+        """The kept step records in step order (every step of a log under ~3,000 steps with
+        `TRIAGE` retention, under ~570 with `TAIL`; see logs.steps)."""
         return self.steps.values()
+
+
+def _saves_to_keep(saves: Iterable[int], kept_steps: set[int]) -> set[int]:
+    """The first and last saves, and those beside a kept step record (`CheckpointConfig.adjacent`)."""
+    order = sorted(saves)
+    keep = set(order[:SAVES_HEAD]) | set(order[-SAVES_TAIL:])
+    keep.update(s for s in order if s in kept_steps or s + 1 in kept_steps)
+    return keep
 
 
 def _host_of(text: str) -> str | None:

@@ -7,6 +7,7 @@ from typing import Any
 
 from jobdiagd.logs.job import JobLogs
 from jobdiagd.logs.state import LogState
+from jobdiagd.logs.steps import HistoryPoint
 from jobdiagd.model.records import StepRecord
 from jobdiagd.model.stepguard import StepGuard
 from jobdiagd.sources.slurm_parse import SlurmJob
@@ -113,7 +114,7 @@ class JobView:
         key = (
             len(states),
             sum(len(st.config) for st in states),
-            sum(len(st.saves) + len(st.async_saves) for st in states),
+            sum(st.saves_seen for st in states),  # a tailed state trims old saves: count, not size
             self.main.header.get("PASSTHROUGH_ARGS") if self.main is not None else None,
         )
         cached = self.memo.get("_ckpt")
@@ -148,6 +149,12 @@ class JobView:
             steps = [r for r in steps if r.step not in suspects]
         self.memo["_steps"] = (key, steps)
         return steps
+
+    def step_history(self) -> list[HistoryPoint]:
+        """The whole run's step time and tokens/s, down-sampled to a few thousand points at most,
+        with checkpoint/eval/profiler steps marked (for plots)."""
+        auth = self.authoritative()
+        return auth.steps.history(self.checkpoint().marks) if auth is not None else []
 
     def step_time(self) -> float | None:
         steps = self.sorted_steps()

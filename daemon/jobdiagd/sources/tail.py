@@ -2,10 +2,14 @@
 
 Restart policy (decided here): the offset table says how far each file had been read and
 when its last step line was read; on restart the file is re-read from the start with the
-same pre-filtered reader triage uses (`read_file`) — so the rebuilt `LogState` is exactly
-what triage would build — and the saved arrival time is restored for the steps already
+same pre-filtered reader triage uses (`read_file`) — so the rebuilt `LogState` holds the
+facts triage would find — and the saved arrival time is restored for the steps already
 seen before, so a hang in progress keeps its clock. Alerts are never re-sent: incidents
 and the outbox live in the alert store, whose ids make a repeat a no-op.
+
+Tailed states keep `logs.steps.TAIL` retention: a job followed for weeks holds a bounded
+summary of its steps (what the detectors and the per-tick triage read, exactly), not every
+step; the job-end report re-reads the files in full.
 
 Files are followed through truncation, rotation (new inode), a rename or a repointed job
 `log` link (same inode: the reader keeps its offset) and deletion (OSError -> the engine's
@@ -33,6 +37,7 @@ from jobdiagd.alerts.store import DB_NAME
 from jobdiagd.logs.reader import HEAD_FULL, TailReader, read_fd
 from jobdiagd.logs.safeopen import ANYWHERE, LogAccess
 from jobdiagd.logs.state import LogState
+from jobdiagd.logs.steps import TAIL
 
 RESOLVE_EVERY = 16
 
@@ -184,7 +189,7 @@ class FileTail:
                 self.reader.path = target  # renamed (e.g. the TGS tagger): same file, keep the offset
             else:
                 self.reader = PrefilterTailReader(
-                    target, LogState(str(target), ref_time=self.ref_time), access=self.access
+                    target, LogState(str(target), ref_time=self.ref_time, retention=TAIL), access=self.access
                 )
                 replaced = True
         before = self.reader.state
@@ -207,7 +212,7 @@ class FileTail:
 
     def _initial(self, target: Path) -> TailReader:
         """Catch up with the file as it is now (the pre-filtered reader triage uses)."""
-        state = LogState(str(target), ref_time=self.ref_time)
+        state = LogState(str(target), ref_time=self.ref_time, retention=TAIL)
         fd = self.access.open(target, resolved=True)
         try:
             st = os.fstat(fd)

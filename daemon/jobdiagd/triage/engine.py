@@ -248,6 +248,8 @@ def analyze(
         completed=completed,
         summed_seconds=auth.steps.sum_seconds + auth.superseded_seconds if auth is not None else None,
         time_base=_training_start(logs) if steps and all(s.time is None for s in steps[-3:]) else None,
+        # A bounded (tailed) state knows the exact seconds since a checkpoint; not across a restart.
+        seconds_after=auth.steps.seconds_after if auth is not None and restart is None else None,
     )
     tgs = analyze_tgs(steps, ckpt)
     cls = classify(

@@ -15,6 +15,7 @@ Decisions where the runbook is silent:
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from jobdiagd.model.records import StepRecord
@@ -58,6 +59,27 @@ class CheckpointConfig:
         if self.saves and (step in self.saves or step - 1 in self.saves):
             return True
         return self.profile is not None and self.profile[0] <= step <= self.profile[1]
+
+    def marks(self, first: int, last: int) -> tuple[str, ...]:
+        """What slows some step in [first, last]: "checkpoint", "eval", "profiler" (plot marks)."""
+        out: list[str] = []
+        ckpt = self.saves and any(first <= s + d <= last for s in self.saves for d in (0, 1))
+        if ckpt or (self.period and _grid_hit(first, last, self.period, 3 if self.asynchronous else 2)):
+            out.append("checkpoint")
+        if self.eval_period and _grid_hit(first, last, self.eval_period, 2):
+            out.append("eval")
+        if self.profile is not None and first <= self.profile[1] and self.profile[0] <= last:
+            out.append("profiler")
+        return tuple(out)
+
+
+def _grid_hit(first: int, last: int, period: int, width: int) -> bool:
+    """Is some step k*period + d (k*period > 0, 0 <= d < width) in [first, last]?"""
+    for d in range(width):
+        k = max(1, -(-(first - d) // period))
+        if k * period + d <= last:
+            return True
+    return False
 
 
 def _int_setting(passthrough: dict[str, str], config: dict[str, str], key: str) -> int | None:
@@ -230,9 +252,12 @@ def compute_progress(
     completed: bool = False,
     summed_seconds: float | None = None,
     time_base: float | None = None,
+    seconds_after: Callable[[int], float | None] | None = None,
 ) -> Progress:
     """`summed_seconds` is the exact sum over every step when `steps` is a bounded sample;
-    `time_base`, the dated start of training, dates the last step when step lines are undated."""
+    `time_base`, the dated start of training, dates the last step when step lines are undated;
+    `seconds_after(step)`, the exact summed seconds after a step when a bounded store knows
+    it (`StepSeries.seconds_after`; None: sum the records given)."""
     ckpt = checkpoint_config(passthrough, config, saves)
     total = configured_total(passthrough, config)
     first = steps[0].step if steps else None
@@ -279,7 +304,10 @@ def compute_progress(
         else:
             lost = last - first + 1
         if lost is not None:
-            lost_s = sum(s.seconds or 0.0 for s in steps if s.step > last - lost)
+            exact = seconds_after(last - lost) if seconds_after is not None else None
+            lost_s = (
+                exact if exact is not None else sum(s.seconds or 0.0 for s in steps if s.step > last - lost)
+            )
     eta: float | None = None
     if total is not None and last is not None and step_time:
         eta = max(0, total - 1 - last) * step_time
