@@ -4,7 +4,9 @@ The earliest-anomaly sweep can name a root the playbook missed (runbook: "find t
 "always report the full chain"): a training-level metric (tb_learning_*) first in a training-stability
 diagnosis with no chain of its own, or a network/RDMA error counter on specific hosts first before a
 busy-wait hang. Then that root heads root_cause and chain (and the hang's hosts become anomalous); the
-verdict is left to the playbook (see the hang and training playbooks for why it stays).
+verdict is left to the playbook (see the hang and training playbooks for why it stays). A network counter
+that rose alike on the other hosts (peers_alike) is a cluster-wide event, not one host's trigger, and is
+never adopted.
 """
 
 from __future__ import annotations
@@ -83,6 +85,7 @@ def adopt_earliest_root(res: PlaybookResult, rep: AnomalyReport) -> None:
         and res.verdict == "rccl-busy-wait-hang"
         and root.family.startswith(NETWORK_ERROR_PREFIXES)
         and root.kind == "up"
+        and not root.peers_alike  # a cluster-wide rise is not one host's trigger
         and root.onset <= rep.incident
         and root.host not in res.anomalous_hosts
     ):
