@@ -5,6 +5,10 @@ against the job's own baseline AND the other hosts (jobdiagd.tsdb.patterns): a h
 family's minimum absolute rate is background and is not a deviation; a rise above it that the other hosts
 show alike (it does not stand out) stays in the sweep marked `peers_alike` -- a cluster-wide event, never
 one host's trigger.
+
+A host whose GPU user processes drop to zero gets the same head start as a host that stopped reporting:
+the process was gone somewhere in the scrape interval before the zero shows, while its peers' power drops
+(the symptom) at once.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from jobdiagd.tsdb.align import checkpoint_steps
-from jobdiagd.tsdb.client import PromClient, Series, regex_union
+from jobdiagd.tsdb.client import PromClient, Series, multi_arm, regex_union, split_arms_series
 from jobdiagd.tsdb.discovery import Discovery
 from jobdiagd.tsdb.patterns import (
     RateWindow,
@@ -80,6 +84,12 @@ class Deviation:
             return f"{self.family} on {self.host}: steady ramp from {self.baseline:.4g} to {self.value:.4g}, under way by {iso(self.onset)}"
         alike = " (the other hosts alike)" if self.peers_alike else ""
         return f"{self.family} on {self.host}: {self.kind} from {self.baseline:.4g} to {self.value:.4g} at {iso(self.onset)}{alike}"
+
+    @property
+    def process_gone(self) -> bool:
+        return self.family == "hw_gpu_user_processes" and (
+            self.kind == "absent" or (self.kind == "down" and self.value <= 0)
+        )
 
 
 @dataclass
@@ -286,14 +296,32 @@ async def earliest_anomaly(
         if s.points:
             last_by_name[name] = max(last_by_name.get(name, 0.0), s.points[-1][0])
     absent_hosts: dict[str, float] = {}
+    procs_absent: dict[str, float] = {}
     # Sample timestamps (not evaluation times): a host whose last scrape falls behind has stopped
-    # reporting, even while the lookback window still shows its stale values.
-    for s in await client.query_range("max by (host) (timestamp(hw_procs_running))", start, end, step):
-        host = host_of(s.labels)
-        for t, v in s.points:
-            if t > split and t - v > 3 * 10.0 + step:
-                absent_hosts[host] = v + 10.0
-                break
+    # reporting, even while the lookback window still shows its stale values; so has a training process
+    # whose GPU process series stops while the host still reports.
+    # Only evaluated after the split (where an absence counts), on the same grid as the sweep.
+    after_split = start + math.ceil((split - start) / step) * step
+    stamps = split_arms_series(
+        await client.query_range(
+            multi_arm(
+                {
+                    "host": "max by (host) (timestamp(hw_procs_running))",
+                    "procs": "max by (host) (timestamp(hw_gpu_user_processes))",
+                }
+            ),
+            min(after_split, end),
+            end,
+            step,
+        )
+    )
+    for arm, into in (("host", absent_hosts), ("procs", procs_absent)):
+        for s in stamps.get(arm, []):
+            host = host_of(s.labels)
+            for t, v in s.points:
+                if t > split and t - v > 3 * 10.0 + step:
+                    into[host] = v + 10.0
+                    break
     for s in series:
         name = s.labels.get("__name__", "")
         host = host_of(s.labels)
@@ -322,6 +350,9 @@ async def earliest_anomaly(
             devs.append(Deviation(name, host, t, base, val, kind, thr, is_counter))
     for host, t in absent_hosts.items():
         devs.append(Deviation("up (scrapes)", host, t, 1.0, 0.0, "absent"))
+    for host, t in procs_absent.items():
+        if host not in absent_hosts:
+            devs.append(Deviation("hw_gpu_user_processes", host, t, 1.0, 0.0, "absent"))
     fams |= {"tb_*"}
     if not tl.empty and tl.last_time is not None and tl.last_time < end - 120:
         st = tl.median_step_time() or 30.0
@@ -344,11 +375,16 @@ async def earliest_anomaly(
             devs.append(Deviation(fam, "rank0", t, base, val, kind, thr))
     devs = judge_network_deviations(devs, series, split, start, end, th)
     devs = await refine(client, devs, step)
-    # Earliest first; on a tie a cause-type family wins over a symptom. A host that vanished was
-    # already dead somewhere in the two scrape intervals before its absence shows, so it gets that
-    # much head start over symptoms seen on its peers at the same time.
+    # Earliest first; on a tie a cause-type family wins over a symptom. A host (or its process) that
+    # vanished was already gone somewhere in the two scrape intervals before its absence shows, so it
+    # gets that much head start over symptoms seen on its peers at the same time.
     devs.sort(
-        key=lambda d: (d.onset - (2 * 10.0 if d.kind == "absent" else 0.0), d.symptom, d.family, d.host)
+        key=lambda d: (
+            d.onset - (2 * 10.0 if d.kind == "absent" or d.process_gone else 0.0),
+            d.symptom,
+            d.family,
+            d.host,
+        )
     )
     rep.deviations = devs
     rep.families_checked = len(fams)
