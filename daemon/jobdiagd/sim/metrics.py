@@ -27,12 +27,17 @@ SCENARIOS = (
     "io-contention",
     "thermal-throttle",
     "network-partition",
+    "dead-process",
+    "hang-then-heartbeat",
+    "rdma-background",
+    "rdma-trigger",
 )
 
 GIB = 2**30
 RAS_BLOCKS = ("umc", "xgmi", "gfx", "mmhub", "sdma")
 RDMA_DEVICES = ("mlx5_0", "mlx5_1")
 BASE_TIME = 1780272000.0  # 2026-06-01T00:00:00Z
+SIX_NODES = tuple(f"node{i:03d}" for i in range(1, 7))
 
 
 @dataclass(frozen=True)
@@ -73,6 +78,28 @@ def scenario(name: str, **kw: Any) -> Scenario:
         base |= {"hang_after_steps": 0, "hang_s": 900.0}
     elif name == "dead-node":
         base |= {"hang_after_steps": 150}
+    elif name == "dead-process":
+        # The training process on bad_host dies right after the last step; the host keeps reporting.
+        base |= {"hang_after_steps": 150, "nodes": SIX_NODES, "bad_host": "node004"}
+    elif name == "hang-then-heartbeat":
+        # Steps stop at T; every GPU busy-waits; a gRPC deadlock lets the heartbeat kill the job at T + 40 min.
+        base |= {
+            "hang_after_steps": 150,
+            "hang_s": 2400.0,
+            "tail_s": 20.0,
+            "extra": {"heartbeat_kill": True, "heartbeat_timeout_s": 100.0, "accused_task": 2},
+        }
+    elif name == "rdma-background":
+        # A collective hang with single-digit RDMA retransmit / ACK-timeout increments on every host.
+        base |= {"hang_after_steps": 150, "nodes": SIX_NODES, "extra": {"rdma_background": True}}
+    elif name == "rdma-trigger":
+        # The same background, plus a real retransmit / ACK-timeout burst on bad_host before the stall.
+        base |= {
+            "hang_after_steps": 150,
+            "nodes": SIX_NODES,
+            "bad_host": "node005",
+            "extra": {"rdma_background": True, "rdma_burst_before_s": 90.0},
+        }
     elif name == "rdma-degraded":
         base |= {"tgs_factor": 0.92}
     elif name == "host-oom-ramp":
@@ -162,6 +189,8 @@ class JobSim:
         per = max(1, n // max(1, sc.dcn_data_parallelism))
         self.replica0 = set(sc.nodes[:per])
         self.dead_t = self.train_end + 3.0 if sc.name == "dead-node" else None
+        # The process (not the node) dies: the host reports idle GPUs with no user process.
+        self.gone_t = self.train_end + 3.0 if sc.name == "dead-process" else None
         self._noise = random.Random(sc.seed + 1)
 
     # -- phases ------------------------------------------------------------------------------
@@ -169,6 +198,8 @@ class JobSim:
         sc = self.sc
         if self.dead_t is not None and host == sc.bad_host and t >= self.dead_t:
             return "dead"
+        if self.gone_t is not None and host == sc.bad_host and t >= self.gone_t:
+            return "gone"
         if t < self.train_start:
             return "init"
         if t <= self.train_end or not self.steps and t < self.train_start + 1:
@@ -187,6 +218,13 @@ class JobSim:
         k = self.sc.first_step + frac * (self.sc.steps - self.sc.first_step)
         t0 = next((s.t - s.seconds for s in self.steps if s.step >= k), self.train_end)
         return t0 <= t <= self.train_end
+
+    def series_alive(self, name: str, host: str, t: float) -> bool:
+        """Whether one series still reports; `gone_stops` lists metric prefixes that vanish with the process."""
+        gone = self.gone_t is not None and host == self.sc.bad_host and t >= self.gone_t
+        if gone and name.startswith(tuple(self.sc.extra.get("gone_stops", ()))):
+            return False
+        return self.alive(host, t)
 
     def alive(self, host: str, t: float) -> bool:
         if (
@@ -219,6 +257,9 @@ class JobSim:
             return 100.0 if g in self.busy_gpus(host) else 0.0
         return 0.0
 
+    def gpu_user_processes(self, host: str, t: float) -> float:
+        return 0.0 if self.phase(host, t) == "gone" else 1.0
+
     def gpu_power(self, host: str, g: int, t: float) -> float:
         ph = self.phase(host, t)
         key = f"p{host}{g}"
@@ -233,6 +274,9 @@ class JobSim:
             return (300.0 if g in self.busy_gpus(host) else 95.0) + self._n(key, t, 10)
         if ph == "init":
             return 140.0 + self._n(key, t, 10)
+        if ph == "gone":
+            # An idle GPU after its process died; `gone_power_w` moves it within (or near) the idle band.
+            return float(self.sc.extra.get("gone_power_w", 90.0)) + self._n(key, t, 5)
         return 90.0 + self._n(key, t, 5)
 
     def gpu_temp(self, host: str, g: int, t: float) -> float:
@@ -307,13 +351,33 @@ class JobSim:
         el = max(0.0, t - self.sc.start)
         if self.sc.name == "rdma-degraded" and host == self.sc.bad_host and dev == "mlx5_0":
             return 50.0 * el
-        return float(int(0.002 * el))
+        v = float(int(0.002 * el))
+        if self.sc.extra.get("rdma_background"):
+            v += self._background(f"rx{host}{dev}", t, period=90.0, size=6)
+        return v + 200.0 * self._burst(host, dev, t)
 
     def rdma_ack_timeout(self, host: str, dev: str, t: float) -> float:
         el = max(0.0, t - self.sc.start)
         if self.sc.name == "rdma-degraded" and host == self.sc.bad_host and dev == "mlx5_0":
             return 2.0 * el
-        return 0.0
+        v = 0.0
+        if self.sc.extra.get("rdma_background"):
+            v += self._background(f"ack{host}{dev}", t, period=240.0, size=2)
+        return v + 2.0 * self._burst(host, dev, t)
+
+    def _background(self, key: str, t: float, *, period: float, size: int) -> float:
+        """Sparse single-digit increments: about one every `period` s, each of 1..size, at per-series phases."""
+        el = max(0.0, t - self.sc.start)
+        phase = (zlib.crc32(key.encode()) & 0xFFFF) / 0xFFFF * period
+        ticks = int((el + phase) // period)
+        return float(sum(1 + zlib.crc32(f"{key}|{i}".encode()) % size for i in range(ticks)))
+
+    def _burst(self, host: str, dev: str, t: float) -> float:
+        """Seconds of burst so far on bad_host's first device (from `rdma_burst_before_s` before the last step)."""
+        lead = self.sc.extra.get("rdma_burst_before_s")
+        if lead is None or host != self.sc.bad_host or dev != RDMA_DEVICES[0] or not self.steps:
+            return 0.0
+        return max(0.0, t - (self.train_end - float(lead)))
 
     # -- series table ------------------------------------------------------------------------------
     def hw_series(self) -> Iterator[tuple[str, str, str, Any]]:
@@ -330,10 +394,10 @@ class JobSim:
                     "hw_gpu_vram_used_bytes",
                     lab,
                     h,
-                    lambda t, h=h: 170 * GIB if self.phase(h, t) != "init" else 2 * GIB,
+                    lambda t, h=h: 2 * GIB if self.phase(h, t) in ("init", "gone") else 170 * GIB,
                 )
                 yield "hw_gpu_vram_total_bytes", lab, h, lambda t: 192.0 * GIB
-                yield "hw_gpu_user_processes", lab, h, lambda t: 1.0
+                yield "hw_gpu_user_processes", lab, h, lambda t, h=h: self.gpu_user_processes(h, t)
                 for b in RAS_BLOCKS:
                     for kind in ("ue", "ce"):
                         yield (
@@ -464,7 +528,9 @@ def write_openmetrics(sim: JobSim, out: TextIO) -> int:
         groups.setdefault(name, []).append((lab, host, fn))
     for name, series in groups.items():
         for lab, host, fn in series:
-            buf = [f"{name}{{{lab}}} {fn(t):.12g} {t:.3f}\n" for t in hw_times if sim.alive(host, t)]
+            buf = [
+                f"{name}{{{lab}}} {fn(t):.12g} {t:.3f}\n" for t in hw_times if sim.series_alive(name, host, t)
+            ]
             out.write("".join(buf))
             count += len(buf)
     rgroups: dict[str, list[tuple[str, str, Callable[[float], float]]]] = {}
@@ -472,7 +538,11 @@ def write_openmetrics(sim: JobSim, out: TextIO) -> int:
         rgroups.setdefault(name, []).append((lab, host, fn))
     for name, series in rgroups.items():
         for lab, host, fn in series:
-            buf = [f"{name}{{{lab}}} {fn(t):.12g} {t:.3f}\n" for t in ray_times if sim.alive(host, t)]
+            buf = [
+                f"{name}{{{lab}}} {fn(t):.12g} {t:.3f}\n"
+                for t in ray_times
+                if sim.series_alive(name, host, t)
+            ]
             out.write("".join(buf))
             count += len(buf)
     for job, port, times in (("node_hw", 9400, hw_times), ("ray", 55080, ray_times)):
@@ -486,7 +556,8 @@ def write_openmetrics(sim: JobSim, out: TextIO) -> int:
             count += len(buf)
     head = sc.nodes[0]
     tb: dict[str, list[tuple[float, float]]] = {}
-    for name, t, v in sim.tb_samples():
+    # `no_tb`: the training-metrics plugin did not run (the TSDB has system metrics only).
+    for name, t, v in [] if sc.extra.get("no_tb") else sim.tb_samples():
         tb.setdefault(name, []).append((t, v))
     for name, pts in tb.items():
         out.write("".join(f'{name}{{host="{head}"}} {v:.8g} {t:.3f}\n' for t, v in pts))
@@ -565,6 +636,8 @@ def write_job(
     args = f"steps={sc.steps} per_device_batch_size=2 enable_checkpointing=true checkpoint_period={sc.checkpoint_period} dcn_data_parallelism={sc.dcn_data_parallelism}"
     if sc.restored_from is not None or sc.name.startswith("restore"):
         args += " enable_single_replica_ckpt_restoring=true"
+    if "heartbeat_timeout_s" in sc.extra:
+        args += f" jax_distributed_heartbeat_timeout_seconds={int(sc.extra['heartbeat_timeout_s'])}"
     lines = [
         f"JOB_ID={sc.job_id}",
         f"JOB_NAME={job_name(sc)}",
@@ -617,8 +690,9 @@ def write_job(
             )
 
     nccl_wave(sc.start + 30)  # startup
-    if sc.restored_from is not None:
-        nccl_wave(sim.train_start - 120)  # single-replica restore broadcast: the extra wave
+    if sc.restored_from is not None and sc.extra.get("restore_extra_wave", True):
+        # Single-replica restore broadcast: the extra wave (absent when Orbax's dispatcher path is used).
+        nccl_wave(sim.train_start - 120)
     nccl_wave(sim.train_start - 20)  # training
     for s in sim.steps:
         text = (
@@ -636,6 +710,14 @@ def write_job(
             f"{sc.nodes.index(sc.bad_host)}: Memory cgroup out of memory: Killed process 424242 (python3) total-vm:1kB, anon-rss:1kB"
         )
         lines.append(f"NODE_EXIT host={sc.bad_host} exit=137")
+    if sc.extra.get("heartbeat_kill") and sim.hang:
+        from jobdiagd.sim.lines import heartbeat_block
+
+        crash = sim.train_end + sc.hang_s
+        width = len(str(len(sc.nodes) - 1))
+        for task in range(len(sc.nodes)):
+            for ln in heartbeat_block(crash + 0.01 * task, 157988, [int(sc.extra.get("accused_task", 1))]):
+                lines.append(f"{task:>{width}}: {ln}")
     if sc.name == "hardware-fault":
         lines.append(
             f"{sc.nodes.index(sc.bad_host)}: [Node {sc.nodes.index(sc.bad_host)} @ {sc.bad_host}] Training subprocess killed by SIGABRT (signal 6)"
@@ -643,7 +725,9 @@ def write_job(
         lines.append(f"NODE_EXIT host={sc.bad_host} exit=134")
     if finished:
         status = "SUCCESS (exit 0)"
-        if sim.hang or sc.name == "dead-node":
+        if sc.extra.get("heartbeat_kill") and sim.hang:
+            status = "FAILED (exit 1) — Training FAILED (exit=1)"
+        elif sim.hang or sc.name == "dead-node":
             status = "FAILED (exit 143) — CANCELLED (scancel / SIGTERM)"
         elif sim.crash:
             status = "FAILED (exit 1) — Training FAILED (exit=1)"
@@ -701,7 +785,7 @@ class LiveExporter:
         t = now - self.offset
         fams: dict[str, Any] = {}
         for name, lab, host, fn in [*self.sim.hw_series(), *self.sim.ray_series()]:
-            if not self.sim.alive(host, t):
+            if not self.sim.series_alive(name, host, t):
                 continue
             labels = dict(kv.split("=", 1) for kv in lab.split(","))
             labels = {k: v.strip('"') for k, v in labels.items()}

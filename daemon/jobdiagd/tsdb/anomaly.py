@@ -1,15 +1,34 @@
-"""Earliest anomaly: around an incident, sweep every metric family (hw_*, ray_*, tb_*) and order deviations in time."""
+"""Earliest anomaly: around an incident, sweep every metric family (hw_*, ray_*, tb_*) and order deviations in time.
+
+Network error counters (RDMA retransmits / ACK timeouts / errors, TCP retransmits, NIC errors) are judged
+against the job's own baseline AND the other hosts (jobdiagd.tsdb.patterns): a host's rise below the
+family's minimum absolute rate is background and is not a deviation; a rise above it that the other hosts
+show alike (it does not stand out) stays in the sweep marked `peers_alike` -- a cluster-wide event, never
+one host's trigger.
+
+A host whose GPU user processes drop to zero gets the same head start as a host that stopped reporting:
+the process was gone somewhere in the scrape interval before the zero shows, while its peers' power drops
+(the symptom) at once.
+"""
 
 from __future__ import annotations
 
 import math
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from jobdiagd.tsdb.align import checkpoint_steps
-from jobdiagd.tsdb.client import PromClient, regex_union
+from jobdiagd.tsdb.client import PromClient, Series, multi_arm, regex_union, split_arms_series
 from jobdiagd.tsdb.discovery import Discovery
+from jobdiagd.tsdb.patterns import (
+    RateWindow,
+    StandOutRule,
+    burst_floor,
+    burst_onset,
+    counter_rate,
+    standouts,
+)
 from jobdiagd.tsdb.playbooks.base import host_of, host_regex, iso, linear_fit
 from jobdiagd.tsdb.settings import Thresholds
 
@@ -47,6 +66,7 @@ class Deviation:
     kind: str  # "up" | "down" | "absent" | "stalled" | "ramp"
     threshold: float = 0.0
     counter: bool = False
+    peers_alike: bool = False  # a network counter rise the other hosts show alike: not this host's trigger
 
     @property
     def symptom(self) -> bool:
@@ -62,7 +82,14 @@ class Deviation:
             return f"training steps stopped advancing at {iso(self.onset)} (last step {self.value:.0f})"
         if self.kind == "ramp":
             return f"{self.family} on {self.host}: steady ramp from {self.baseline:.4g} to {self.value:.4g}, under way by {iso(self.onset)}"
-        return f"{self.family} on {self.host}: {self.kind} from {self.baseline:.4g} to {self.value:.4g} at {iso(self.onset)}"
+        alike = " (the other hosts alike)" if self.peers_alike else ""
+        return f"{self.family} on {self.host}: {self.kind} from {self.baseline:.4g} to {self.value:.4g} at {iso(self.onset)}{alike}"
+
+    @property
+    def process_gone(self) -> bool:
+        return self.family == "hw_gpu_user_processes" and (
+            self.kind == "absent" or (self.kind == "down" and self.value <= 0)
+        )
 
 
 @dataclass
@@ -121,6 +148,57 @@ UP_ONLY = (
     "overflow",
     "reset",
 )
+
+
+NETWORK_PREFIXES = ("hw_rdma_", "hw_tcp_", "hw_net_")
+
+
+def is_network_error(name: str) -> bool:
+    return name.startswith(NETWORK_PREFIXES) and name.endswith("_total") and any(u in name for u in UP_ONLY)
+
+
+def judge_network_deviations(
+    devs: Sequence[Deviation],
+    series: Sequence[Series],
+    split: float,
+    start: float,
+    end: float,
+    th: Thresholds,
+) -> list[Deviation]:
+    """Drop background network-counter deviations; mark those that do not stand out from the other hosts.
+
+    Rates compare each host's counter after `split` (lead-up and incident) with the same host before it.
+    A kept deviation is dated by its burst (patterns.burst_onset at the family's floor: a sparse
+    background increment before the burst is not its onset), and `threshold` carries that floor (per s).
+    """
+    rates: dict[str, dict[str, RateWindow]] = {}
+    points: dict[tuple[str, str], Sequence[tuple[float, float]]] = {}
+    for s in series:
+        name = s.labels.get("__name__", "")
+        if not is_network_error(name):
+            continue
+        during = counter_rate(s.points, split, end)
+        if during is not None:
+            host = host_of(s.labels)
+            rates.setdefault(name, {})[host] = RateWindow(counter_rate(s.points, start, split), during)
+            points[(name, host)] = s.points
+    out: list[Deviation] = []
+    cache: dict[str, list[str]] = {}
+    for d in devs:
+        fam = rates.get(d.family)
+        if fam is None or d.host not in fam:
+            out.append(d)
+            continue
+        rule = StandOutRule.for_family(d.family, th)
+        rw = fam[d.host]
+        if rw.during < rule.min_rate:
+            continue  # background counts: not an anomaly at all
+        if d.family not in cache:
+            cache[d.family] = standouts(fam, rule)
+        floor = burst_floor(rw, rule)
+        onset = burst_onset(points[(d.family, d.host)], split, floor) or d.onset
+        out.append(replace(d, onset=onset, threshold=floor, peers_alike=d.host not in cache[d.family]))
+    return out
 
 
 def detect(
@@ -218,14 +296,32 @@ async def earliest_anomaly(
         if s.points:
             last_by_name[name] = max(last_by_name.get(name, 0.0), s.points[-1][0])
     absent_hosts: dict[str, float] = {}
+    procs_absent: dict[str, float] = {}
     # Sample timestamps (not evaluation times): a host whose last scrape falls behind has stopped
-    # reporting, even while the lookback window still shows its stale values.
-    for s in await client.query_range("max by (host) (timestamp(hw_procs_running))", start, end, step):
-        host = host_of(s.labels)
-        for t, v in s.points:
-            if t > split and t - v > 3 * 10.0 + step:
-                absent_hosts[host] = v + 10.0
-                break
+    # reporting, even while the lookback window still shows its stale values; so has a training process
+    # whose GPU process series stops while the host still reports.
+    # Only evaluated after the split (where an absence counts), on the same grid as the sweep.
+    after_split = start + math.ceil((split - start) / step) * step
+    stamps = split_arms_series(
+        await client.query_range(
+            multi_arm(
+                {
+                    "host": "max by (host) (timestamp(hw_procs_running))",
+                    "procs": "max by (host) (timestamp(hw_gpu_user_processes))",
+                }
+            ),
+            min(after_split, end),
+            end,
+            step,
+        )
+    )
+    for arm, into in (("host", absent_hosts), ("procs", procs_absent)):
+        for s in stamps.get(arm, []):
+            host = host_of(s.labels)
+            for t, v in s.points:
+                if t > split and t - v > 3 * 10.0 + step:
+                    into[host] = v + 10.0
+                    break
     for s in series:
         name = s.labels.get("__name__", "")
         host = host_of(s.labels)
@@ -254,6 +350,9 @@ async def earliest_anomaly(
             devs.append(Deviation(name, host, t, base, val, kind, thr, is_counter))
     for host, t in absent_hosts.items():
         devs.append(Deviation("up (scrapes)", host, t, 1.0, 0.0, "absent"))
+    for host, t in procs_absent.items():
+        if host not in absent_hosts:
+            devs.append(Deviation("hw_gpu_user_processes", host, t, 1.0, 0.0, "absent"))
     fams |= {"tb_*"}
     if not tl.empty and tl.last_time is not None and tl.last_time < end - 120:
         st = tl.median_step_time() or 30.0
@@ -274,12 +373,18 @@ async def earliest_anomaly(
         if found:
             t, base, val, kind, thr = found
             devs.append(Deviation(fam, "rank0", t, base, val, kind, thr))
+    devs = judge_network_deviations(devs, series, split, start, end, th)
     devs = await refine(client, devs, step)
-    # Earliest first; on a tie a cause-type family wins over a symptom. A host that vanished was
-    # already dead somewhere in the two scrape intervals before its absence shows, so it gets that
-    # much head start over symptoms seen on its peers at the same time.
+    # Earliest first; on a tie a cause-type family wins over a symptom. A host (or its process) that
+    # vanished was already gone somewhere in the two scrape intervals before its absence shows, so it
+    # gets that much head start over symptoms seen on its peers at the same time.
     devs.sort(
-        key=lambda d: (d.onset - (2 * 10.0 if d.kind == "absent" else 0.0), d.symptom, d.family, d.host)
+        key=lambda d: (
+            d.onset - (2 * 10.0 if d.kind == "absent" or d.process_gone else 0.0),
+            d.symptom,
+            d.family,
+            d.host,
+        )
     )
     rep.deviations = devs
     rep.families_checked = len(fams)
@@ -293,15 +398,16 @@ async def refine(
     if not devs:
         return devs
     first = min(d.onset for d in devs)
-    # Counters are only sharpened when idle in the baseline (any increment is the event); a rate
-    # change of a busy counter cannot be read off two raw samples.
+    # Counters are only sharpened when idle in the baseline (any increment is the event), or -- network
+    # error counters -- by their burst (a sustained rate at the floor judge_network_deviations set);
+    # a rate change of another busy counter cannot be read off two raw samples.
     cands = [
         d
         for d in devs
         if d.onset <= first + 2 * step
         and d.kind in ("up", "down")
         and d.host != "rank0"
-        and (not d.counter or (d.kind == "up" and d.baseline == 0))
+        and (not d.counter or is_network_error(d.family) or (d.kind == "up" and d.baseline == 0))
     ][:max_candidates]
     if len(cands) < 2:
         return devs
@@ -309,8 +415,10 @@ async def refine(
     hosts = sorted({d.host for d in cands})
     hi = max(d.onset for d in cands)
     lo = first - 3 * step
+    # A few steps past the latest onset, so a burst can show it is sustained.
+    until = hi + 3 * step
     sel = '{__name__=~"' + regex_union(names) + '",host=~"' + host_regex(hosts) + '"}'
-    raw = await client.query_matrix(f"{sel}[{max(1, int(hi - lo))}s]", hi)
+    raw = await client.query_matrix(f"{sel}[{max(1, int(until - lo))}s]", until)
     out = []
     for d in devs:
         if d not in cands:
@@ -321,14 +429,18 @@ async def refine(
             if s.labels.get("__name__") != d.family or host_of(s.labels) != d.host:
                 continue
             pts = list(s.points)
-            for (_, a), (t, b) in zip(pts, pts[1:], strict=False):
-                hit = (b > a) if d.counter else abs(b - d.baseline) > d.threshold
-                if hit:
-                    best = t if best is None else min(best, t)
-                    break
-        out.append(
-            Deviation(d.family, d.host, best, d.baseline, d.value, d.kind, d.threshold, d.counter)
-            if best is not None
-            else d
-        )
+            if d.counter and is_network_error(d.family):
+                hit_t = burst_onset(pts, lo, d.threshold)
+            else:
+                hit_t = next(
+                    (
+                        t
+                        for (_, a), (t, b) in zip(pts, pts[1:], strict=False)
+                        if t <= hi and ((b > a) if d.counter else abs(b - d.baseline) > d.threshold)
+                    ),
+                    None,
+                )
+            if hit_t is not None:
+                best = hit_t if best is None else min(best, hit_t)
+        out.append(replace(d, onset=best) if best is not None else d)
     return out

@@ -149,7 +149,7 @@ def perf_config_diff(rows: list[tuple[str, str, str]]) -> list[tuple[str, str, s
 
 
 def single_replica_restore(ctx: DiagnosisContext) -> bool:
-    return ctx.config.get("enable_single_replica_ckpt_restoring", "").lower() in ("true", "1")
+    return ctx.single_replica_restore
 
 
 def config_diff(a: DiagnosisContext, b: DiagnosisContext) -> list[tuple[str, str, str]]:

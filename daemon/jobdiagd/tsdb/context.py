@@ -96,6 +96,11 @@ class DiagnosisContext:
     def async_checkpointing(self) -> bool:
         return self.config.get("async_checkpointing", "").lower() in ("true", "1")
 
+    @property
+    def single_replica_restore(self) -> bool:
+        """The job ran with enable_single_replica_ckpt_restoring=true (a restore then takes that path)."""
+        return self.config.get("enable_single_replica_ckpt_restoring", "").lower() in ("true", "1")
+
 
 def _f(x: Any) -> float | None:
     if x is None or isinstance(x, bool):

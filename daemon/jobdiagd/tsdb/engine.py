@@ -3,8 +3,10 @@
 The earliest-anomaly sweep can name a root the playbook missed (runbook: "find the earliest anomaly",
 "always report the full chain"): a training-level metric (tb_learning_*) first in a training-stability
 diagnosis with no chain of its own, or a network/RDMA error counter on specific hosts first before a
-busy-wait hang. Then that root heads root_cause and chain (and the hang's hosts become anomalous); the
-verdict is left to the playbook (see the hang and training playbooks for why it stays).
+busy-wait hang (or a hang then killed by the heartbeat). Then that root heads root_cause and chain (and
+the hang's hosts become anomalous); the verdict is left to the playbook (see the hang and training
+playbooks for why it stays). A network counter that rose alike on the other hosts (peers_alike) is a
+cluster-wide event, not one host's trigger, and is never adopted.
 """
 
 from __future__ import annotations
@@ -79,10 +81,11 @@ def adopt_earliest_root(res: PlaybookResult, rep: AnomalyReport) -> None:
         res.root_cause = f"Training-level root cause (earliest anomaly): {root.describe()}. {res.root_cause}"
         res.chain = rep.chain()
     elif (
-        res.playbook == "hang"
-        and res.verdict == "rccl-busy-wait-hang"
+        res.playbook in ("hang", "heartbeat")
+        and res.verdict in ("rccl-busy-wait-hang", "hang-then-heartbeat")
         and root.family.startswith(NETWORK_ERROR_PREFIXES)
         and root.kind == "up"
+        and not root.peers_alike  # a cluster-wide rise is not one host's trigger
         and root.onset <= rep.incident
         and root.host not in res.anomalous_hosts
     ):

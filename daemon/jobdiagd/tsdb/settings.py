@@ -59,7 +59,13 @@ class Thresholds:
     tcp_outlier_factor: float = 100.0  # "orders of magnitude higher than peers (10M vs 10K)"
     rate_outlier_factor: float = 5.0  # per-host rate vs cluster median
     rdma_retx_min_per_s: float = 1.0  # below this a retransmit rate is noise
+    rdma_ack_timeout_min_per_s: float = 0.05  # several ACK timeouts a minute; single digits are background
+    net_error_min_per_s: float = 0.0  # other network error counters (drops, retry exhaustion): any event
     tcp_rate_min_per_s: float = 5.0  # per-host TCP retransmit rate below this is background noise
+    # A counter rate stands out against the job's own baseline (the same host before the incident)
+    # AND the other hosts (their median + k x MAD): "background counts are not a trigger".
+    baseline_rate_factor: float = 5.0
+    peer_mad_k: float = 5.0
     ce_warn_count: float = 100.0  # "high correctable errors -> degrading hardware"
     mem_oom_fraction: float = 0.95  # host memory at/above this fraction of total = at the limit
     ramp_min_r2: float = 0.8

@@ -233,10 +233,12 @@ def scrape_interval(env: PlaybookEnv) -> float:
     return 10.0  # node_hw scrape interval of the job scripts; only used for tolerances
 
 
-def hang_window(env: PlaybookEnv) -> tuple[float, float, float]:
-    """(last step time, hang start, end): the hang window starts a couple of step times after the last step."""
+def hang_window(env: PlaybookEnv, last_step_t: float | None = None) -> tuple[float, float, float]:
+    """(last step time, hang start, end): the hang window starts a couple of step times after the last step.
+
+    last_step_t: when neither the TSDB nor triage dates a step, the caller's estimate (GPU power)."""
     tl = env.disc.timeline
-    last = tl.last_time or env.ctx.last_step_time or env.disc.min_time
+    last = tl.last_time or env.ctx.last_step_time or last_step_t or env.disc.min_time
     st = tl.median_step_time() or env.ctx.step_time_s or 30.0
     end = env.disc.max_time
     start = last + max(2 * st, 60.0)

@@ -9,13 +9,26 @@ Hosts are matched by short name (log node list vs labels with a domain suffix).
 Trigger: "Triage reports heartbeat-timeout". Without a heartbeat-timeout failure (or heartbeat record) in
 triage the playbook does not apply: verdict healthy, the root cause says there is no heartbeat error in the
 log, and no window is invented from the end of the data.
+
+Hang first (runbook checklist item 3, "check whether training was progressing or stalled before the
+heartbeat error"): the stall is measured from the last step to the heartbeat *error* (the crash), not to
+the heartbeat-stop time -- with a long configured timeout the heartbeats can stop before the steps do.
+The last step comes from the TSDB timeline, else the log's dated steps or triage's last-step time, else
+the power series (the last time the median host was at training power). The GPUs between that step and
+the crash are read from the per-host power/utilization series: when most host samples show the busy-wait
+signature (>= busy_util_pct utilization at busy-wait power) and the stall is at least stall_min_s, the
+verdict is hang-then-heartbeat (hang primary, heartbeat the kill mechanism), unless a host really died
+(dead-node is checked first). `judge_stall` is the pure part, unit-tested on literal series.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
-from jobdiagd.tsdb.client import Sample
+from jobdiagd.tsdb.client import Sample, multi_arm, split_arms_series
 from jobdiagd.tsdb.playbooks.base import (
     EvidenceTable,
     Finding,
@@ -32,6 +45,9 @@ from jobdiagd.tsdb.playbooks.base import (
     present,
     short_host,
 )
+from jobdiagd.tsdb.settings import GpuProfile, Thresholds
+
+Points = Sequence[tuple[float, float]]
 
 
 def heartbeat_times(env: PlaybookEnv) -> tuple[float, float, float]:
@@ -78,6 +94,124 @@ def by_host_max(samples: list[Sample]) -> dict[str, float]:
             h = host_of(x.labels)
             out[h] = max(out.get(h, x.v), x.v)
     return out
+
+
+def last_step_before(env: PlaybookEnv, t: float) -> tuple[float | None, int | None, str]:
+    """(time, step, source) of the last completed step at or before t: TSDB timeline, else the log/triage."""
+    tl = env.disc.timeline
+    pts = [p for p in tl.points if p.t <= t]
+    if pts:
+        return pts[-1].t, pts[-1].step, tl.source
+    dated = [s for s in env.ctx.steps if s.time is not None and s.time <= t]
+    if dated:
+        return dated[-1].time, dated[-1].step, "log"
+    lt = env.ctx.last_step_time
+    if lt is not None and lt <= t:
+        return lt, env.ctx.last_step, "triage"
+    return None, None, "none"
+
+
+async def gpu_trend(env: PlaybookEnv, lo: float, hi: float) -> tuple[dict[str, Points], dict[str, Points]]:
+    """Per-host mean GPU power and utilization over [lo, hi] (one range query)."""
+    arms = present(
+        env,
+        {
+            "power": "avg by (host) (hw_gpu_power_watts)",
+            "util": "avg by (host) (ray_node_gpus_utilization)",
+        },
+        {"power": "hw_gpu_power_watts", "util": "ray_node_gpus_utilization"},
+    )
+    if not arms or hi - lo < 30:
+        return {}, {}
+    step = max(15.0, (hi - lo) / 240)
+    res = split_arms_series(await env.client.query_range(multi_arm(arms), lo, hi, step))
+
+    def per_host(arm: str) -> dict[str, Points]:
+        return {host_of(x.labels): [p for p in x.points if p[1] == p[1]] for x in res.get(arm, [])}
+
+    return per_host("power"), per_host("util")
+
+
+@dataclass(frozen=True)
+class StallJudgement:
+    """Was training stalled before the heartbeat error, and what did the GPUs do in between?"""
+
+    last_step_t: float | None
+    last_step: int | None
+    source: str  # where the last step time came from: tsdb | log | triage | power | none
+    stall_s: float | None  # crash - last step
+    window: tuple[float, float] | None  # the stall window read from the GPU series
+    busy_wait_frac: float = 0.0  # share of host samples with the busy-wait signature in the window
+    training_frac: float = 0.0
+    samples: int = 0
+    # host -> (mean utilization or None, mean power, busy-wait share) over the window
+    per_host: Mapping[str, tuple[float | None, float, float]] = field(default_factory=dict)
+
+    def hang_first(self, th: Thresholds) -> bool:
+        """Runbook: stalled well before the heartbeat error, GPUs at 100% utilization and busy-wait power."""
+        return self.stall_s is not None and self.stall_s >= th.stall_min_s and self.busy_wait_frac >= 0.5
+
+
+def training_end_from_power(power: Mapping[str, Points], prof: GpuProfile, before: float) -> float | None:
+    """Last time (<= before) at which the median host drew training power: the stall began after it."""
+    times = sorted({t for pts in power.values() for t, _ in pts if t <= before})
+    by_t: dict[float, list[float]] = {}
+    for pts in power.values():
+        for t, v in pts:
+            by_t.setdefault(t, []).append(v)
+    train = [t for t in times if statistics.median(by_t[t]) >= prof.train_power_min_w * 0.9]
+    return train[-1] if train else None
+
+
+def judge_stall(
+    crash: float,
+    last: tuple[float | None, int | None, str],
+    power: Mapping[str, Points],
+    util: Mapping[str, Points],
+    prof: GpuProfile,
+    th: Thresholds,
+    step_time: float,
+) -> StallJudgement:
+    """Pure: the stall before the heartbeat error and the GPU signature during it (module docstring)."""
+    last_t, last_step, source = last
+    if last_t is None:
+        last_t = training_end_from_power(power, prof, crash)
+        source = "power" if last_t is not None else "none"
+    if last_t is None:
+        return StallJudgement(None, None, source, None, None)
+    # The first couple of step times after the last step may still be a (slow) step in flight.
+    lo = last_t + max(2 * step_time, 60.0)
+    if lo >= crash:
+        return StallJudgement(last_t, last_step, source, crash - last_t, None)
+    busy = training = n = 0
+    per_host: dict[str, tuple[float | None, float, float]] = {}
+    for host, pts in sorted(power.items()):
+        util_at = dict(util.get(host, ()))
+        inside = [(t, p) for t, p in pts if lo <= t <= crash]
+        if not inside:
+            continue
+        states = [gpu_state(util_at.get(t), p, prof, th) for t, p in inside]
+        utils = [util_at[t] for t, _ in inside if t in util_at]
+        h_busy = sum(1 for x in states if x == "busy-wait")
+        per_host[host] = (
+            statistics.fmean(utils) if utils else None,
+            statistics.fmean(p for _, p in inside),
+            h_busy / len(states),
+        )
+        n += len(states)
+        busy += h_busy
+        training += sum(1 for x in states if x == "training")
+    return StallJudgement(
+        last_t,
+        last_step,
+        source,
+        crash - last_t,
+        (lo, crash),
+        busy / n if n else 0.0,
+        training / n if n else 0.0,
+        n,
+        per_host,
+    )
 
 
 class HeartbeatPlaybook:
@@ -200,14 +334,13 @@ class HeartbeatPlaybook:
                 )
             )
 
-        tl = env.disc.timeline
-        last_before = None
-        if not tl.empty:
-            pts = [p for p in tl.points if p.t <= stop]
-            last_before = pts[-1] if pts else None
-        stall = (stop - last_before.t) if last_before else None
-        st = tl.median_step_time() or 30.0
-        progressing = stall is not None and stall <= max(5 * st, 300.0)
+        st = env.disc.timeline.median_step_time() or env.ctx.step_time_s or 30.0
+        last = last_step_before(env, crash)
+        # Enough history to see training end before a long hang (runbook: "30-60 minutes before").
+        span = max(3600.0, crash - last[0] + 600.0) if last[0] is not None else 4 * 3600.0
+        power_t, util_t = await gpu_trend(env, max(env.disc.min_time, crash - span), at)
+        stall_j = judge_stall(crash, last, power_t, util_t, prof, th, st)
+        stall = stall_j.stall_s
         # Metrics that end well before the crash (while the newest peer goes on) mean the host died in or
         # before the heartbeat window; the job's own end stops everyone at the crash.
         ref = min(at, max(seen.values(), default=at))
@@ -260,16 +393,20 @@ class HeartbeatPlaybook:
                 "its heartbeats stop",
                 f"coordinator kills the job after the {timeout:.0f} s timeout",
             ]
-        elif (
-            not progressing
-            and stall is not None
-            and stall >= th.stall_min_s
-            and acc_states.get("busy-wait", 0) / n_acc >= 0.5
-        ):
+        elif stall_j.hang_first(th) and stall is not None:
             verdict = "hang-then-heartbeat"
+            win = stall_j.window
+            when = (
+                f"last step {stall_j.last_step} at {iso(stall_j.last_step_t or 0)}, from the {stall_j.source}"
+                if stall_j.source != "power"
+                else f"no dated step; the GPUs left training power at {iso(stall_j.last_step_t or 0)}"
+            )
             root = (
-                f"Training had stalled {stall / 60:.0f} min before the heartbeats stopped (last step {last_before.step if last_before else '?'}), "
-                "and the GPUs were spinning at busy-wait power: an RCCL hang came first; the heartbeat timeout (gRPC deadlock after a long hang) was only the kill mechanism."
+                f"Training had stalled {stall / 60:.0f} min before the heartbeat error ({when}; "
+                f"heartbeat error at {iso(crash)}), and the GPUs were spinning at busy-wait power in between "
+                f"({100 * stall_j.busy_wait_frac:.0f}% of {stall_j.samples} host samples"
+                + (f" from {iso(win[0])} to {iso(win[1])}" if win else "")
+                + "): an RCCL hang came first; the heartbeat timeout (gRPC deadlock after a long hang) was only the kill mechanism."
             )
             chain = [
                 "RCCL/NCCL collective hang",
@@ -279,26 +416,50 @@ class HeartbeatPlaybook:
             ]
         else:
             verdict = "heartbeat-false-positive"
-            if last_before is None:
+            if stall_j.last_step_t is None:
                 root = "No training step had completed: init-phase kill -- the heartbeat timeout is shorter than XLA compilation + initial checkpoint time. Increase it."
             else:
                 root = (
                     f"Between the heartbeat-stop time and the crash the accused hosts ({', '.join(accused) or 'all'}) were alive and training "
-                    f"({acc_states.get('training', 0)}/{n_acc} GPUs at training power; last step {last_before.step} {int(stall or 0)} s earlier), "
+                    f"({acc_states.get('training', 0)}/{n_acc} GPUs at training power; last step {stall_j.last_step} {int(stall or 0)} s before the heartbeat error), "
                     "TCP retransmits near zero and no I/O pressure. Root cause: the shared gRPC channel bug (docs/jax-heartbeat-false-positive-postmortem.md)."
                 )
+                if stall is not None and stall >= th.stall_min_s:
+                    # A stall without the busy-wait signature: say what the GPUs did instead of claiming training.
+                    root = (
+                        f"Training had stalled {stall / 60:.0f} min before the heartbeat error (last step {stall_j.last_step}), "
+                        f"but the GPUs did not show the busy-wait signature in between ({100 * stall_j.busy_wait_frac:.0f}% busy-wait, "
+                        f"{100 * stall_j.training_frac:.0f}% training of {stall_j.samples} host samples); no host died. "
+                        "The heartbeat mechanism declared live tasks dead (shared gRPC channel bug, "
+                        "docs/jax-heartbeat-false-positive-postmortem.md); check the stall in the log."
+                    )
             chain = [
                 "gRPC channel blocks heartbeat RPCs",
                 "coordinator declares healthy tasks dead",
                 "job killed",
             ]
+        evidence = [table]
+        if stall_j.per_host and stall_j.window is not None:
+            lo_w, hi_w = stall_j.window
+            evidence.append(
+                EvidenceTable(
+                    f"GPUs between the last step ({iso(stall_j.last_step_t or lo_w)}, from the {stall_j.source}) "
+                    f"and the heartbeat error ({iso(crash)})",
+                    f"avg by (host) (ray_node_gpus_utilization), avg by (host) (hw_gpu_power_watts) over {iso(lo_w)}..{iso(hi_w)}",
+                    ("Host", "accused", "mean util %", "mean power W", "busy-wait share"),
+                    [
+                        (h, "yes" if h in accused else "", fmt(u), fmt(pw), f"{100 * b:.0f}%")
+                        for h, (u, pw, b) in stall_j.per_host.items()
+                    ],
+                )
+            )
         findings = [
             Finding(
                 "Accused hosts from heartbeat-stop time to crash",
                 root,
                 "critical" if verdict != "heartbeat-false-positive" else "warning",
                 tuple(accused),
-                [table],
+                evidence,
             )
         ]
         nxt = {
@@ -315,7 +476,7 @@ class HeartbeatPlaybook:
             ],
         }[verdict]
         corr = f"Triage reported heartbeat-timeout accusing {', '.join(accused) or 'unknown tasks'}; TSDB verdict: {verdict}."
-        return PlaybookResult(
+        res = PlaybookResult(
             self.name,
             self.analysis_type,
             verdict,
@@ -327,3 +488,8 @@ class HeartbeatPlaybook:
             nxt,
             corr,
         )
+        if verdict == "hang-then-heartbeat":
+            res.incident = (
+                stall_j.last_step_t
+            )  # the hang, not the kill, is what the earliest anomaly explains
+        return res

@@ -20,6 +20,17 @@ median host did not move.
   caused the training issue"). The closest verdict is rdma-degradation (network degradation slowing the
   collectives); the root cause says it is the IP/TCP path, with no RDMA errors, when that is so.
 
+Single-job restore-leak suspicion (runbook "Checkpointing interference"): a job that ran with
+enable_single_replica_ckpt_restoring=true, actually restored (triage: "restoring from this run's directory
+step N") and shows an extra NCCL/RCCL communicator-init wave in the head node's Ray worker logs (3 waves
+of `init.cc:... NCCL WARN MSCCL++` separated by time gaps, vs 2 for a fresh start) is flagged as a
+suspected restore resource leak: verdict restore-resource-leak when nothing else was found (it is not
+called healthy), otherwise a warning finding next to the other verdict. The hw_procs_running level after
+the restore is reported per host, but the leak's signature is a uniform *delta* against a fresh start
+with the same config, which one job cannot measure: the advice is `jobdiagd compare <fresh> <this>`.
+Without worker logs the suspicion is only mentioned (info); with 2 waves the restore did not leak
+communicators (e.g. Orbax's dispatcher path). `restore_leak_suspicion` is the pure part.
+
 A slowdown is looked for as (a) a TGS drop between the first and last fifth, (b) a step-time trend, (c)
 isolated > 2x spikes, and (d) a sustained slow segment in the middle of the run: >= 10 consecutive steady
 steps (tolerating two normal ones) more than tgs_regression_pct slower than the median. (d) is what a
@@ -30,8 +41,11 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 from jobdiagd.tsdb.align import StepPoint, Timeline, checkpoint_steps, steady_state
+from jobdiagd.tsdb.logevidence import head_worker_waves
 from jobdiagd.tsdb.playbooks.base import (
     EvidenceTable,
     Finding,
@@ -48,6 +62,7 @@ from jobdiagd.tsdb.playbooks.base import (
     present,
     training_span,
 )
+from jobdiagd.tsdb.settings import Thresholds
 
 # (arm, label, PromQL template over window {w}, metric needed, unit)
 CHECKLIST: tuple[tuple[str, str, str, str, str], ...] = (
@@ -124,6 +139,85 @@ CHECKLIST: tuple[tuple[str, str, str, str, str], ...] = (
         "",
     ),
 )
+
+
+@dataclass(frozen=True)
+class RestoreLeakSuspicion:
+    suspected: bool
+    summary: str
+    rows: tuple[tuple[str, str, str], ...]
+
+
+def restore_leak_suspicion(
+    single_replica: bool,
+    restored_from: int | None,
+    waves: int | None,
+    procs_after: Mapping[str, float],
+    th: Thresholds,
+) -> RestoreLeakSuspicion | None:
+    """Pure: what one job can say about the single-replica restore leak (module docstring); None when no
+    single-replica restore ran (a fresh start with the flag set does not take the leaking path)."""
+    if not single_replica or restored_from is None:
+        return None
+    rows: list[tuple[str, str, str]] = [
+        ("enable_single_replica_ckpt_restoring", "true", "restore takes the single-replica broadcast path"),
+        ("restored from step", str(restored_from), "the restore code path actually ran"),
+        (
+            "NCCL/RCCL init waves (head worker logs)",
+            "n/a" if waves is None else str(waves),
+            "fresh start: 2 (startup + training); single-replica restore: 3 (+ restore broadcast)",
+        ),
+    ]
+    level = ""
+    if procs_after:
+        vals = sorted(procs_after.values())
+        med = statistics.median(vals)
+        # Uniform: no host differs from another by as much as the smallest leak delta.
+        uniform = (
+            "uniform across hosts"
+            if vals[-1] - vals[0] < th.procs_leak_min_delta
+            else "uneven across hosts (a per-node difference points to background processes)"
+        )
+        rows.append(
+            (
+                "hw_procs_running after the restore (per host)",
+                f"median {med:.1f} ({vals[0]:.1f}..{vals[-1]:.1f}, {len(vals)} hosts)",
+                uniform,
+            )
+        )
+        level = (
+            f" hw_procs_running after the restore: median {med:.1f} runnable processes per host "
+            f"({vals[0]:.1f}..{vals[-1]:.1f}, {uniform}). Without a baseline job the leak's uniform delta "
+            "(~3-8 extra runnable processes per host against a fresh start) cannot be measured from this job alone."
+        )
+    compare = (
+        " Compare against a fresh start with the same config (`jobdiagd compare <fresh job> <this job>`): "
+        "a uniform hw_procs_running delta on every host confirms the leak."
+    )
+    if waves is None:
+        return RestoreLeakSuspicion(
+            False,
+            f"Single-replica restore from step {restored_from}: the Ray worker logs are not available to count "
+            "communicator-init waves, so the restore leak can neither be suspected nor ruled out."
+            + level
+            + compare,
+            tuple(rows),
+        )
+    if waves >= 3:
+        return RestoreLeakSuspicion(
+            True,
+            f"Suspected restore resource leak: the job restored from step {restored_from} with single-replica "
+            f"restore and its worker logs show {waves} NCCL/RCCL communicator-init waves (a fresh start shows 2): "
+            "the restore broadcast created extra communicators, which stay cached with their polling threads "
+            "(persistent extra runnable processes, ~0.5-1% TGS)." + level + compare,
+            tuple(rows),
+        )
+    return RestoreLeakSuspicion(
+        False,
+        f"Single-replica restore from step {restored_from} without an extra communicator-init wave ({waves} "
+        "waves, as a fresh start): no sign of the restore leak." + level,
+        tuple(rows),
+    )
 
 
 def slow_segment(points: list[StepPoint], st_med: float, pct: float, min_steps: int = 10) -> list[StepPoint]:
@@ -612,9 +706,42 @@ class TrainingStabilityPlaybook:
                 if not issues
                 else "; ".join(issues)
             )
+        leak = restore_leak_suspicion(
+            ctx.single_replica_restore,
+            ctx.restored_from_step,
+            head_worker_waves(ctx.job_dir, ctx.head_node) if ctx.single_replica_restore else None,
+            whole.get("procs", {}),
+            th,
+        )
+        if leak is not None and leak.suspected and verdict == "healthy" and not anomalous and not chain:
+            # Nothing else explains the job: the suspicion is the diagnosis, not "healthy".
+            verdict = "restore-resource-leak"
+            root = leak.summary + (f" Otherwise: {root}" if root else "")
+            chain = [
+                f"single-replica restore from step {ctx.restored_from_step}",
+                "extra NCCL/RCCL communicator-init wave (restore broadcast)",
+                "communicators + polling threads cached for the rest of the job (suspected)",
+                "persistent CPU contention, small TGS drop",
+            ]
         findings[1].summary = root
         if root.startswith("Training-level root cause"):
             findings[1].severity = "warning"
+        if leak is not None:
+            findings.append(
+                Finding(
+                    "Single-replica checkpoint restore",
+                    leak.summary,
+                    "warning" if leak.suspected else "info",
+                    evidence=[
+                        EvidenceTable(
+                            "Restore-leak evidence (runbook: Checkpointing interference)",
+                            "triage config/progress; ray_logs/<head>/worker-*.out; avg_over_time(hw_procs_running) over steady training",
+                            ("Check", "Value", "Note"),
+                            list(leak.rows),
+                        )
+                    ],
+                )
+            )
         nxt = {
             "io-contention": [
                 "Check NFS/storage health; consider async checkpointing or a longer checkpoint_period."
@@ -636,6 +763,15 @@ class TrainingStabilityPlaybook:
         if verdict == "healthy" and anomalous:
             nxt = [
                 f"Check {', '.join(anomalous)} for background processes (top/ps); exclude the node if it recurs."
+            ]
+        if leak is not None and leak.suspected:
+            # A suspicion is confirmed by the comparison first; the known-leak advice comes after it.
+            nxt = [
+                *(x for x in nxt if "Known Orbax" not in x),
+                "Compare against a fresh start with the same config: `jobdiagd compare <fresh job> <this job>` "
+                "(a uniform hw_procs_running delta on every host confirms the leak).",
+                "If confirmed: enable Orbax's dispatcher path (jax.device_put broadcast) or port it to "
+                "_merge_globalized_replicas; jax.clear_caches() does not release the communicators.",
             ]
         res = PlaybookResult(
             self.name, self.analysis_type, verdict, (start, end), findings, anomalous, root, chain, nxt
