@@ -19,10 +19,11 @@ from tests.triage.realworld.builder import (
     Excerpt,
     build_all,
     line_times,
+    load_all,
     load_corpus,
 )
 
-CORPUS = load_corpus()
+CORPUS = load_all()
 
 # Runbook status labels (status table; "unknown" is the report template's short form).
 STATUSES = {"completed", "failed", "cancelled", "running", "hanging", "unknown-death"}
