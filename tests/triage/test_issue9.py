@@ -252,3 +252,38 @@ def test_allocator_warnings_that_say_not_a_failure_keep_a_job_healthy(tmp_path: 
     )
     r = _triage(_job(tmp_path, body + _summary(0, "4m 0s"), steps=41), "COMPLETED")
     assert (r.status, r.primary, r.cls.classes) == ("completed", None, [])
+
+
+def _projection(r: TriageResult) -> dict[str, str]:
+    out = {}
+    for ln in _section(render_markdown(r), "Training progress projection").splitlines():
+        cells = [c.strip() for c in ln.strip().strip("|").split("|")]
+        if len(cells) == 2:
+            out[cells[0]] = cells[1]
+    return out
+
+
+def test_progress_lost_on_a_long_run_is_the_exact_summed_time(tmp_path: Path) -> None:
+    # Runbook step 5: "Progress lost on failure ... For runs that never reached checkpoint_period,
+    # all training steps are lost"; training time is "actually compute the sum". Over 5000
+    # steps the kept step records are a sample; the lost time must still be all of it.
+    body, _ = _steps(0, 4999)
+    r = _triage(_job(tmp_path, body, steps=20000), "FAILED")  # no summary: died
+    rows = _projection(r)
+    assert rows["Total training time (summed)"] == "6h 56m 40s"
+    assert rows["Progress lost"] == "all — no periodic ckpt (5000 steps, 6h 56m 40s)"
+
+
+def test_progress_lost_since_a_distant_checkpoint_is_not_a_fraction_of_it(tmp_path: Path) -> None:
+    body, _ = _steps(0, 4999)
+    job = _job(tmp_path, body, steps=20000)
+    log = job.parent / f"{job.name}.log"
+    log.write_text(
+        log.read_text().replace(
+            "enable_checkpointing=false", "enable_checkpointing=true checkpoint_period=3000"
+        )
+    )
+    r = _triage(job, "FAILED")
+    assert (r.progress.last_checkpoint_step, r.progress.progress_lost_steps) == (3000, 1999)
+    assert r.progress.progress_lost_s is not None
+    assert abs(r.progress.progress_lost_s - 1999 * 5.0) < 5.0

@@ -228,6 +228,8 @@ def analyze(
         at_time=at_time,
         completed=completed,
         summed_seconds=auth.steps.sum_seconds + auth.superseded_seconds if auth is not None else None,
+        # Exact seconds of this run's steps: the whole sum unless training restarted in the log.
+        run_seconds=auth.steps.sum_seconds if auth is not None and restart is None else None,
         time_base=_training_start(logs) if steps and all(s.time is None for s in steps[-3:]) else None,
     )
     tgs = analyze_tgs(steps, ckpt)

@@ -10,6 +10,11 @@ Decisions where the runbook is silent:
 - "expected step": uses `at_time` (now for a live job; the end of the job for a finished
   one when the log dates it) and the wall-clock time of the last step line; None when the
   log carries no timestamps.
+- progress lost, in seconds: on long runs the step records are a bounded sample, while the
+  training time is the exact sum. When the lost steps are the whole run, their time *is* that
+  exact sum; otherwise it is summed over the kept records when they cover every lost step, and
+  else estimated as their mean times the number of lost steps (marked as an estimate), so it
+  can no longer be a fraction of what the run actually lost.
 """
 
 from __future__ import annotations
@@ -184,6 +189,7 @@ class Progress:
     checkpointing: bool | None
     # last_step_time is training start + summed step seconds, not a stamp on the step line
     last_step_time_estimated: bool = False
+    progress_lost_s_estimated: bool = False  # from the kept records' mean (a sampled long run)
 
     @property
     def steps_this_run(self) -> int | None:
@@ -204,6 +210,7 @@ class Progress:
         d.pop("progress_lost_s")
         d.pop("checkpointing")
         d.pop("last_step_time_estimated")
+        d.pop("progress_lost_s_estimated")
         return d
 
 
@@ -219,9 +226,12 @@ def compute_progress(
     completed: bool = False,
     summed_seconds: float | None = None,
     time_base: float | None = None,
+    run_seconds: float | None = None,
 ) -> Progress:
     """`summed_seconds` is the exact sum over every step when `steps` is a bounded sample;
-    `time_base`, the dated start of training, dates the last step when step lines are undated."""
+    `run_seconds` the exact sum over this run's steps (None when unknown, e.g. after a restart
+    within the log); `time_base`, the dated start of training, dates the last step when step
+    lines are undated."""
     ckpt = checkpoint_config(passthrough, config, saves)
     total: int | None = None
     raw_total = passthrough.get("steps") or config.get("steps")
@@ -260,6 +270,7 @@ def compute_progress(
     last_ckpt: int | None = None
     lost: int | None = None
     lost_s: float | None = None
+    lost_estimated = False
     if last is not None and first is not None:
         if ckpt.period:
             candidate = (last // ckpt.period) * ckpt.period
@@ -274,7 +285,7 @@ def compute_progress(
         else:
             lost = last - first + 1
         if lost is not None:
-            lost_s = sum(s.seconds or 0.0 for s in steps if s.step > last - lost)
+            lost_s, lost_estimated = _lost_seconds(steps, last - lost + 1, lost, run_seconds)
     eta: float | None = None
     if total is not None and last is not None and step_time:
         eta = max(0, total - 1 - last) * step_time
@@ -301,4 +312,21 @@ def compute_progress(
         last_step_time=last_time,
         checkpointing=ckpt.enabled,
         last_step_time_estimated=estimated,
+        progress_lost_s_estimated=lost_estimated,
     )
+
+
+def _lost_seconds(
+    steps: list[StepRecord], lost_from: int, lost_steps: int, run_seconds: float | None
+) -> tuple[float | None, bool]:
+    """Seconds of the steps from `lost_from` on, and whether that is an estimate."""
+    if lost_steps <= 0:
+        return 0.0, False
+    if run_seconds is not None and steps and lost_from <= steps[0].step:
+        return run_seconds, False  # the whole run is lost: its exact summed time
+    kept = [s.seconds for s in steps if s.step >= lost_from and s.seconds is not None]
+    if len(kept) >= lost_steps:
+        return sum(kept), False
+    if not kept:
+        return None, False
+    return sum(kept) / len(kept) * lost_steps, True

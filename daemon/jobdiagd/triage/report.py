@@ -203,20 +203,21 @@ def _progress_rows(r: TriageResult) -> list[tuple[str, str]]:
             )
         )
     if p.progress_lost_steps is not None:
+        lost_time = ("≈ " if p.progress_lost_s_estimated else "") + fmt_duration(p.progress_lost_s)
         if r.status == "completed":
             rows.append(("Progress lost", "0 steps (job completed)"))
         elif p.last_checkpoint_step is None and p.start != "restored":
             rows.append(
                 (
                     "Progress lost",
-                    f"all — no periodic ckpt ({p.progress_lost_steps} steps, {fmt_duration(p.progress_lost_s)})",
+                    f"all — no periodic ckpt ({p.progress_lost_steps} steps, {lost_time})",
                 )
             )
         else:
             rows.append(
                 (
                     "Progress lost",
-                    f"{p.progress_lost_steps} steps ({fmt_duration(p.progress_lost_s)}) since last periodic ckpt",
+                    f"{p.progress_lost_steps} steps ({lost_time}) since last periodic ckpt",
                 )
             )
     if p.progress_lost_steps is None and not r.steps:
