@@ -9,6 +9,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from jobdiagd.sim import lines as L
 from jobdiagd.triage.engine import TriageResult, triage
 from jobdiagd.triage.report import render_markdown
@@ -287,3 +289,40 @@ def test_progress_lost_since_a_distant_checkpoint_is_not_a_fraction_of_it(tmp_pa
     assert (r.progress.last_checkpoint_step, r.progress.progress_lost_steps) == (3000, 1999)
     assert r.progress.progress_lost_s is not None
     assert abs(r.progress.progress_lost_s - 1999 * 5.0) < 5.0
+
+
+def _long_named_job(tmp: Path, *, link: bool) -> Path:
+    """A job directory whose name is 253 bytes: its `<name>.log` sibling (257 bytes) cannot exist."""
+    out = tmp / "outputs"
+    out.mkdir(exist_ok=True)
+    name = "4711-JAX-llama2-70b-" + "steps_100-per_device_batch_size_2-" * 7
+    name = name[:253]
+    d = out / name
+    d.mkdir()
+    if link:
+        (d / "log").symlink_to(f"../{name}.log")
+    return d
+
+
+def test_a_job_name_near_the_255_byte_limit_is_a_clear_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Runbook prolog-kill-no-log: "--output path exceeds ext4's 255-byte per-path-segment limit
+    # (long JOB_NAME)". Looking for the `.log` sibling raised ENAMETOOLONG and a traceback.
+    from jobdiagd.cli import main
+
+    d = _long_named_job(tmp_path, link=True)
+    assert main(["triage", str(d), "--no-slurm"]) == 0
+    out = capsys.readouterr().out
+    assert "**Primary failure:** prolog-kill-no-log" in out
+    assert "257 bytes" in out and "longer than the filesystem allows" in out
+    assert main(["backtest", str(d)]) == 0
+    assert main(["triage", "--all", "--outputs", str(d.parent), "--no-slurm", "--json"]) == 0
+    assert "prolog-kill-no-log" in capsys.readouterr().out
+
+
+def test_an_empty_long_named_job_dir_is_a_prolog_kill(tmp_path: Path) -> None:
+    d = _long_named_job(tmp_path, link=False)
+    r = triage(d, now=NOW)
+    assert r.primary == "prolog-kill-no-log"
+    assert any("longer than the filesystem allows" in n for n in r.cls.notes)

@@ -201,8 +201,9 @@ def classify(
     policy = policy or StallPolicy()
     if logs.ref.problem == "prolog-kill-no-log" or logs.main is None:
         ev: list[Evidence] = []
+        why = [*logs.errors, *([logs.ref.note] if logs.ref.note else [])]
         return Classification(
-            "failed", "prolog-kill-no-log", "Slurm prolog", ev, ["prolog-kill-no-log"], notes=[*logs.errors]
+            "failed", "prolog-kill-no-log", "Slurm prolog", ev, ["prolog-kill-no-log"], notes=why
         )
     main = logs.main
     states = {s.source: s for s in logs.states}

@@ -107,6 +107,8 @@ def what_happened(r: TriageResult) -> str:
             f"The job stopped{at} without writing a JOB SUMMARY: the process was killed externally "
             "(SIGKILL / OOM-kill / preemption). Most common cause: host OOM-kill or Slurm preemption."
         )
+    if primary == "prolog-kill-no-log":
+        return "slurmd killed the job before the batch script could run: no log was ever written."
     if primary == "tgs-degradation":
         return f"Training runs but underperforms: TGS {r.tgs.magnitude} over steps {r.tgs.range} ({r.tgs.pattern})."
     s = f"{describe(primary, c.primary_rule)}{at}."
