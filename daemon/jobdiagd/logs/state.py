@@ -493,7 +493,9 @@ class LogState:
             m = _SRUN_TASK.search(text)  # `srun: error: node004: task 3: Killed` is about task 3
             task = int(m.group(1)) if m else None
         raw = _quote(strip_ansi(self._raw_line).rstrip("\r")) if self._raw_line else None
-        return Evidence(cls, lineno, offset, self.source, task, _host_of(text), text[:MAX_TEXT], when, raw, rule)
+        return Evidence(
+            cls, lineno, offset, self.source, task, _host_of(text), text[:MAX_TEXT], when, raw, rule
+        )
 
     @property
     def training_started(self) -> bool:
