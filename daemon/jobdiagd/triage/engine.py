@@ -190,6 +190,7 @@ def analyze(
     config: dict[str, str] = {}
     env: dict[str, str] = {}
     saves: set[int] = set()
+    profiled: set[int] = set()
     async_seen = False
     restore: tuple[str, int | None] | None = None
     for st in logs.states:
@@ -198,6 +199,7 @@ def analyze(
         for k, v in st.env.items():
             env.setdefault(k, v)
         saves |= set(st.saves) | st.async_saves
+        profiled |= st.profiler_steps
         async_seen = async_seen or bool(st.async_saves)
         if st.restore is not None and (restore is None or st.restore[0] == "restored"):
             restore = (st.restore[0], st.restore[1])
@@ -211,7 +213,9 @@ def analyze(
         if raw:
             nodes = expand_hostlist(raw.replace(" ", ","))
     summary = main.summary if main else None
-    ckpt = checkpoint_config(passthrough, config, sorted(saves), async_seen=async_seen)
+    ckpt = checkpoint_config(
+        passthrough, config, sorted(saves), async_seen=async_seen, profiler_steps=sorted(profiled)
+    )
     completed = summary is not None and summary.exit_code == 0
     # Progress "expected step" is measured at now for live jobs; classify() refines the end time.
     at_time = now

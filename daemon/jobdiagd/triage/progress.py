@@ -50,6 +50,14 @@ class CheckpointConfig:
     def adjacent(self, step: int) -> bool:
         """Is this step slowed by a save, an eval or the profiler (the step itself and the one
         after it, two for asynchronous saves)?"""
+        return self.periodic(step) or self.profiled(step)
+
+    def profiled(self, step: int) -> bool:
+        """Is this step in the profiler window (a one-off slowdown, never a periodic pattern)?"""
+        return self.profile is not None and self.profile[0] <= step <= self.profile[1]
+
+    def periodic(self, step: int) -> bool:
+        """Is this step slowed by a checkpoint save or an eval (recurring, every N steps)?"""
         if step <= 0:
             return False
         if self.period:
@@ -60,9 +68,7 @@ class CheckpointConfig:
             r = step % self.eval_period
             if r == 0 or r == 1:
                 return True
-        if self.saves and (step in self.saves or step - 1 in self.saves):
-            return True
-        return self.profile is not None and self.profile[0] <= step <= self.profile[1]
+        return bool(self.saves) and (step in self.saves or step - 1 in self.saves)
 
 
 def _int_setting(passthrough: dict[str, str], config: dict[str, str], key: str) -> int | None:
@@ -91,10 +97,17 @@ def period_from_saves(saves: list[int]) -> int | None:
 
 
 def checkpoint_config(
-    passthrough: dict[str, str], config: dict[str, str], saves: list[int], *, async_seen: bool = False
+    passthrough: dict[str, str],
+    config: dict[str, str],
+    saves: list[int],
+    *,
+    async_seen: bool = False,
+    profiler_steps: list[int] | None = None,
 ) -> CheckpointConfig:
     """`async_seen`: the log showed "Started an asynchronous checkpoint save" lines, so saves
-    are asynchronous whatever the flags say."""
+    are asynchronous whatever the flags say. `profiler_steps`: the steps the log printed as
+    profiler activation/deactivation steps (runbook: "check if the TGS drop coincides with the
+    profiler step range"); they give the profiler window when the flags do not."""
     enabled: bool | None = None
     if "enable_checkpointing" in passthrough:
         enabled = truthy(passthrough["enable_checkpointing"])
@@ -138,6 +151,9 @@ def checkpoint_config(
         first = 1 if first is None else first
         n = _int_setting(passthrough, config, "profiler_steps")
         profile = (first, first + (5 if n is None else n) + 1)
+    if profile is None and profiler_steps:
+        # The logged activation..deactivation steps; the trace dump slows the step after too.
+        profile = (min(profiler_steps), max(profiler_steps) + 1)
     return CheckpointConfig(
         enabled,
         period if period and period > 0 else None,
