@@ -326,3 +326,52 @@ def test_an_empty_long_named_job_dir_is_a_prolog_kill(tmp_path: Path) -> None:
     r = triage(d, now=NOW)
     assert r.primary == "prolog-kill-no-log"
     assert any("longer than the filesystem allows" in n for n in r.cls.notes)
+
+
+HARMLESS_LINES = [
+    # The runbook's known-harmless table.
+    "E0612 10:01:00.000000 1001 cuda_driver.cc:152] Failed call to cuInit: UNKNOWN ERROR (303)",
+    "I0612 10:01:00.000000 1001 xla_bridge.py:907] Unable to initialize backend 'cuda': INTERNAL: CUDA error: "
+    "Failed call to cuInit: UNKNOWN ERROR (303)",
+    "node001:41778:41778 [0] NCCL WARN MSCCL++: Feature not enabled. ENABLE_MSCCLPP must be defined at "
+    "compile-time to enable this feature.",
+    "Token indices sequence length is longer than the specified maximum sequence length for this model "
+    "(131072 > 8192). Running this sequence through the model will result in indexing errors",
+    "OCI runtime exec failed: exec failed: unable to start container process: error executing setns process: "
+    "exit status 1: unknown",
+    "[exec] docker exec failed for 1a29686a439f, falling back to host-level kill",
+    "[cgroup] Sent SIGKILL to 0/0 processes",
+    "W0612 10:01:00.000000 1001 topology.cc:1011] Cannot read CPU core 170",
+    "I0612 10:01:00.000000 1001 tpu_initializer_helper.cc:127] No hardware is found. Using default TPU version: "
+    "jellyfish",
+    "I0612 10:01:00.000000 1001 trace.cc:61] No device identifiers found",
+    "I0612 10:01:00.000000 1001 pjrt_api.cc:79] Enabling PjRt/TPU event dependency logging",
+    "I0612 10:01:00.000000 1001 init-domain.cc:63] Fiber init: default domain = futex",
+    'Error response from daemon: cannot remove container "/maxtext_5c1041b552ef": could not kill container: '
+    "tried to kill container, but did not receive an exit event",
+    # Harmless families of the same kind: allocator retries, shutdown noise, INFO-level NCCL.
+    "W0612 10:01:00.000000 1001 bfc_allocator.cc:310] Allocator (GPU_0_bfc) ran out of memory trying to "
+    "allocate 3.37GiB with freed_by_count=0. The caller indicates that this is not a failure, but this may "
+    "mean that there could be performance gains if more memory were available.",
+    "node001:1:2 [0] NCCL INFO Call to connect returned Connection timed out, retrying",
+    "E0612 10:01:00.000000 1001 cuda_timer.cc:86] Delay kernel timed out: measured time has sub-optimal "
+    "accuracy. There may be a missing warmup execution, please investigate in Nsight Systems.",
+    "W0612 10:01:00.000000 1001 hlo_rematerialization.cc:3183] Can't reduce memory use below 10.64GiB "
+    "(11428802214 bytes) by rematerialization; only reduced to 71.27GiB (76523901244 bytes)",
+    # Words near the signature wordings in healthy output.
+    "NCCL_IB_TIMEOUT=22",
+    "NCCL_ASYNC_ERROR_HANDLING=1",
+    "Config param checkpoint_dir: /outputs/llama2-70b/checkpoints",
+    "I0612 10:01:00.000000 1001 checkpoint_manager.py:1] Saved a checkpoint at step 40.",
+]
+
+
+def test_a_healthy_job_with_every_harmless_line_reports_no_failure(tmp_path: Path) -> None:
+    # Runbook § Known-harmless log entries: "Do not classify them as failures or mention them".
+    body, _ = _steps(0, 59)
+    for i, line in enumerate(HARMLESS_LINES):
+        body.insert(8 * i + 20, f"{i % TASKS}: {line}")
+    body += ["== Training END (300s) ==", *_summary(0, "5m 10s")]
+    r = _triage(_job(tmp_path, body, steps=60), "COMPLETED")
+    assert (r.status, r.primary, r.cls.classes, r.cls.evidence) == ("completed", None, [], [])
+    assert r.to_dict()["failures"] == []
