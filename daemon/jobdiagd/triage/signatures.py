@@ -898,6 +898,8 @@ def is_harmless(text: str) -> bool:
 def match_line(text: str, *, training_started: bool, after_traceback: bool = False) -> list[Match]:
     """Every class row a stripped line matches, with the family that matched (empty for harmless
     lines). `after_traceback`: the line follows a Traceback header of the same task."""
+    if _ANY_NEEDLE.search(text) is None:
+        return []  # the common case (the head and tail of a log are parsed whole): one C search
     found: list[Match] = []
     fallbacks: list[Match] = []
     for sig in SIGNATURES:
@@ -922,3 +924,5 @@ def match_line(text: str, *, training_started: bool, after_traceback: bool = Fal
 SIGNATURE_NEEDLES: tuple[str, ...] = tuple(
     sorted({n for s in (*SIGNATURES, *EVIDENCE_SIGNATURES) for f in s.families for n in f.needles})
 )
+# Every family needs one of its needles in the line: a line with none of them matches nothing.
+_ANY_NEEDLE = re.compile("|".join(re.escape(n) for n in sorted(SIGNATURE_NEEDLES, key=len, reverse=True)))
