@@ -75,6 +75,7 @@ EVENT_NEEDLES: tuple[str, ...] = (
     "falling back to non-Ray",
 )
 
+
 def _minimal(literals: Iterable[str]) -> tuple[str, ...]:
     """The literals no other literal of the set is a substring of: a line containing a longer
     one contains the shorter, so the candidate lines are the same with a smaller automaton."""
