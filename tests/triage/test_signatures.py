@@ -215,3 +215,29 @@ def test_descriptions_follow_the_wording() -> None:
     assert "collective timeout" not in describe("nccl-timeout", "NCCL-result")
     assert "collective timeout" in describe("nccl-timeout", "NCCL-watchdog")
     assert describe("oom-gpu", None) == BY_CLASS["oom-gpu"].description
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        # Source wordings looked up after the held-out measurement (XLA's communicator health
+        # check, older JAX's heartbeat termination, a `ckpt` checkpoint directory).
+        (
+            "INTERNAL: Call to recv failed : Connection reset by peer. Last NCCL error (maybe unrelated): "
+            "remote process exited or there was a network error",
+            ("nccl-timeout", "NCCL-result"),
+        ),
+        ("FAILED_PRECONDITION: NcclCommunicator aborted", ("nccl-timeout", "NCCL-xla-comm")),
+        (
+            "Terminating process because the coordinator detected missing heartbeats. This most likely indicates "
+            "that another task died.",
+            ("heartbeat-timeout", "HB-unhealthy"),
+        ),
+        (
+            "OSError: [Errno 116] Stale file handle: '/nfs/ckpt/step_400/params'",
+            ("checkpoint-fs-error", "CKPT-oserror"),
+        ),
+    ],
+)
+def test_source_wordings(line: str, expected: tuple[str, str]) -> None:
+    assert rules(line) == [expected]

@@ -300,7 +300,8 @@ SIGNATURES: tuple[Signature, ...] = (
             Family(
                 "HB-unhealthy",
                 "runbook heartbeat-timeout row: 'stopped sending heartbeats', 'The tasks have crashed'",
-                ("stopped sending heartbeats", "The tasks have crashed"),
+                # Older JAX: "Terminating process because the coordinator detected missing heartbeats."
+                ("stopped sending heartbeats", "The tasks have crashed", "detected missing heartbeats"),
             ),
             # TSL coordination service: `/job:.../task:N has been set to ERROR in coordination
             # service: UNAVAILABLE: Task /job:.../task:N heartbeat timeout.`
@@ -459,6 +460,19 @@ SIGNATURES: tuple[Signature, ...] = (
                     "ncclRemoteError",
                     "ncclInvalidUsage",
                     "ncclInvalidArgument",
+                ),
+                description=NCCL_ERROR_DESC,
+            ),
+            # XLA's NCCL communicator: `<last error>. Last NCCL error (maybe unrelated): <result>`
+            # (its health check), `NcclCommunicator aborted`, `Aborting communicator: ...`.
+            Family(
+                "NCCL-xla-comm",
+                "runbook nccl-timeout row: 'NCCL error' (XLA's NCCL communicator wording)",
+                (
+                    "Last NCCL error (maybe unrelated)",
+                    "Last NCCL warning(error) log entry",
+                    "NcclCommunicator aborted",
+                    "Aborting communicator",
                 ),
                 description=NCCL_ERROR_DESC,
             ),
@@ -718,7 +732,7 @@ SIGNATURES: tuple[Signature, ...] = (
                 "runbook checkpoint-fs-error ('[Errno 2] No such file or directory'): an OS error on a checkpoint path",
                 ("[Errno ",),
                 _rx(
-                    r"\[Errno \d+\] [^:\n]*: '[^'\n]*(?:orbax-checkpoint-tmp|\.orbax|[Cc]heckpoint|ocdbt"
+                    r"\[Errno \d+\] [^:\n]*: '[^'\n]*(?:orbax-checkpoint-tmp|\.orbax|[Cc]heckpoint|ckpt|ocdbt"
                     r"|_METADATA|_sharding|\.zarray|commit_success)"
                 ),
             ),
