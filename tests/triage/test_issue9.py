@@ -375,3 +375,18 @@ def test_a_healthy_job_with_every_harmless_line_reports_no_failure(tmp_path: Pat
     r = _triage(_job(tmp_path, body, steps=60), "COMPLETED")
     assert (r.status, r.primary, r.cls.classes, r.cls.evidence) == ("completed", None, [], [])
     assert r.to_dict()["failures"] == []
+
+
+def test_srun_killed_with_an_oom_report_is_the_oom_kill(tmp_path: Path) -> None:
+    # Runbook oom-host: "Killed (from OOM killer), oom-kill"; the Killed line is its evidence,
+    # not a separate node failure.
+    body, _ = _steps(0, 40)
+    body += [
+        "slurmstepd: error: Detected 1 oom_kill event in StepId=4711.0. Some of the step tasks have been OOM Killed.",
+        "srun: error: node002: task 1: Killed",
+        "== Training FAILED (exit=137, 300s) ==",
+        *_summary(1, "5m 0s"),
+    ]
+    r = _triage(_job(tmp_path, body), "OUT_OF_MEMORY")
+    assert r.primary == "oom-host" and "node-fail" not in r.cls.classes
+    assert "srun: error: node002: task 1: Killed" in _section(render_markdown(r), "Evidence")

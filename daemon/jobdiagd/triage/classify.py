@@ -37,7 +37,8 @@ dropped, not reported (issue 9: "the abort that follows is a consequence").
 *No JOB SUMMARY and srun's `task N: Killed`: the runbook's unknown-death checklist ("Killed")
 reads those lines as evidence of an external kill, not a node failure of its own; they are
 quoted as the unknown-death evidence (with a preemption cancel line, checklist item 3). With
-a JOB SUMMARY they are node-fail evidence (exit 137 = SIGKILL).
+an OOM report (cgroup / kernel / Ray) they are the OOM kill itself, quoted as oom-host
+evidence. Otherwise, with a JOB SUMMARY, they are node-fail evidence (exit 137 = SIGKILL).
 *Slurm's `CANCELLED AT ... DUE TO TIME LIMIT` is the runbook's train-timeout (signature
 family TT-slurm); after a stall it is a hang killed by the time limit (rule 6).
 *The primary's description follows the wording family of its earliest evidence
@@ -326,21 +327,26 @@ def classify(
         if not hits["train-timeout"]:
             del hits["train-timeout"]
             classes = [c for c in classes if c != "train-timeout"]
-    if status == "unknown-death":
-        # srun's `task N: Killed` without a JOB SUMMARY: the unknown-death checklist's evidence.
-        killed = [e for e in hits.get("node-fail", []) if e.rule == "NODE-srun-killed"]
-        if killed:
-            derived_ev.setdefault("unknown-death", []).extend(replace(e, cls="unknown-death") for e in killed)
-            rest = [e for e in hits["node-fail"] if e.rule != "NODE-srun-killed"]
-            if rest:
-                hits["node-fail"] = rest
-            else:
-                del hits["node-fail"]
-                classes = [c for c in classes if c != "node-fail"]
-        if main.cancel_evidence is not None:  # checklist item 3: preemption
-            derived_ev.setdefault("unknown-death", []).append(
-                replace(main.cancel_evidence, cls="unknown-death")
+    killed = [e for e in hits.get("node-fail", []) if e.rule == "NODE-srun-killed"]
+    if killed and (status == "unknown-death" or "oom-host" in hits):
+        # srun's `task N: Killed`: with an OOM report it is the OOM kill itself (runbook oom-host:
+        # "Killed (from OOM killer)"); without a JOB SUMMARY, the unknown-death checklist's
+        # evidence of an external kill.
+        if "oom-host" in hits:
+            hits["oom-host"] = sorted(
+                [*hits["oom-host"], *(replace(e, cls="oom-host") for e in killed)],
+                key=lambda e: (e.source != main.source, e.line),
             )
+        else:
+            derived_ev.setdefault("unknown-death", []).extend(replace(e, cls="unknown-death") for e in killed)
+        rest = [e for e in hits["node-fail"] if e.rule != "NODE-srun-killed"]
+        if rest:
+            hits["node-fail"] = rest
+        else:
+            del hits["node-fail"]
+            classes = [c for c in classes if c != "node-fail"]
+    if status == "unknown-death" and main.cancel_evidence is not None:  # checklist item 3: preemption
+        derived_ev.setdefault("unknown-death", []).append(replace(main.cancel_evidence, cls="unknown-death"))
     cancel_ev = _cancel_evidence(main) if status == "cancelled" else None
     if cancel_ev is not None:
         derived_ev["cancelled"] = [cancel_ev]
