@@ -298,7 +298,9 @@ def refs_for(paths: Sequence[str]) -> list[JobRef]:
     refs: list[JobRef] = []
     for p in paths:
         path = Path(p)
-        if path.is_dir() and not (path / "log").exists() and not (path / "log").is_symlink():
+        # is_symlink first: a `log` link to a name longer than the filesystem allows cannot be
+        # stat()ed (ENAMETOOLONG); resolve() reports such a job.
+        if path.is_dir() and not (path / "log").is_symlink() and not (path / "log").exists():
             refs += [r for r in list_jobs(path) if r.log is not None]
             continue
         refs.append(resolve(p, []))

@@ -19,7 +19,7 @@ from jobdiagd.detectors.base import NoData, Outcome, register
 from jobdiagd.model.alerts import Finding, Severity
 from jobdiagd.model.jobview import JobView
 from jobdiagd.triage.engine import TriageResult
-from jobdiagd.triage.signatures import BY_CLASS, Tier
+from jobdiagd.triage.signatures import BY_CLASS, Tier, describe
 
 NAME = "failure_signature"
 KIND = "failure"
@@ -78,7 +78,7 @@ class FailureSignatureDetector:
         summary = f"{primary}: {first.text[:200]}" if first is not None else primary
         details: dict[str, object] = {
             "root cause": primary,
-            "what it means": sig.description or sig.cls,
+            "what it means": describe(primary, res.cls.primary_rule),
             "stage": res.cls.stage or "n/a",
             "status": res.status,
             "last step": last,

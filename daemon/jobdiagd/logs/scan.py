@@ -75,7 +75,18 @@ EVENT_NEEDLES: tuple[str, ...] = (
     "falling back to non-Ray",
 )
 
-TRIGGERS: tuple[str, ...] = tuple(sorted(set(EVENT_NEEDLES) | set(SIGNATURE_NEEDLES)))
+
+def _minimal(literals: Iterable[str]) -> tuple[str, ...]:
+    """The literals no other literal of the set is a substring of: a line containing a longer
+    one contains the shorter, so the candidate lines are the same with a smaller automaton."""
+    kept: list[str] = []
+    for lit in sorted(set(literals), key=len):
+        if not any(k in lit for k in kept):
+            kept.append(lit)
+    return tuple(sorted(kept))
+
+
+TRIGGERS: tuple[str, ...] = _minimal((*EVENT_NEEDLES, *SIGNATURE_NEEDLES))
 STEP_NEEDLES: tuple[str, ...] = ("completed step", "completed profiler")
 # Lines that are harmless whatever else they contain (runbook's known-harmless table); the
 # reader drops them after the scan. (Scanning for them too would cost a callback on every

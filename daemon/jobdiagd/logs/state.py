@@ -30,7 +30,7 @@ from jobdiagd.logs.scan import HARMLESS_ONLY
 from jobdiagd.logs.steps import TRIAGE, Retention, StepSeries, step_record
 from jobdiagd.model.records import ClassHits, Evidence, NodeExit, StageEvent, StepRecord, Summary
 from jobdiagd.triage.progress import DEFAULT_CHECKPOINT_PERIOD, truthy
-from jobdiagd.triage.signatures import match_line
+from jobdiagd.triage.signatures import EVIDENCE_CLASSES, is_exception_line, match_line
 
 # The number must end at a comma or the line end: with `srun -u` another task's prefix can
 # land right after it (`completed step: 9` + `9: I1128 ...` must not read as step 99).
@@ -54,7 +54,9 @@ _WALL_PART = re.compile(r"(\d+)\s*([dhms])")
 _NODE_EXIT = re.compile(r"NODE_EXIT host=(\S+) exit=(\d+)")
 _SRUN_ERROR = re.compile(r"srun: error: (\S+?): tasks? ([\d,\-\[\] ]+): (.*)$")
 _EXIT_CODE = re.compile(r"[Ee]xit(?:ed with exit)? code (\d+)")
-_STEPD_CANCEL = re.compile(r"\*\*\* (?:JOB|STEP) ([\d.]+) ON (\S+) CANCELLED AT (\S+)(.*?)\*\*\*")
+# slurmstepd `*** JOB|STEP <id> ON <host> CANCELLED AT <t> [DUE TO ...] ***`; srun's own time-limit
+# line and old slurmstepd omit `ON <host>` (`... DUE TO TIME LIMIT on n447 ***`).
+_STEPD_CANCEL = re.compile(r"\*\*\* (?:JOB|STEP) ([\d.]+)(?: ON (\S+))? CANCELLED AT (\S+)(.*?)\*\*\*")
 _HEADER = re.compile(r"^([A-Z][A-Z0-9_]*)=(.*)$")
 _TASK_PATH = re.compile(r"/job:jax_worker/replica:\d+/task:(\d+)")
 _TUNNEL = re.compile(r"ssh\s+(?:-\S+\s+)*-J\s+(\S+)\s+(.*?)\s*$")
@@ -109,6 +111,10 @@ SAVES_HEAD = 16
 SAVES_TAIL = 32
 SAVES_SLACK = 64  # trim in batches: sorting the saves on every new one would cost
 RERUN_KEEP = 4096
+# Quoted lines keep their head and tail: XLA's and TensorStore's verdicts ("[OS error: ...]",
+# "stopped sending heartbeats") often sit at the end of a line longer than MAX_TEXT.
+MAX_QUOTE = 1200
+QUOTE_HEAD, QUOTE_TAIL = 700, 400
 _WALL_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 _MAX_CACHED_DAYS = 1024
 
@@ -309,6 +315,7 @@ class LogState:
         self.node_exits: list[NodeExit] = []
         self.srun_errors: list[tuple[str, str, int | None, int]] = []  # host, `task N: text`, exit, line
         self.cancel: tuple[str, str, str, int] | None = None  # host, at, reason, line
+        self.cancel_evidence: Evidence | None = None  # the cancel line, quoted when the job was cancelled
         self.tunnel: str | None = None
         self.tunnel_host: str | None = None
         self.tunnel_ports: list[int] = []
@@ -317,6 +324,9 @@ class LogState:
         self.ray_head: str | None = None
         self.heartbeat: Heartbeat | None = None
         self._pending_self_report: set[int] = set()
+        # Tasks whose last signature line was a Traceback header (its evidence): their next
+        # exception-shaped line is the exception that ends the traceback.
+        self._tracebacks: dict[int | None, Evidence] = {}
         self.pending_event_logger = False
         self.ray_fallback = False
         self.first_stamp: float | None = None
@@ -498,13 +508,17 @@ class LogState:
             self.steps.replace(rec)
 
     def _add_hit(
-        self, cls: str, text: str, task: int | None, when: float | None, lineno: int, offset: int
+        self,
+        cls: str,
+        text: str,
+        task: int | None,
+        when: float | None,
+        lineno: int,
+        offset: int,
+        rule: str | None = None,
     ) -> Evidence:
-        if task is None and text.startswith("srun: error:"):
-            m = _SRUN_TASK.search(text)  # `srun: error: node004: task 3: Killed` is about task 3
-            task = int(m.group(1)) if m else None
-        raw = strip_ansi(self._raw_line).rstrip("\r")[:MAX_TEXT] if self._raw_line else None
-        ev = Evidence(cls, lineno, offset, self.source, task, _host_of(text), text[:MAX_TEXT], when, raw)
+        ev = self._evidence(cls, text, task, when, lineno, offset, rule)
+        task = ev.task
         hits = self.hits.get(cls)
         if hits is None:
             hits = self.hits[cls] = ClassHits()
@@ -512,11 +526,30 @@ class LogState:
         if (
             task is not None
             and cls not in ("heartbeat-timeout", "node-fail", "stage-fail")
+            and cls not in EVIDENCE_CLASSES
             and task not in self.first_error_by_task
             and self._task_ok(task, self.first_error_by_task)
         ):
             self.first_error_by_task[task] = ev
         return ev
+
+    def _evidence(
+        self,
+        cls: str,
+        text: str,
+        task: int | None,
+        when: float | None,
+        lineno: int,
+        offset: int,
+        rule: str | None = None,
+    ) -> Evidence:
+        if task is None and text.startswith("srun: error:"):
+            m = _SRUN_TASK.search(text)  # `srun: error: node004: task 3: Killed` is about task 3
+            task = int(m.group(1)) if m else None
+        raw = _quote(strip_ansi(self._raw_line).rstrip("\r")) if self._raw_line else None
+        return Evidence(
+            cls, lineno, offset, self.source, task, _host_of(text), text[:MAX_TEXT], when, raw, rule
+        )
 
     @property
     def training_started(self) -> bool:
@@ -525,16 +558,26 @@ class LogState:
     def _on_event(self, text: str, task: int | None, when: float | None, lineno: int, offset: int) -> None:
         m: re.Match[str] | None
         # Signatures first: a line can be both an event and evidence (e.g. NODE_EXIT).
-        for sig in match_line(text, training_started=self.training_started):
-            ev = self._add_hit(sig.cls, text, task, when, lineno, offset)
-            if sig.cls == "heartbeat-timeout":
+        in_traceback = task in self._tracebacks
+        carried: str | None = None
+        for hit in match_line(text, training_started=self.training_started, after_traceback=in_traceback):
+            ev = self._add_hit(hit.cls, text, task, when, lineno, offset, hit.rule)
+            if hit.cls == "heartbeat-timeout":
                 self._on_heartbeat(ev, text, task)
+            if hit.rule == "PY-traceback":
+                self._tracebacks[task] = ev
+            elif hit.cls != "python-exception" and carried is None:
+                carried = hit.cls
+        if in_traceback and is_exception_line(text):
+            # The traceback ends in this exception: it carries that class (e.g. a coordination
+            # barrier timeout raised as XlaRuntimeError), it is not an error of its own.
+            self._tracebacks.pop(task).carries = carried
         if "Error: " in text or "Exception: " in text or text.startswith(("Error", "Exception")):
             self.last_exception = Evidence(
                 "exception", lineno, offset, self.source, task, None, text[:MAX_TEXT], when
             )
 
-        if self._in_summary and self._on_summary_line(text):
+        if self._in_summary and self._on_summary_line(text, lineno):
             return
         if "JOB SUMMARY" in text:
             self.summary = Summary(line=lineno)
@@ -642,7 +685,8 @@ class LogState:
         if "CANCELLED AT" in text:
             m = _STEPD_CANCEL.search(text)
             if m and self.cancel is None:
-                self.cancel = (m.group(2), m.group(3), m.group(4).strip(), lineno)
+                self.cancel = (m.group(2) or "", m.group(3), m.group(4).strip(), lineno)
+                self.cancel_evidence = self._evidence("cancelled", text, task, when, lineno, offset)
             return
         if "ssh" in text and "-J" in text and "-L" in text:
             m = _TUNNEL.search(text)
@@ -687,6 +731,8 @@ class LogState:
                 self._add_task(hb.self_reported, task)
         for m in _TASK_PATH.finditer(text):
             self._add_task(hb.accused_tasks, int(m.group(1)))
+        if "leader task" in text:
+            self._add_task(hb.accused_tasks, 0)  # the coordination service runs in process 0, its leader
 
     def _on_kv(self, key: str, value: str, *, header: bool) -> None:
         value = value.strip()
@@ -698,7 +744,7 @@ class LogState:
         if (not header or key not in HEADER_KEYS) and key not in self.env and len(self.env) < MAX_ENV_KEYS:
             self.env[key] = value
 
-    def _on_summary_line(self, text: str) -> bool:
+    def _on_summary_line(self, text: str, lineno: int = 0) -> bool:
         summ = self.summary
         assert summ is not None
         stripped = text.replace("\x00", "").strip()
@@ -720,6 +766,7 @@ class LogState:
         if key == "Status":
             m = _SUMMARY_STATUS.search(stripped)
             summ.status_text = value
+            summ.status_line = lineno or None
             if m:
                 summ.status = m.group(1).upper()
                 summ.exit_code = int(m.group(2)) if m.group(2) else (0 if summ.status == "SUCCESS" else None)
@@ -790,6 +837,12 @@ def _saves_to_keep(saves: Iterable[int], kept_steps: set[int]) -> set[int]:
     keep = set(order[:SAVES_HEAD]) | set(order[-SAVES_TAIL:])
     keep.update(s for s in order if s in kept_steps or s + 1 in kept_steps)
     return keep
+
+
+def _quote(line: str) -> str:
+    if len(line) <= MAX_QUOTE:
+        return line
+    return f"{line[:QUOTE_HEAD]} [...] {line[-QUOTE_TAIL:]}"
 
 
 def _host_of(text: str) -> str | None:

@@ -115,6 +115,7 @@ class JobView:
             len(states),
             sum(len(st.config) for st in states),
             sum(st.saves_seen for st in states),  # a tailed state trims old saves: count, not size
+            sum(len(st.profiler_steps) for st in states),
             self.main.header.get("PASSTHROUGH_ARGS") if self.main is not None else None,
         )
         cached = self.memo.get("_ckpt")
@@ -125,13 +126,17 @@ class JobView:
         passthrough = main.passthrough() if main is not None else {}
         config: dict[str, str] = {}
         saves: set[int] = set()
+        profiled: set[int] = set()
         async_seen = False
         for st in states:
             for k, v in st.config.items():
                 config.setdefault(k, v)
             saves |= set(st.saves) | st.async_saves
+            profiled |= st.profiler_steps
             async_seen = async_seen or bool(st.async_saves)
-        ck = checkpoint_config(passthrough, config, sorted(saves), async_seen=async_seen)
+        ck = checkpoint_config(
+            passthrough, config, sorted(saves), async_seen=async_seen, profiler_steps=sorted(profiled)
+        )
         self.memo["_ckpt"] = (key, ck)
         return ck
 

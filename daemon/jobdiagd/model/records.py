@@ -36,10 +36,14 @@ class Evidence:
     text: str  # without srun/absl/Ray prefixes: what the rules read
     time: float | None
     raw: str | None = None  # the line as logged (colour codes removed): what reports quote
+    rule: str | None = None  # the signature family that matched (triage.signatures), if any
+    # A Traceback header whose exception line matched another class carries that class.
+    carries: str | None = None
 
     def to_dict(self) -> dict[str, object]:
         return {
             "class": self.cls,
+            "rule": self.rule,
             "line": self.line,
             "source": self.source,
             "task": self.task,
@@ -89,6 +93,7 @@ class Summary:
     model: str | None = None
     nodes: int | None = None
     status_text: str | None = None
+    status_line: int | None = None  # line of the Status: entry (quoted for a cancelled job)
 
 
 @dataclass(slots=True)

@@ -1167,6 +1167,7 @@ def _tgs_job(
     degraded: bool,
     notes: str,
     restore_from: int | None = None,
+    profiler_steps: Sequence[int] = (),
     **kw: object,
 ) -> Expectation:
     sim = _sim(
@@ -1174,7 +1175,9 @@ def _tgs_job(
     )
     _start(sim, restore_from=restore_from)
     first = 0 if restore_from is None else restore_from + 1
-    sim.steps(first, steps - 1, _steady(sim, first, factor), noise_per_step=0.4)
+    sim.steps(
+        first, steps - 1, _steady(sim, first, factor), noise_per_step=0.4, profiler_steps=profiler_steps
+    )
     sim.train_end_ok()
     sim.summary(0)
     absent = [] if degraded else ["tgs-degradation"]
@@ -1292,6 +1295,56 @@ def sc_tgs_one_time_drop(root: Path, seed: int) -> Expectation:
         degraded=True,
         model="llama3.1-70b",
         notes="Flat until step 69, then one sudden -20% TGS drop at step 70 that never recovers.",
+    )
+
+
+def _jitter(name: str, seed: int, steps: int, sigma: float, outliers: float) -> list[float]:
+    """Per-step step-time factors of a real job: gaussian jitter and rare one-off slow steps."""
+    rng = random.Random(f"{name}:jitter:{seed}")
+    return [
+        max(0.5, 1.0 + rng.gauss(0.0, sigma)) * (1.8 if rng.random() < outliers else 1.0)
+        for _ in range(steps)
+    ]
+
+
+@scenario(48190)
+def sc_tgs_noisy_healthy(root: Path, seed: int) -> Expectation:
+    jitter = _jitter("tgs-noisy-healthy", seed, 300, 0.04, 0.0)
+
+    def f(s: int) -> float:
+        return jitter[s] * (2.5 if 40 <= s <= 46 else 1.0)
+
+    return _tgs_job(
+        "tgs-noisy-healthy",
+        root,
+        seed,
+        f,
+        ray=False,
+        steps=300,
+        pattern="none",
+        degraded=False,
+        profiler_steps=(40, 46),
+        model="llama3.1-70b",
+        notes="Healthy job with ±4% step-time jitter and a profiler window (activation at step 40, deactivation "
+        "at 46, those steps 2.5x slower): no pattern, not degraded, not periodic.",
+    )
+
+
+@scenario(48191)
+def sc_tgs_noisy_gradual(root: Path, seed: int) -> Expectation:
+    jitter = _jitter("tgs-noisy-gradual", seed, 260, 0.04, 0.0)
+    return _tgs_job(
+        "tgs-noisy-gradual",
+        root,
+        seed,
+        lambda s: jitter[s] * (1.0 + 0.0014 * max(s - 40, 0)),
+        ray=False,
+        steps=260,
+        pattern="gradual",
+        degraded=True,
+        model="llama3.1-70b",
+        notes="Step time grows ~0.14%/step from step 40 under ±4% jitter (a resource leak): TGS slides ~-24% "
+        "by the end; a steady slide, not phases.",
     )
 
 

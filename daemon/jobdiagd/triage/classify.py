@@ -31,19 +31,34 @@ Heartbeat item 2 also counts srun's `task N: Killed` (or a 134/137/139 exit) of 
 task before the message, as node-fail evidence (runbook: "SIGKILL on the accused tasks").
 *The wall-time stall basis allows the measured start-up (first dated line to the first
 dated step) when it is longer than the 20-min setup budget: a slow restore is not a hang.
+*A compiler fatal (xla-compile-fail) is followed by an abort (SIGABRT, "Aborted (core
+dumped)", "Fatal Python error: Aborted"): those signal-kill lines are its consequence and are
+dropped, not reported (issue 9: "the abort that follows is a consequence").
+*No JOB SUMMARY and srun's `task N: Killed`: the runbook's unknown-death checklist ("Killed")
+reads those lines as evidence of an external kill, not a node failure of its own; they are
+quoted as the unknown-death evidence (with a preemption cancel line, checklist item 3). With
+an OOM report (cgroup / kernel / Ray) they are the OOM kill itself, quoted as oom-host
+evidence. Otherwise, with a JOB SUMMARY, they are node-fail evidence (exit 137 = SIGKILL).
+*Slurm's `CANCELLED AT ... DUE TO TIME LIMIT` is the runbook's train-timeout (signature
+family TT-slurm); after a stall it is a hang killed by the time limit (rule 6).
+*The primary's description follows the wording family of its earliest evidence
+(`signatures.describe`): an NCCL error is described as an error, not a collective timeout.
+*Every primary has its evidence in `evidence` (and so in the JSON failures list): the
+cancel line (or the JOB SUMMARY Status line) for `cancelled`, srun's Killed / preemption
+lines for `unknown-death`, XLA's rendezvous watchdog lines for `hang`.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from jobdiagd.logs.job import JobLogs
 from jobdiagd.logs.prefixes import Stamp, parse_full_stamp
 from jobdiagd.logs.state import LogState
 from jobdiagd.model.records import Evidence, StepRecord
 from jobdiagd.triage.progress import CheckpointConfig, Progress
-from jobdiagd.triage.signatures import BY_CLASS, SIGNATURES, Tier
+from jobdiagd.triage.signatures import BY_CLASS, EVIDENCE_CLASSES, SIGNATURES, Tier
 from jobdiagd.triage.stall import StallPolicy, stall_budget
 from jobdiagd.triage.tgs import TgsAnalysis
 
@@ -96,6 +111,8 @@ class Classification:
     stall: Stall | None = None
     soft_success_variant: str | None = None
     end_time: float | None = None
+    primary_rule: str | None = None  # the wording family of the primary's earliest evidence
+    cancel_reason: str | None = None  # Slurm's "DUE TO ..." text when a cancel line says why
 
 
 def _steps_after(state: LogState, line: int) -> int:
@@ -185,8 +202,9 @@ def classify(
     policy = policy or StallPolicy()
     if logs.ref.problem == "prolog-kill-no-log" or logs.main is None:
         ev: list[Evidence] = []
+        why = [*logs.errors, *([logs.ref.note] if logs.ref.note else [])]
         return Classification(
-            "failed", "prolog-kill-no-log", "Slurm prolog", ev, ["prolog-kill-no-log"], notes=[*logs.errors]
+            "failed", "prolog-kill-no-log", "Slurm prolog", ev, ["prolog-kill-no-log"], notes=why
         )
     main = logs.main
     states = {s.source: s for s in logs.states}
@@ -202,7 +220,8 @@ def classify(
     for st in logs.states:
         for cls, h in st.hits.items():
             hits.setdefault(cls, []).extend(h.all())
-    bool(main.node_exits) and all(n.exit_code in CANCEL_EXITS for n in main.node_exits)
+    # Evidence-only rows (XLA's rendezvous watchdog) describe a derived class; never a class.
+    derived_ev: dict[str, list[Evidence]] = {c: hits.pop(c) for c in EVIDENCE_CLASSES if c in hits}
     cancelled = (summary is not None and summary.exit_code in CANCEL_EXITS) or (
         summary is None and main.cancel is not None
     )
@@ -232,8 +251,15 @@ def classify(
                 f"{dropped} error line(s) printed after the cancel (tasks dying from the SIGTERM) "
                 "are consequences of the cancel, not its cause."
             )
-    for cls in hits:
-        hits[cls].sort(key=lambda e: (e.source != main.source, e.line))
+    if "xla-compile-fail" in hits and "signal-kill" in hits:
+        # The abort after a compiler fatal is its consequence (LLVM / ptxas / CHECK abort).
+        kept = [e for e in hits["signal-kill"] if not _is_abort(e.text)]
+        if kept:
+            hits["signal-kill"] = kept
+        else:
+            del hits["signal-kill"]
+    for evs in (*hits.values(), *derived_ev.values()):
+        evs.sort(key=lambda e: (e.source != main.source, e.line))
 
     classes = sorted(hits, key=lambda c: _ORDER.get(c, 99))
     notes: list[str] = [*logs.errors, *cancel_notes]
@@ -290,6 +316,40 @@ def classify(
             status = "running"
         else:
             status = "unknown-death"
+
+    if soft == "c" and "train-timeout" in hits:
+        # Soft-success (c) *is* the walltime cancel after the last step: its evidence, not a
+        # failure of its own.
+        derived_ev["soft-success"] = [
+            replace(e, cls="soft-success") for e in hits["train-timeout"] if e.rule == "TT-slurm"
+        ]
+        hits["train-timeout"] = [e for e in hits["train-timeout"] if e.rule != "TT-slurm"]
+        if not hits["train-timeout"]:
+            del hits["train-timeout"]
+            classes = [c for c in classes if c != "train-timeout"]
+    killed = [e for e in hits.get("node-fail", []) if e.rule == "NODE-srun-killed"]
+    if killed and (status == "unknown-death" or "oom-host" in hits):
+        # srun's `task N: Killed`: with an OOM report it is the OOM kill itself (runbook oom-host:
+        # "Killed (from OOM killer)"); without a JOB SUMMARY, the unknown-death checklist's
+        # evidence of an external kill.
+        if "oom-host" in hits:
+            hits["oom-host"] = sorted(
+                [*hits["oom-host"], *(replace(e, cls="oom-host") for e in killed)],
+                key=lambda e: (e.source != main.source, e.line),
+            )
+        else:
+            derived_ev.setdefault("unknown-death", []).extend(replace(e, cls="unknown-death") for e in killed)
+        rest = [e for e in hits["node-fail"] if e.rule != "NODE-srun-killed"]
+        if rest:
+            hits["node-fail"] = rest
+        else:
+            del hits["node-fail"]
+            classes = [c for c in classes if c != "node-fail"]
+    if status == "unknown-death" and main.cancel_evidence is not None:  # checklist item 3: preemption
+        derived_ev.setdefault("unknown-death", []).append(replace(main.cancel_evidence, cls="unknown-death"))
+    cancel_ev = _cancel_evidence(main) if status == "cancelled" else None
+    if cancel_ev is not None:
+        derived_ev["cancelled"] = [cancel_ev]
 
     # ---- stall before the end --------------------------------------------------------------
     at: float | None
@@ -391,7 +451,8 @@ def classify(
             )
         if state_up in ("PREEMPTED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"):
             notes.append(f"Slurm reports the job {state_up}.")
-    evidence = _evidence_order(primary, hits, classes)
+    evidence = _evidence_order(primary, hits, classes, derived_ev)
+    primary_rule = next((e.rule for e in evidence if e.cls == primary), None)
     stage = _stage(primary, main, steps)
     all_classes = list(classes)
     for derived in (primary,):
@@ -401,7 +462,43 @@ def classify(
         all_classes.append("tgs-degradation")
     if status == "cancelled" and "cancelled" not in all_classes:
         all_classes.append("cancelled")
-    return Classification(status, primary, stage, evidence, all_classes, notes, hb_info, stall, soft, at)
+    return Classification(
+        status,
+        primary,
+        stage,
+        evidence,
+        all_classes,
+        notes,
+        hb_info,
+        stall,
+        soft,
+        at,
+        primary_rule,
+        _cancel_reason(main) if status == "cancelled" else None,
+    )
+
+
+def _is_abort(text: str) -> bool:
+    return "SIGABRT" in text or "Aborted" in text or "signal 6)" in text
+
+
+def _cancel_reason(main: LogState) -> str | None:
+    """`TIME LIMIT`, `PREEMPTION`, `JOB REQUEUE`, `NODE FAILURE, ...` from Slurm's cancel line."""
+    if main.cancel is None:
+        return None
+    m = re.search(r"DUE TO (.+?)(?: on \S+)?\s*$", main.cancel[2], re.IGNORECASE)
+    return m.group(1).strip().upper() if m else None
+
+
+def _cancel_evidence(main: LogState) -> Evidence | None:
+    """The line that says the job was cancelled: Slurm's cancel line, else the summary's Status."""
+    if main.cancel_evidence is not None:
+        return replace(main.cancel_evidence)
+    summ = main.summary
+    if summ is None or summ.status_text is None:
+        return None
+    text = f"Status: {summ.status_text}"
+    return Evidence("cancelled", summ.status_line or summ.line, 0, main.source, None, None, text, None, text)
 
 
 def _measured_setup_s(logs: JobLogs, steps: list[StepRecord]) -> float | None:
@@ -481,7 +578,7 @@ def _heartbeat_checklist(
             # trained past is what silenced it: it comes before the others noticed.
             or (e.source != first.source and e.task in accused and (e.time is None or first.time is None))
         )
-        if not before or e.cls in ("heartbeat-timeout",):
+        if not before or e.cls in ("heartbeat-timeout",) or e.carries == "heartbeat-timeout":
             continue
         if e.task is None or e.task in accused or not accused:
             earlier = e
@@ -623,14 +720,32 @@ def _cancel_time(at: str, main: LogState) -> float | None:
 
 
 def _evidence_order(
-    primary: str | None, hits: dict[str, list[Evidence]], classes: list[str]
+    primary: str | None,
+    hits: dict[str, list[Evidence]],
+    classes: list[str],
+    derived: dict[str, list[Evidence]],
 ) -> list[Evidence]:
+    """The primary's evidence first (up to 6 distinct lines), then up to 3 per other class and
+    the cancel line of a cancelled job. Lines every task printed alike are quoted once."""
     out: list[Evidence] = []
-    if primary in hits:
-        out.extend(hits[primary][:6])
+
+    def take(evs: list[Evidence], n: int) -> None:
+        seen = {(e.cls, e.text) for e in out}
+        for e in evs:
+            if n <= 0:
+                return
+            if (e.cls, e.text) not in seen:
+                seen.add((e.cls, e.text))
+                out.append(e)
+                n -= 1
+
+    if primary is not None:
+        take(derived.get(primary, []) if primary in derived else hits.get(primary, []), 6)
     for cls in classes:
         if cls != primary:
-            out.extend(hits[cls][:3])
+            take(hits[cls], 3)
+    if primary != "cancelled" and "cancelled" in derived:
+        take(derived["cancelled"], 1)
     return out
 
 

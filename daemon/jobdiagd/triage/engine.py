@@ -209,6 +209,7 @@ def analyze(
     config: dict[str, str] = {}
     env: dict[str, str] = {}
     saves: set[int] = set()
+    profiled: set[int] = set()
     async_seen = False
     restore: tuple[str, int | None] | None = None
     for st in logs.states:
@@ -217,6 +218,7 @@ def analyze(
         for k, v in st.env.items():
             env.setdefault(k, v)
         saves |= set(st.saves) | st.async_saves
+        profiled |= st.profiler_steps
         async_seen = async_seen or bool(st.async_saves)
         if st.restore is not None and (restore is None or st.restore[0] == "restored"):
             restore = (st.restore[0], st.restore[1])
@@ -230,7 +232,9 @@ def analyze(
         if raw:
             nodes = expand_hostlist(raw.replace(" ", ","))
     summary = main.summary if main else None
-    ckpt = checkpoint_config(passthrough, config, sorted(saves), async_seen=async_seen)
+    ckpt = checkpoint_config(
+        passthrough, config, sorted(saves), async_seen=async_seen, profiler_steps=sorted(profiled)
+    )
     completed = summary is not None and summary.exit_code == 0
     # Progress "expected step" is measured at now for live jobs; classify() refines the end time.
     at_time = now
@@ -247,6 +251,8 @@ def analyze(
         at_time=at_time,
         completed=completed,
         summed_seconds=auth.steps.sum_seconds + auth.superseded_seconds if auth is not None else None,
+        # Exact seconds of this run's steps: the whole sum unless training restarted in the log.
+        run_seconds=auth.steps.sum_seconds if auth is not None and restart is None else None,
         time_base=_training_start(logs) if steps and all(s.time is None for s in steps[-3:]) else None,
         # A bounded (tailed) state knows the exact seconds since a checkpoint; not across a restart.
         seconds_after=auth.steps.seconds_after if auth is not None and restart is None else None,

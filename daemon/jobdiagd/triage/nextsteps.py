@@ -54,6 +54,11 @@ TEMPLATES: dict[str, list[str]] = {
         'Increase timeout: STAGE_TIMEOUTS="train:<seconds>".',
         "Verify it's not a hang (check if training was progressing).",
     ],
+    # train-timeout from Slurm's own time-limit cancel (family TT-slurm), not the stage timeout.
+    "train-timeout/slurm": [
+        "Increase the job's Slurm time limit (sbatch --time=...) or resume from the last checkpoint in a new job.",
+        "Verify it's not a hang (check if training was progressing).",
+    ],
     "hang": [
         "If RAY=1 and job is still live: check Ray Dashboard (port 8265) for actor status and stack traces to confirm RCCL hang and identify the stuck collective.",
         "Query Prometheus TSDB at hang time for GPU util (check per-GPU per-node for partial utilization patterns), power watts, TCP retransmits (both rate and absolute totals across nodes), RDMA counters (`jobdiagd diagnose {target} --playbook hang`).",
@@ -194,7 +199,12 @@ def next_steps(r: TriageResult) -> list[str]:
         or "see NODE_EXIT lines",
     }
     if primary is not None:
-        steps.extend(_fit(t, r).format(**fill) for t in TEMPLATES.get(primary, []) if _applies(t, r))
+        key = (
+            "train-timeout/slurm"
+            if primary == "train-timeout" and r.cls.primary_rule == "TT-slurm"
+            else primary
+        )
+        steps.extend(_fit(t, r).format(**fill) for t in TEMPLATES.get(key, []) if _applies(t, r))
     hb = r.cls.heartbeat
     if hb is not None and primary != "heartbeat-timeout":
         steps.append(

@@ -10,6 +10,11 @@ Decisions where the runbook is silent:
 - "expected step": uses `at_time` (now for a live job; the end of the job for a finished
   one when the log dates it) and the wall-clock time of the last step line; None when the
   log carries no timestamps.
+- progress lost, in seconds: on long runs the step records are a bounded sample, while the
+  training time is the exact sum. When the lost steps are the whole run, their time *is* that
+  exact sum; otherwise it is summed over the kept records when they cover every lost step, and
+  else estimated as their mean times the number of lost steps (marked as an estimate), so it
+  can no longer be a fraction of what the run actually lost.
 """
 
 from __future__ import annotations
@@ -46,6 +51,14 @@ class CheckpointConfig:
     def adjacent(self, step: int) -> bool:
         """Is this step slowed by a save, an eval or the profiler (the step itself and the one
         after it, two for asynchronous saves)?"""
+        return self.periodic(step) or self.profiled(step)
+
+    def profiled(self, step: int) -> bool:
+        """Is this step in the profiler window (a one-off slowdown, never a periodic pattern)?"""
+        return self.profile is not None and self.profile[0] <= step <= self.profile[1]
+
+    def periodic(self, step: int) -> bool:
+        """Is this step slowed by a checkpoint save or an eval (recurring, every N steps)?"""
         if step <= 0:
             return False
         if self.period:
@@ -56,9 +69,7 @@ class CheckpointConfig:
             r = step % self.eval_period
             if r == 0 or r == 1:
                 return True
-        if self.saves and (step in self.saves or step - 1 in self.saves):
-            return True
-        return self.profile is not None and self.profile[0] <= step <= self.profile[1]
+        return bool(self.saves) and (step in self.saves or step - 1 in self.saves)
 
     def marks(self, first: int, last: int) -> tuple[str, ...]:
         """What slows some step in [first, last]: "checkpoint", "eval", "profiler" (plot marks)."""
@@ -108,10 +119,17 @@ def period_from_saves(saves: list[int]) -> int | None:
 
 
 def checkpoint_config(
-    passthrough: dict[str, str], config: dict[str, str], saves: list[int], *, async_seen: bool = False
+    passthrough: dict[str, str],
+    config: dict[str, str],
+    saves: list[int],
+    *,
+    async_seen: bool = False,
+    profiler_steps: list[int] | None = None,
 ) -> CheckpointConfig:
     """`async_seen`: the log showed "Started an asynchronous checkpoint save" lines, so saves
-    are asynchronous whatever the flags say."""
+    are asynchronous whatever the flags say. `profiler_steps`: the steps the log printed as
+    profiler activation/deactivation steps (runbook: "check if the TGS drop coincides with the
+    profiler step range"); they give the profiler window when the flags do not."""
     enabled: bool | None = None
     if "enable_checkpointing" in passthrough:
         enabled = truthy(passthrough["enable_checkpointing"])
@@ -155,6 +173,9 @@ def checkpoint_config(
         first = 1 if first is None else first
         n = _int_setting(passthrough, config, "profiler_steps")
         profile = (first, first + (5 if n is None else n) + 1)
+    if profile is None and profiler_steps:
+        # The logged activation..deactivation steps; the trace dump slows the step after too.
+        profile = (min(profiler_steps), max(profiler_steps) + 1)
     return CheckpointConfig(
         enabled,
         period if period and period > 0 else None,
@@ -206,6 +227,7 @@ class Progress:
     checkpointing: bool | None
     # last_step_time is training start + summed step seconds, not a stamp on the step line
     last_step_time_estimated: bool = False
+    progress_lost_s_estimated: bool = False  # from the kept records' mean (a sampled long run)
 
     @property
     def steps_this_run(self) -> int | None:
@@ -226,6 +248,7 @@ class Progress:
         d.pop("progress_lost_s")
         d.pop("checkpointing")
         d.pop("last_step_time_estimated")
+        d.pop("progress_lost_s_estimated")
         return d
 
 
@@ -252,12 +275,14 @@ def compute_progress(
     completed: bool = False,
     summed_seconds: float | None = None,
     time_base: float | None = None,
+    run_seconds: float | None = None,
     seconds_after: Callable[[int], float | None] | None = None,
 ) -> Progress:
     """`summed_seconds` is the exact sum over every step when `steps` is a bounded sample;
-    `time_base`, the dated start of training, dates the last step when step lines are undated;
-    `seconds_after(step)`, the exact summed seconds after a step when a bounded store knows
-    it (`StepSeries.seconds_after`; None: sum the records given)."""
+    `run_seconds` the exact sum over this run's steps (None when unknown, e.g. after a restart
+    within the log); `time_base`, the dated start of training, dates the last step when step
+    lines are undated; `seconds_after(step)`, the exact summed seconds after a step when a
+    bounded store knows it (`StepSeries.seconds_after`; None: from the records given)."""
     ckpt = checkpoint_config(passthrough, config, saves)
     total = configured_total(passthrough, config)
     first = steps[0].step if steps else None
@@ -290,6 +315,7 @@ def compute_progress(
     last_ckpt: int | None = None
     lost: int | None = None
     lost_s: float | None = None
+    lost_estimated = False
     if last is not None and first is not None:
         if ckpt.period:
             candidate = (last // ckpt.period) * ckpt.period
@@ -305,9 +331,10 @@ def compute_progress(
             lost = last - first + 1
         if lost is not None:
             exact = seconds_after(last - lost) if seconds_after is not None else None
-            lost_s = (
-                exact if exact is not None else sum(s.seconds or 0.0 for s in steps if s.step > last - lost)
-            )
+            if exact is not None:
+                lost_s, lost_estimated = exact, False
+            else:
+                lost_s, lost_estimated = _lost_seconds(steps, last - lost + 1, lost, run_seconds)
     eta: float | None = None
     if total is not None and last is not None and step_time:
         eta = max(0, total - 1 - last) * step_time
@@ -334,4 +361,21 @@ def compute_progress(
         last_step_time=last_time,
         checkpointing=ckpt.enabled,
         last_step_time_estimated=estimated,
+        progress_lost_s_estimated=lost_estimated,
     )
+
+
+def _lost_seconds(
+    steps: list[StepRecord], lost_from: int, lost_steps: int, run_seconds: float | None
+) -> tuple[float | None, bool]:
+    """Seconds of the steps from `lost_from` on, and whether that is an estimate."""
+    if lost_steps <= 0:
+        return 0.0, False
+    if run_seconds is not None and steps and lost_from <= steps[0].step:
+        return run_seconds, False  # the whole run is lost: its exact summed time
+    kept = [s.seconds for s in steps if s.step >= lost_from and s.seconds is not None]
+    if len(kept) >= lost_steps:
+        return sum(kept), False
+    if not kept:
+        return None, False
+    return sum(kept) / len(kept) * lost_steps, True

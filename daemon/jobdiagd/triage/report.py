@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from jobdiagd import jsonsafe
 from jobdiagd.triage.classify import SETUP_BUDGET_S
-from jobdiagd.triage.signatures import BY_CLASS
+from jobdiagd.triage.signatures import describe
 
 if TYPE_CHECKING:
     from jobdiagd.triage.engine import TriageResult
@@ -101,17 +101,17 @@ def what_happened(r: TriageResult) -> str:
             f"was progressing{at}: a heartbeat false positive (gRPC channel deadlock, Bug 3 of the postmortem)."
         )
     if primary == "cancelled":
-        return f"The job was cancelled (scancel / SIGTERM){at}; training was progressing normally until then."
+        return f"The job was cancelled by {_cancelled_by(c.cancel_reason)}{at}; training was progressing normally until then."
     if primary == "unknown-death":
         return (
             f"The job stopped{at} without writing a JOB SUMMARY: the process was killed externally "
             "(SIGKILL / OOM-kill / preemption). Most common cause: host OOM-kill or Slurm preemption."
         )
+    if primary == "prolog-kill-no-log":
+        return "slurmd killed the job before the batch script could run: no log was ever written."
     if primary == "tgs-degradation":
         return f"Training runs but underperforms: TGS {r.tgs.magnitude} over steps {r.tgs.range} ({r.tgs.pattern})."
-    sig = BY_CLASS.get(primary)
-    desc = sig.description if sig else primary
-    s = f"{desc}{at}."
+    s = f"{describe(primary, c.primary_rule)}{at}."
     if primary in ("oom-host", "oom-gpu") and "nccl-timeout" in c.classes:
         s += " The NCCL timeouts on the other nodes are a consequence (they waited for the dead node)."
     if primary == "checkpoint-fs-error":
@@ -119,6 +119,40 @@ def what_happened(r: TriageResult) -> str:
     if c.heartbeat is not None and c.heartbeat.verdict == "true-positive":
         s += " The later heartbeat timeout was a consequence of this error."
     return s
+
+
+def _cancelled_by(reason: str | None) -> str:
+    """Who ended a cancelled job, from Slurm's `CANCELLED AT ... DUE TO <reason>` line."""
+    if reason is None or reason.startswith("SIGNAL"):  # Slurm >= 25.05: "DUE to SIGNAL Terminated"
+        return "scancel / SIGTERM"
+    if "TIME LIMIT" in reason:
+        return "Slurm at the job's time limit (--time)"
+    if "PREEMPT" in reason or "REQUEUE" in reason:
+        return f"the scheduler ({reason.lower()})"
+    return f"Slurm ({reason.lower()})"
+
+
+def _silence_row(r: TriageResult) -> tuple[str, str] | None:
+    """How long training had been silent when a job was cancelled or died without a summary
+    (runbook: "check training progress projection — if the last step is far behind the
+    expected step, the real issue is a hang killed by scancel"): shown when it is more than a
+    few step times. (A failed job's gap is the time its failure took; the heartbeat checklist
+    shows its own.)"""
+    c, p = r.cls, r.progress
+    stall = c.stall
+    if r.status not in ("cancelled", "unknown-death") or stall is None or stall.gap_s is None:
+        return None
+    if stall.gap_s < max(120.0, 3 * (p.step_time_s or 0.0)) and not stall.stalled:
+        return None
+    end = "the cancel" if r.status == "cancelled" else "the end of the job"
+    how = "measured from timestamps" if stall.basis == "timestamps" else "wall time − summed steps − setup"
+    after = f"after step {p.last_step}" if p.last_step is not None else "before the first step"
+    flag = (
+        f" — beyond the {fmt_duration(stall.budget_s)} stall budget: training had stopped"
+        if stall.stalled
+        else ""
+    )
+    return (f"Silence before {end}", f"{fmt_duration(stall.gap_s)} {after} ({how}){flag}")
 
 
 def _progress_rows(r: TriageResult) -> list[tuple[str, str]]:
@@ -152,6 +186,9 @@ def _progress_rows(r: TriageResult) -> list[tuple[str, str]]:
         rows.append((label, f"{p.expected_step_now} (last step {p.last_step} at {_when(p.last_step_time)})"))
     else:
         rows.append(("Expected step by now", "n/a (no timestamps on step lines)" if r.steps else "n/a"))
+    silence = _silence_row(r)
+    if silence is not None:
+        rows.append(silence)
     if p.checkpointing is False:
         rows.append(("Last periodic ckpt this run", "none — checkpointing disabled"))
     elif p.last_checkpoint_step is not None:
@@ -168,20 +205,21 @@ def _progress_rows(r: TriageResult) -> list[tuple[str, str]]:
             )
         )
     if p.progress_lost_steps is not None:
+        lost_time = ("≈ " if p.progress_lost_s_estimated else "") + fmt_duration(p.progress_lost_s)
         if r.status == "completed":
             rows.append(("Progress lost", "0 steps (job completed)"))
         elif p.last_checkpoint_step is None and p.start != "restored":
             rows.append(
                 (
                     "Progress lost",
-                    f"all — no periodic ckpt ({p.progress_lost_steps} steps, {fmt_duration(p.progress_lost_s)})",
+                    f"all — no periodic ckpt ({p.progress_lost_steps} steps, {lost_time})",
                 )
             )
         else:
             rows.append(
                 (
                     "Progress lost",
-                    f"{p.progress_lost_steps} steps ({fmt_duration(p.progress_lost_s)}) since last periodic ckpt",
+                    f"{p.progress_lost_steps} steps ({lost_time}) since last periodic ckpt",
                 )
             )
     if p.progress_lost_steps is None and not r.steps:
@@ -300,7 +338,7 @@ def render_markdown(r: TriageResult) -> str:
             lines.append(f"- tgs-degradation: TGS {t.magnitude} over steps {t.range} ({t.pattern}).")
         elif cls == "cancelled":
             lines.append(
-                "- cancelled: the job ended by scancel / SIGTERM (the mechanism, not the root cause)."
+                f"- cancelled: {_cancelled_by(c.cancel_reason)} ended the job (the mechanism, not the root cause)."
             )
         else:
             ev = next((e for e in c.evidence if e.cls == cls), None)

@@ -11,14 +11,19 @@ root — the directory holding the job dir (or the log given) — or another roo
 names, and owned by the job's user: its Slurm user when known, else the owner of the job
 directory (the batch script creates both). A link out of the roots (`log -> /etc/shadow`) or
 to another user's file is refused by `logs.safeopen`, never read.
+
+A `.log` name longer than the filesystem allows (a job name near the 255-byte limit) cannot
+exist: it is treated as missing (`prolog-kill-no-log`, the runbook's "--output path exceeds
+ext4's 255-byte per-path-segment limit"), with a note saying so, never a traceback.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import pwd
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +50,7 @@ class JobRef:
     log: Path | None
     platform: str  # slurm | k8s | local
     problem: str | None = None  # "prolog-kill-no-log" when nothing was ever written
+    note: str | None = None  # why, when resolution can tell (e.g. a log name too long to exist)
 
 
 def parse_dirname(name: str) -> tuple[str | None, str | None, str]:
@@ -54,6 +60,26 @@ def parse_dirname(name: str) -> tuple[str | None, str | None, str]:
         if m:
             return m.group(1), m.group(2), platform
     return None, name or None, "local"
+
+
+def _name_too_long(p: Path, test: Callable[[Path], bool]) -> bool | None:
+    """`test(p)`, or None when `p`'s name is longer than the filesystem allows (Path.exists and
+    friends raise ENAMETOOLONG instead of answering False: such a file cannot exist)."""
+    try:
+        return test(p)
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            return None
+        raise
+
+
+def _too_long_note(name: str) -> str:
+    n = len(os.fsencode(name))
+    return (
+        f"The log's name ({n} bytes, `{name[:48]}…`) is longer than the filesystem allows for a "
+        "file name (255 bytes on ext4): Slurm could not create it. Shorten JOB_NAME / the passthrough "
+        "arguments in the job name."
+    )
 
 
 def _ref_for_dir(d: Path) -> JobRef:
@@ -66,20 +92,26 @@ def _ref_for_dir(d: Path) -> JobRef:
             target = link.resolve(strict=False) if link.is_symlink() else link
         except (RuntimeError, OSError) as exc:  # a symlink loop
             raise ResolveError(f"{link}: cannot follow the `log` link ({exc})") from exc
-        if target.is_dir():
+        if _name_too_long(target, Path.is_dir):
             raise ResolveError(f"{link}: the `log` link points to a directory ({target}), not a log file")
-        if not target.exists():
+        exists = _name_too_long(target, Path.exists)
+        if not exists:
             sibling = d.parent / f"{d.name}.log"
-            if sibling.exists():
+            found = _name_too_long(sibling, Path.exists)
+            if found:
                 target = sibling
             else:
-                return JobRef(job_id, name, d, None, platform, "prolog-kill-no-log")
+                too_long = target.name if exists is None else sibling.name if found is None else None
+                note = _too_long_note(too_long) if too_long else None
+                return JobRef(job_id, name, d, None, platform, "prolog-kill-no-log", note)
         return JobRef(job_id, name, d, target, platform)
     sibling = d.parent / f"{d.name}.log"
-    if sibling.exists():
+    found = _name_too_long(sibling, Path.exists)
+    if found:
         return JobRef(job_id, name, d, sibling, platform)
     if not any(d.iterdir()):
-        return JobRef(job_id, name, d, None, platform, "prolog-kill-no-log")
+        note = _too_long_note(sibling.name) if found is None else None
+        return JobRef(job_id, name, d, None, platform, "prolog-kill-no-log", note)
     raise ResolveError(f"{d}: not a job directory (no `log` link; a shared checkpoint directory?)")
 
 
@@ -109,9 +141,12 @@ def _ref_for_log(f: Path) -> JobRef:
 
 def resolve(target: str, outputs_roots: list[Path]) -> JobRef:
     p = Path(target)
-    if p.is_dir():
+    is_dir = _name_too_long(p, Path.is_dir)
+    if is_dir is None:
+        raise ResolveError(f"{target}: a name in this path is longer than the filesystem allows")
+    if is_dir:
         return _ref_for_dir(p)
-    if p.is_file():
+    if _name_too_long(p, Path.is_file):
         return _ref_for_log(p)
     try:
         mode = p.stat().st_mode

@@ -1,12 +1,35 @@
-"""The runbook's failure-signature and known-harmless tables, as data.
+"""The runbook's failure-signature and known-harmless tables, as wording families (data).
 
-Every row names the runbook section it comes from. A row matches a (prefix-stripped)
-line when one of its `needles` occurs in it and, if given, its `regex` also matches.
-Needles double as the fast pre-filter of the log reader (`jobdiagd.logs.scan`), so a
-row must never rely on a regex alone.
+The runbook's signature strings are examples of families, not the only wordings. Each class
+row here is a small set of `Family` patterns written from the wording the projects print
+(their format strings and real bug reports: XLA's `NCCL operation %s failed: %s`, NCCL's
+ncclGetErrorString texts, TensorStore's `Failed to acquire lock on file ... [OS error: ...]`,
+Ray's memory monitor, LLVM's `LLVM ERROR: %s`, slurmstepd's `*** %s ON %s CANCELLED AT %s
+DUE TO TIME LIMIT ***`, ...). Every family carries a short `rule` id and the runbook rule it
+implements (`ref`); reports and evidence name the rule that matched.
 
-Rows are in the runbook's priority order; `classify` decides the primary failure from
-them (with the cascade rules documented there), the order here is the tie-breaker.
+A family matches a (prefix-stripped) line when one of its `needles` occurs in it and, if
+given, its `regex` also matches. Needles double as the fast pre-filter of the log reader
+(`jobdiagd.logs.scan`), so a family must never rely on a regex alone, and a needle must be
+rare in healthy logs (every occurrence costs a callback on multi-GB logs).
+
+Decisions where the runbook is silent:
+- A line matches at most one family per class: the first in the class's order. The order
+  puts specific wordings before generic ones (an NCCL error string before "NCCL WARN"), so
+  the description of the match is the most specific one (`Family.description`: a non-timeout
+  NCCL error is never described as a "collective timeout").
+- `fallback` families (a Python exception line) count only when no other class matches the
+  line: an exception that names a specific failure (OOM, NCCL, checkpoint) belongs to it.
+- `after_traceback` families count only right after a `Traceback` header of the same task:
+  the exception line that ends a traceback, not any line that looks like one.
+- Evidence-only rows (`EVIDENCE_SIGNATURES`, e.g. XLA's rendezvous "may be stuck" watchdog)
+  never make a class of their own: they are quoted when the primary failure they describe
+  (hang) is decided from progress.
+- Harmless families are checked after the signatures: a line that matches one is never
+  evidence (runbook: "Do not classify them as failures"), whatever else it matches.
+
+Rows are in the runbook's priority order; `classify` decides the primary failure from them
+(with the cascade rules documented there), the order here is the tie-breaker.
 """
 
 from __future__ import annotations
@@ -19,6 +42,7 @@ SRC_INFRA = "job-log-triage.md § Failure classification table › Infrastructur
 SRC_STAGE = "job-log-triage.md § Failure classification table › Stage timeouts"
 SRC_TRAIN = "job-log-triage.md § Failure classification table › Training failures"
 SRC_JOB = "job-log-triage.md § Failure classification table › Job-level status"
+SRC_HANG = "job-log-triage.md § Hang diagnosis"
 SRC_HARMLESS = "job-log-triage.md § Known-harmless log entries"
 SRC_FORMATS = "notes/log-formats.md"
 
@@ -31,284 +55,758 @@ class Tier(Enum):
     SYMPTOM = "symptom"  # specific, but usually downstream of another root cause
     CARRIER = "carrier"  # the mechanism that ended the job (traceback, exit code)
     ADVISORY = "advisory"  # reported, never primary (e.g. Ray falls back to non-Ray)
+    EVIDENCE = "evidence"  # never a class of its own: quoted for a derived primary (hang)
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    """One wording family of a class."""
+
+    rule: str  # short id, unique over the tables (reports and evidence name it)
+    ref: str  # the runbook rule (or source wording) it implements
+    needles: tuple[str, ...]
+    regex: re.Pattern[str] | None = None
+    description: str = ""  # what happened, when it differs from the class's description
+    training_only: bool = False  # only once training started (barrier passed or a step done)
+    fallback: bool = False  # only when no other class matches the line
+    after_traceback: bool = False  # only right after a Traceback header of the same task
+
+    def matches(self, text: str) -> bool:
+        if not any(n in text for n in self.needles):
+            return False
+        return self.regex is None or self.regex.search(text) is not None
 
 
 @dataclass(frozen=True, slots=True)
 class Signature:
     cls: str
-    needles: tuple[str, ...]
     source: str
     tier: Tier
-    regex: re.Pattern[str] | None = None
-    # Only count the line once training has started (barrier passed or a step completed).
-    training_only: bool = False
-    caseless: bool = False
+    families: tuple[Family, ...]
     description: str = ""
     stage: str = ""
 
+    @property
+    def needles(self) -> tuple[str, ...]:
+        return tuple(n for f in self.families for n in f.needles)
+
+    def family(
+        self, text: str, *, training_started: bool = True, after_traceback: bool = False
+    ) -> Family | None:
+        """The first family of this class that matches the line, or None."""
+        for fam in self.families:
+            if fam.training_only and not training_started:
+                continue
+            if fam.after_traceback and not after_traceback:
+                continue
+            if fam.matches(text):
+                return fam
+        return None
+
     def matches(self, text: str) -> bool:
-        hay = text.lower() if self.caseless else text
-        if not any(n in hay for n in self.needles):
-            return False
-        return self.regex is None or self.regex.search(text) is not None
+        return self.family(text) is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """A line's match: the class row and the family (wording) that matched."""
+
+    sig: Signature
+    family: Family
+
+    @property
+    def cls(self) -> str:
+        return self.sig.cls
+
+    @property
+    def rule(self) -> str:
+        return self.family.rule
 
 
 def _rx(pattern: str, flags: int = 0) -> re.Pattern[str]:
     return re.compile(pattern, flags)
 
 
+def _one(
+    cls: str,
+    rule: str,
+    source: str,
+    tier: Tier,
+    needles: tuple[str, ...],
+    description: str,
+    stage: str,
+    regex: re.Pattern[str] | None = None,
+) -> Signature:
+    """A class whose only family is the runbook's own literal(s)."""
+    return Signature(
+        cls, source, tier, (Family(rule, f"runbook {cls} row", needles, regex),), description, stage
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# Descriptions of what happened, per wording (report "What happened", alert "what it means").
+# ------------------------------------------------------------------------------------------------
+NCCL_TIMEOUT_DESC = "NCCL/RCCL collective timeout — network or GPU issue"
+NCCL_ERROR_DESC = "NCCL/RCCL error (an NCCL call failed; not a timeout) — network, GPU or library issue"
+NCCL_WARN_DESC = (
+    "NCCL/RCCL communication failure (NCCL WARN: connection or transport error) — network or GPU issue"
+)
+NCCL_FAILED_OR_TIMED_OUT_DESC = "NCCL/RCCL operations failed or timed out — network or GPU issue"
+TIME_LIMIT_DESC = (
+    "Slurm cancelled the job at its time limit (--time): a time limit ran out, nobody cancelled it by hand"
+)
+
 SIGNATURES: tuple[Signature, ...] = (
     # --- Infrastructure failures (before training starts) -------------------------------
-    Signature(
+    _one(
         "prolog-kill-no-log",
+        "INF-prolog",
+        SRC_INFRA,
+        Tier.INFRA,
         ("died in prolog before writing any log",),
-        SRC_INFRA,
-        Tier.INFRA,
-        description="slurmd killed the job before the batch script could run",
-        stage="Slurm prolog",
+        "slurmd killed the job before the batch script could run",
+        "Slurm prolog",
     ),
-    Signature(
+    _one(
         "container-pull-fail",
+        "INF-pull",
+        SRC_INFRA,
+        Tier.INFRA,
         ("[ERROR] Pull failed for", "[ERROR] Authenticated pull failed", "[ERROR] Login to"),
-        SRC_INFRA,
-        Tier.INFRA,
-        regex=_rx(r"\[ERROR\] (?:Pull failed for|Authenticated pull failed|Login to .* failed)"),
-        description="Image pull or registry auth failed",
-        stage="Docker pull",
+        "Image pull or registry auth failed",
+        "Docker pull",
+        _rx(r"\[ERROR\] (?:Pull failed for|Authenticated pull failed|Login to .* failed)"),
     ),
-    Signature(
+    _one(
         "container-load-fail",
+        "INF-load",
+        SRC_INFRA,
+        Tier.INFRA,
         ("[ERROR] Unable to determine image name or ID from docker load output",),
-        SRC_INFRA,
-        Tier.INFRA,
-        description="Tarball load failed",
-        stage="Docker pull",
+        "Tarball load failed",
+        "Docker pull",
     ),
-    Signature(
+    _one(
         "no-gpu",
+        "INF-nogpu",
+        SRC_INFRA,
+        Tier.INFRA,
         ("WARNING: No GPU devices detected",),
-        SRC_INFRA,
-        Tier.INFRA,
-        description="No GPU devices visible",
-        stage="Container start",
+        "No GPU devices visible",
+        "Container start",
     ),
-    Signature(
+    _one(
         "nccl-nic-fail",
-        ("Failed to auto-detect NCCL_SOCKET_IFNAME",),
+        "INF-nic",
         SRC_INFRA,
         Tier.INFRA,
-        description="Multi-node: no suitable NIC for NCCL",
-        stage="Container start",
+        ("Failed to auto-detect NCCL_SOCKET_IFNAME",),
+        "Multi-node: no suitable NIC for NCCL",
+        "Container start",
     ),
-    Signature(
+    _one(
         "port-fail",
+        "INF-port",
+        SRC_INFRA,
+        Tier.INFRA,
         (
             "FATAL: Could not find a free port for JAX coordinator",
             "FATAL: Could not find a free port for Ray",
         ),
-        SRC_INFRA,
-        Tier.INFRA,
-        description="Port allocation failed",
-        stage="Job start",
+        "Port allocation failed",
+        "Job start",
     ),
-    Signature(
+    _one(
         "model-not-found",
+        "INF-model",
+        SRC_INFRA,
+        Tier.INFRA,
         ("!!! Unknown model:", "!!! Model name resolution failed"),
-        SRC_INFRA,
-        Tier.INFRA,
-        description="Config file missing or ambiguous name",
-        stage="Training start",
+        "Config file missing or ambiguous name",
+        "Training start",
     ),
-    Signature(
+    _one(
         "patch-branch-fail",
-        ("[FAIL] Failed to check out",),
+        "INF-patch",
         SRC_INFRA,
         Tier.INFRA,
-        description="MaxText hotfix branch checkout failed",
-        stage="Container start",
+        ("[FAIL] Failed to check out",),
+        "MaxText hotfix branch checkout failed",
+        "Container start",
     ),
-    Signature(
+    _one(
         "ray-start-fail",
-        ("[Ray] HEAD failed to start", "[Ray] HEAD timeout", "[Ray] WORKER failed"),
+        "INF-ray",
         SRC_INFRA,
         Tier.ADVISORY,
-        description="Ray cluster bootstrap failed (falls back to non-Ray)",
-        stage="Ray init",
+        ("[Ray] HEAD failed to start", "[Ray] HEAD timeout", "[Ray] WORKER failed"),
+        "Ray cluster bootstrap failed (falls back to non-Ray)",
+        "Ray init",
     ),
     # --- Stage timeouts -------------------------------------------------------------------
-    Signature(
+    _one(
         "preflight-timeout",
+        "STG-preflight",
+        SRC_STAGE,
+        Tier.INFRA,
         ("== Preflight TIMEOUT",),
-        SRC_STAGE,
-        Tier.INFRA,
-        description="Preflight checks hung (stale GPU processes, NFS, NUMA)",
-        stage="Preflight",
+        "Preflight checks hung (stale GPU processes, NFS, NUMA)",
+        "Preflight",
     ),
-    Signature(
+    _one(
         "pull-timeout",
+        "STG-pull",
+        SRC_STAGE,
+        Tier.INFRA,
         ("== Docker pull TIMEOUT",),
-        SRC_STAGE,
-        Tier.INFRA,
-        description="Image pull took too long (slow registry or large image)",
-        stage="Docker pull",
+        "Image pull took too long (slow registry or large image)",
+        "Docker pull",
     ),
-    Signature(
+    _one(
         "ecc-timeout",
-        ("== ECC check TIMEOUT",),
+        "STG-ecc",
         SRC_STAGE,
         Tier.INFRA,
-        description="ECC memory check hung (GPU driver issue)",
-        stage="ECC check",
+        ("== ECC check TIMEOUT",),
+        "ECC memory check hung (GPU driver issue)",
+        "ECC check",
     ),
     Signature(
         "train-timeout",
-        ("== Training TIMEOUT",),
         SRC_STAGE,
         Tier.ROOT,
-        description="Training exceeded the configured wall-clock limit",
-        stage="Training",
+        (
+            Family("TT-stage", "runbook train-timeout row: '== Training TIMEOUT'", ("== Training TIMEOUT",)),
+            # slurmstepd/srun: `*** JOB|STEP %s [ON %s] CANCELLED AT %s DUE TO TIME LIMIT ***`; the job's
+            # wall-clock limit ran out, which is the runbook's train-timeout, not an operator scancel.
+            Family(
+                "TT-slurm",
+                "runbook train-timeout ('exceeded the configured wall-clock limit'); Slurm's time-limit cancel",
+                ("DUE TO TIME LIMIT",),
+                _rx(r"CANCELLED AT \S+ DUE TO TIME LIMIT"),
+                TIME_LIMIT_DESC,
+            ),
+        ),
+        "Training exceeded the configured wall-clock limit",
+        "Training",
     ),
     # --- Training failures ----------------------------------------------------------------
     # `hang` has no log signature: it is decided from step progress (classify.py).
     Signature(
         "heartbeat-timeout",
-        ("stopped sending heartbeats", "The tasks have crashed"),
         SRC_TRAIN,
         Tier.ROOT,
-        description="JAX coordination heartbeat timeout",
-        stage="Training",
+        (
+            Family(
+                "HB-unhealthy",
+                "runbook heartbeat-timeout row: 'stopped sending heartbeats', 'The tasks have crashed'",
+                # Older JAX: "Terminating process because the coordinator detected missing heartbeats."
+                ("stopped sending heartbeats", "The tasks have crashed", "detected missing heartbeats"),
+            ),
+            # TSL coordination service: `/job:.../task:N has been set to ERROR in coordination
+            # service: UNAVAILABLE: Task /job:.../task:N heartbeat timeout.`
+            Family(
+                "HB-task-timeout",
+                "runbook heartbeat-timeout (the coordination service's own wording of a missed heartbeat)",
+                ("heartbeat timeout", "set to ERROR in coordination service"),
+                _rx(
+                    r"[Tt]ask /job:\S+ heartbeat timeout|/job:\S+ has been set to ERROR in coordination service"
+                ),
+            ),
+            # `Failed to send RPC to coordination service. Either the leader task was
+            # preempted/died/restarted unexpectedly ...`: the liveness mechanism lost task 0.
+            Family(
+                "HB-leader-lost",
+                "runbook heartbeat-timeout; § Heartbeat checklist (the coordination leader, task 0, is gone)",
+                ("leader task",),
+                _rx(r"leader task (?:was )?(?:preempted|died|restarted)"),
+            ),
+            # Registration / barrier timeouts name the tasks that never arrived.
+            Family(
+                "HB-barrier",
+                "runbook heartbeat-timeout (init phase: coordination barrier or registration timed out)",
+                ("Barrier timed out", "cluster registration failed"),
+                _rx(
+                    r"DEADLINE_EXCEEDED: Barrier timed out|coordination service as cluster registration failed"
+                ),
+            ),
+        ),
+        "JAX coordination heartbeat timeout",
+        "Training",
     ),
-    # Host OOM: the kernel / cgroup / shell wording. "Out of memory while trying to allocate"
-    # is XLA's GPU message and must not land here, hence the negative look-ahead.
     Signature(
         "oom-host",
-        (
-            "oom-kill",
-            "oom_kill",
-            "Killed process",
-            "Out of memory",
-            "Out Of Memory",
-            "invoked oom-killer",
-            " Killed",
-        ),
         SRC_TRAIN,
         Tier.ROOT,
-        regex=_rx(
-            r"oom[-_]kill|Killed process \d+|invoked oom-killer|Out of memory(?! while trying)"
-            r"|: Out Of Memory|: line \d+: +\d+ Killed\b"
+        (
+            # Kernel and cgroup wording; "Out of memory while trying to allocate" is XLA's GPU message.
+            Family(
+                "OOMH-kernel",
+                "runbook oom-host row: 'oom-kill', 'Out of memory', 'Killed' (kernel OOM killer)",
+                (
+                    "oom-kill",
+                    "oom_kill",
+                    "invoked oom-killer",
+                    "Killed process",
+                    "Kill process",
+                    "Out of memory",
+                ),
+                _rx(
+                    r"oom[-_]kill|invoked oom-killer|Killed process \d+"
+                    r"|(?:[Oo]ut of memory|Memory cgroup out of memory): Kill(?:ed)? process \d+"
+                    r"|Out of memory(?! while trying)"
+                ),
+            ),
+            Family(
+                "OOMH-slurm",
+                "runbook oom-host row: 'Out of memory' (srun's per-task cgroup OOM report)",
+                ("Out Of Memory",),
+                _rx(r": Out Of Memory\b"),
+            ),
+            Family(
+                "OOMH-shell",
+                "runbook oom-host row: 'Killed' (the shell reports the training process SIGKILLed)",
+                (" Killed",),
+                _rx(r": line \d+: +\d+ Killed\b"),
+            ),
+            # Ray's memory monitor kills a task/worker because the node ran low on host memory.
+            Family(
+                "OOMH-ray",
+                "runbook oom-host ('Host OOM: process killed'); Ray's memory monitor wording",
+                (
+                    "running low on memory",
+                    "killed due to memory pressure",
+                    "exceeds the memory usage threshold",
+                    "System memory low at node",
+                    "ray.exceptions.OutOfMemoryError",
+                    "RayOutOfMemoryError",
+                    "address the out of memory issue",
+                ),
+                description="Host OOM: Ray's memory monitor killed a worker because the node ran low on memory",
+            ),
         ),
-        description="Host OOM: process killed by Linux OOM killer",
-        stage="Training",
+        "Host OOM: process killed by Linux OOM killer",
+        "Training",
     ),
     Signature(
         "oom-gpu",
-        (
-            "OUT_OF_MEMORY",
-            "XLA_ERROR",
-            "ResourceExhausted",
-            "RESOURCE_EXHAUSTED",
-            "out of memory",
-            "Out of memory while trying to allocate",
-            "ran out of memory",
-        ),
         SRC_TRAIN,
         Tier.ROOT,
-        regex=_rx(
-            r"OUT_OF_MEMORY|XLA_ERROR|ResourceExhausted|RESOURCE_EXHAUSTED|out of memory"
-            r"|Out of memory while trying to allocate|ran out of memory trying to allocate"
+        (
+            Family(
+                "OOMG-xla",
+                "runbook oom-gpu row: 'RESOURCE_EXHAUSTED', 'ResourceExhausted', XLA's allocation failure",
+                (
+                    "RESOURCE_EXHAUSTED",
+                    "ResourceExhausted",
+                    "Resource exhausted: ",
+                    "Out of memory while trying to allocate",
+                ),
+            ),
+            # XLA's device allocator: `Failed to allocate request for 176.00MiB (...) on device
+            # ordinal 0`, `Failed to allocate 98697216 bytes for new constant`.
+            Family(
+                "OOMG-alloc",
+                "runbook oom-gpu ('GPU VRAM exhausted'): XLA could not allocate device memory",
+                ("Failed to allocate",),
+                _rx(r"Failed to allocate [^\n]{0,80}?(?:on device|device ordinal|for new constant)"),
+            ),
+            Family(
+                "OOMG-bfc",
+                "runbook oom-gpu row: 'out of memory' (the BFC allocator; 'not a failure' ones are harmless)",
+                ("ran out of memory trying to allocate",),
+            ),
+            # The runbook's bare "out of memory" in a GPU runtime's wording only: host OOM and
+            # Ray's memory monitor say it too (oom-host).
+            Family(
+                "OOMG-device",
+                "runbook oom-gpu row: 'OUT_OF_MEMORY', 'XLA_ERROR', 'out of memory' (GPU runtime wording)",
+                ("OUT_OF_MEMORY", "XLA_ERROR", "hipErrorOutOfMemory", "out of memory", "OutOfMemoryError"),
+                _rx(
+                    r"(?<!State=)\b\w*OUT_OF_MEMORY\b|XLA_ERROR|hipErrorOutOfMemory"
+                    r"|torch\.(?:cuda\.)?OutOfMemoryError"
+                    r"|(?:CUDA|HIP|[Cc]uda|[Hh]ip|GPU|[Dd]evice|VRAM|CUBIN|cuBLAS|CUBLAS|cuDNN|MIOpen"
+                    r"|Cuda failure \d+)[^\n]{0,80}?out of memory"
+                ),
+            ),
         ),
-        description="GPU VRAM exhausted during compilation or execution",
-        stage="Training",
+        "GPU VRAM exhausted during compilation or execution",
+        "Training",
     ),
     Signature(
         "nccl-timeout",
-        ("NCCL WARN", "NCCL error", "Timeout waiting for", "ncclSystemError", "unhandled system error"),
         SRC_TRAIN,
         Tier.SYMPTOM,
-        # MSCCL++ is in the harmless table; plain NCCL WARN counts only during training.
-        regex=_rx(
-            r"NCCL WARN.*[Tt]imeout|NCCL error|Timeout waiting for|ncclSystemError"
-            r"|unhandled system error|NCCL WARN(?!.*MSCCL\+\+)"
+        (
+            # Errors first (a line that names what failed is described as that, not a timeout).
+            Family(
+                "NCCL-xla-op",
+                "runbook nccl-timeout row: 'NCCL error' (XLA: `NCCL operation <call> failed: <reason>`)",
+                ("NCCL operation",),
+                _rx(r"NCCL operation .{1,600}? failed\b"),
+                NCCL_ERROR_DESC,
+            ),
+            Family(
+                "NCCL-result",
+                "runbook nccl-timeout row: 'ncclSystemError' (NCCL's result codes and their texts)",
+                (
+                    "unhandled cuda error",
+                    "unhandled system error",
+                    "report this issue to the NCCL developers",
+                    "remote process exited or there was a network error",
+                    "ncclUnhandledCudaError",
+                    "ncclSystemError",
+                    "ncclInternalError",
+                    "ncclRemoteError",
+                    "ncclInvalidUsage",
+                    "ncclInvalidArgument",
+                ),
+                description=NCCL_ERROR_DESC,
+            ),
+            # XLA's NCCL communicator: `<last error>. Last NCCL error (maybe unrelated): <result>`
+            # (its health check), `NcclCommunicator aborted`, `Aborting communicator: ...`.
+            Family(
+                "NCCL-xla-comm",
+                "runbook nccl-timeout row: 'NCCL error' (XLA's NCCL communicator wording)",
+                (
+                    "Last NCCL error (maybe unrelated)",
+                    "Last NCCL warning(error) log entry",
+                    "NcclCommunicator aborted",
+                    "Aborting communicator",
+                ),
+                description=NCCL_ERROR_DESC,
+            ),
+            Family(
+                "NCCL-error",
+                "runbook nccl-timeout row: 'NCCL error'",
+                ("NCCL error", "RCCL error"),
+                description=NCCL_ERROR_DESC,
+            ),
+            # Timeouts.
+            Family(
+                "NCCL-warn-timeout",
+                "runbook nccl-timeout row: 'NCCL WARN Timeout' (not a literal in NCCL: WARN + timeout)",
+                ("NCCL WARN",),
+                _rx(r"NCCL WARN.*(?:[Tt]imeout|[Tt]imed out)"),
+                NCCL_TIMEOUT_DESC,
+            ),
+            Family(
+                "NCCL-timeout-waiting",
+                "runbook nccl-timeout row: 'Timeout waiting for'",
+                ("Timeout waiting for",),
+                description=NCCL_TIMEOUT_DESC,
+            ),
+            # PyTorch's ProcessGroupNCCL watchdog: `WorkNCCL(SeqNum=.., OpType=..) ran for N
+            # milliseconds before timing out`.
+            Family(
+                "NCCL-watchdog",
+                "runbook nccl-timeout ('NCCL/RCCL collective timeout'); the ProcessGroupNCCL watchdog wording",
+                ("Watchdog caught collective operation timeout", "WorkNCCL(", "Timeout at NCCL work"),
+                _rx(
+                    r"Watchdog caught collective operation timeout|Timeout at NCCL work"
+                    r"|WorkNCCL\(.*?\).*?(?:before timing out|timed out)"
+                ),
+                NCCL_TIMEOUT_DESC,
+            ),
+            # XLA exchanges the NCCL clique id through the coordination key-value store; a
+            # `GetKeyValue() timed out with key: devices=[...]` is a communicator-setup timeout.
+            Family(
+                "NCCL-clique-kv-timeout",
+                "runbook nccl-timeout ('collective timeout'; XLA's NCCL clique key exchange timed out)",
+                ("timed out with key",),
+                _rx(r"timed out with key: [^\n]*devices=\["),
+                NCCL_TIMEOUT_DESC,
+            ),
+            Family(
+                "NCCL-failed-or-timed-out",
+                "runbook nccl-timeout ('NCCL error'/'timeout'; the watchdog's generic preamble)",
+                ("NCCL operations have failed or timed out",),
+                description=NCCL_FAILED_OR_TIMED_OUT_DESC,
+            ),
+            # Any other NCCL WARN counts only during training (MSCCL++ notices are harmless).
+            Family(
+                "NCCL-warn",
+                "runbook nccl-timeout row: 'NCCL WARN (during training)'",
+                ("NCCL WARN",),
+                _rx(r"NCCL WARN(?!.*MSCCL\+\+)"),
+                NCCL_WARN_DESC,
+                training_only=True,
+            ),
         ),
-        description="NCCL/RCCL collective timeout — network or GPU issue",
-        stage="Training",
+        NCCL_TIMEOUT_DESC,
+        "Training",
     ),
     Signature(
         "xla-compile-fail",
-        ("INTERNAL: Failed to compile", "XLA compilation failed", "HloModule", "ptxas exited with non-zero"),
         SRC_TRAIN,
         Tier.ROOT,
-        regex=_rx(
-            r"INTERNAL: Failed to compile|XLA compilation failed|HloModule.*(?:[Ee]rror|failed)"
-            r"|(?:[Ee]rror|failed).*HloModule|ptxas exited with non-zero"
+        (
+            Family(
+                "XC-xla",
+                "runbook xla-compile-fail row: 'INTERNAL: Failed to compile', 'XLA compilation failed', 'HloModule + error'",
+                ("INTERNAL: Failed to compile", "XLA compilation failed", "HloModule"),
+                _rx(
+                    r"INTERNAL: Failed to compile|XLA compilation failed|HloModule.*(?:[Ee]rror|failed)"
+                    r"|(?:[Ee]rror|failed).*HloModule"
+                ),
+            ),
+            # LLVM's report_fatal_error prints `LLVM ERROR: <reason>` and aborts.
+            Family("XC-llvm", "compiler fatal before training: LLVM's `LLVM ERROR: %s`", ("LLVM ERROR: ",)),
+            Family(
+                "XC-ptxas",
+                "compiler fatal before training: ptxas (the PTX assembler XLA runs)",
+                (
+                    "ptxas exited with non-zero",
+                    "ptxas returned an error",
+                    "Failed to launch ptxas",
+                    "ptxas fatal",
+                    "ptxas` invocation failed",
+                ),
+            ),
+            # An absl CHECK / RET_CHECK failing in a compiler pass, autotuner or partitioner.
+            Family(
+                "XC-check",
+                "runbook xla-compile-fail ('XLA/GPU compiler failure'): an internal check of a compiler pass",
+                ("Non-OK-status", "Check failed", "RET_CHECK failure"),
+                _rx(
+                    r"\w*(?:autotun\w*|compiler\w*|partition\w*|emitter\w*|fusion\w*|_pass\w*|pipeline\w*)"
+                    r"\.cc:\d+\][^\n]*(?:Non-OK-status|Check failed)"
+                    r"|Non-OK-status: [\w.>()-]*(?:executable|[Cc]ompil)"
+                    r"|RET_CHECK failure \([^)\n]*(?:xla/service|compiler/xla|xla/hlo|/spmd/)"
+                ),
+            ),
+            Family(
+                "XC-autotune",
+                "runbook xla-compile-fail: XLA's autotuner found no config that compiles",
+                ("Autotuning failed",),
+            ),
+            # The compiled GPU code cannot be linked or loaded for the device.
+            Family(
+                "XC-gpu-code",
+                "runbook xla-compile-fail ('XLA/GPU compiler failure'): the GPU code cannot be JIT-linked or loaded",
+                (
+                    "PTX JIT compiler library not found",
+                    "to load PTX text as a module",
+                    "CUDA_ERROR_INVALID_PTX",
+                    "CUDA_ERROR_INVALID_IMAGE",
+                    "CUDA_ERROR_NO_BINARY_FOR_GPU",
+                    "hipErrorNoBinaryForGpu",
+                ),
+            ),
         ),
-        description="XLA/GPU compiler failure",
-        stage="Training",
+        "XLA/GPU compiler failure",
+        "Training",
     ),
     Signature(
         "python-exception",
-        ("Traceback (most recent call last):",),
         SRC_TRAIN,
         Tier.CARRIER,
-        description="Unhandled Python exception",
-        stage="Training",
+        (
+            Family(
+                "PY-traceback",
+                "runbook python-exception row: 'Traceback (most recent call last):'",
+                ("Traceback (most recent call last):",),
+            ),
+            # The exception that ends the traceback (`ValueError: ...`, `jaxlib...XlaRuntimeError: ...`):
+            # the line the report must quote ("read the traceback for details").
+            Family(
+                "PY-exception-line",
+                "runbook python-exception ('read the traceback'): the exception line that ends a traceback",
+                ("Error: ", "Exception: "),
+                _rx(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)(?:\([\w.]+\))?: "),
+                fallback=True,
+                after_traceback=True,
+            ),
+        ),
+        "Unhandled Python exception",
+        "Training",
     ),
     Signature(
         "signal-kill",
-        ("Training subprocess killed by",),
         SRC_TRAIN,
         Tier.CARRIER,
-        description="Training process killed by signal (SIGSEGV, SIGABRT, etc.)",
-        stage="Training",
+        (
+            Family(
+                "SIG-actor",
+                "runbook signal-kill row: 'Training subprocess killed by'",
+                ("Training subprocess killed by",),
+            ),
+            Family(
+                "SIG-python-fault",
+                "runbook signal-kill ('SIGSEGV, SIGABRT'): Python's fault handler",
+                ("Fatal Python error: ",),
+                _rx(
+                    r"Fatal Python error: (?:Segmentation fault|Aborted|Bus error|Floating point exception|Illegal instruction)"
+                ),
+            ),
+            Family(
+                "SIG-shell",
+                "runbook signal-kill ('SIGSEGV, SIGABRT'): the shell / srun reports a signal death",
+                (
+                    "Segmentation fault",
+                    "Aborted (core dumped)",
+                    "Bus error",
+                    "Illegal instruction",
+                    "srun: error:",
+                ),
+                _rx(
+                    r"Segmentation fault|Aborted \(core dumped\)|(?:Bus error|Illegal instruction) \(core dumped\)"
+                    r"|: line \d+: +\d+ (?:Aborted|Bus error|Illegal instruction)"
+                    r"|srun: error: \S+: tasks? [\d,\-\[\] ]+: (?:Aborted|Bus error|Illegal instruction"
+                    r"|Floating point exception)"
+                ),
+            ),
+            # The ROCm runtime aborts the process on a GPU hardware exception (SIGABRT, core dumped).
+            Family(
+                "SIG-gpu-hw-exception",
+                "runbook signal-kill ('SIGABRT'); § node failures: hardware fault (runtime aborts)",
+                ("HW Exception by GPU",),
+            ),
+        ),
+        "Training process killed by signal (SIGSEGV, SIGABRT, etc.)",
+        "Training",
     ),
-    Signature(
+    _one(
         "subprocess-fail",
-        ("Training subprocess exited with code",),
+        "SUB-exit",
         SRC_TRAIN,
         Tier.CARRIER,
-        regex=_rx(r"Training subprocess exited with code (?!0\b)"),
-        description="Training process exited non-zero",
-        stage="Training",
+        ("Training subprocess exited with code",),
+        "Training process exited non-zero",
+        "Training",
+        _rx(r"Training subprocess exited with code (?!0\b)"),
     ),
     Signature(
         "actor-fail",
-        ("Actor failed:",),
         SRC_TRAIN,
         Tier.CARRIER,
-        description="Ray actor exception",
-        stage="Training",
+        (
+            Family("ACT-job", "runbook actor-fail row: 'Actor failed:'", ("Actor failed:",)),
+            Family(
+                "ACT-ray",
+                "runbook actor-fail ('Ray actor exception'): Ray's own wording of an actor death",
+                ("The actor died unexpectedly", "RayActorError", "The actor is dead because"),
+            ),
+        ),
+        "Ray actor exception",
+        "Training",
     ),
     Signature(
         "checkpoint-fs-error",
-        ("Checkpointing failed", "manifest.ocdbt.__lock"),
         SRC_TRAIN,
         Tier.ROOT,
-        regex=_rx(
-            r"Training stopped: Checkpointing failed|No such file or directory: .*manifest\.ocdbt\.__lock"
+        (
+            Family(
+                "CKPT-maxtext",
+                "runbook checkpoint-fs-error row: 'Training stopped: Checkpointing failed', 'manifest.ocdbt.__lock'",
+                ("Checkpointing failed", "manifest.ocdbt.__lock"),
+                _rx(
+                    r"Training stopped: Checkpointing failed|No such file or directory: .*manifest\.ocdbt\.__lock"
+                ),
+            ),
+            # TensorStore: `Failed to acquire lock on file: <f>.__lock [OS error: ...]`, `Failed to
+            # rename fd: N "<f>.__lock" ... [OS error 2: ENOENT ...]`.
+            Family(
+                "CKPT-lock",
+                "runbook checkpoint-fs-error ('OCDBT/filesystem errors'): a lock file cannot be taken or renamed",
+                ("Failed to acquire lock", "Failed to rename fd", ".__lock"),
+                _rx(
+                    r"(?:Failed to acquire lock|Failed to rename fd|\.__lock\b)[^\n]*"
+                    r"(?:\[OS error|\[Errno \d+\]|No such file or directory)"
+                ),
+            ),
+            # TensorStore's kvstore I/O errors: `Error writing "<key>" in OCDBT database at local
+            # file "<dir>"`, `Error writing local file "<f>"`, `[OS error N: ...]`.
+            Family(
+                "CKPT-tensorstore-io",
+                "runbook checkpoint-fs-error ('similar OCDBT/filesystem errors'): TensorStore file I/O failed",
+                ("in OCDBT database", "Error writing local file", "Error getting file info", "[OS error"),
+                _rx(
+                    r"Error (?:writing|reading|deleting) [^\n]{0,600}? in OCDBT database|Error writing local file"
+                    r"|Error getting file info|\[OS error[^\]\n]*\]"
+                ),
+            ),
+            # An OSError on a checkpoint path (Orbax's tmp directories, OCDBT/zarr files).
+            Family(
+                "CKPT-oserror",
+                "runbook checkpoint-fs-error ('[Errno 2] No such file or directory'): an OS error on a checkpoint path",
+                ("[Errno ",),
+                _rx(
+                    r"\[Errno \d+\] [^:\n]*: '[^'\n]*(?:orbax-checkpoint-tmp|\.orbax|[Cc]heckpoint|ckpt|ocdbt"
+                    r"|_METADATA|_sharding|\.zarray|commit_success)"
+                ),
+            ),
         ),
-        description="Checkpoint write failed due to NFS/storage filesystem error",
-        stage="Checkpoint save",
+        "Checkpoint write failed due to NFS/storage filesystem error",
+        "Checkpoint save",
     ),
     # --- Job-level status -------------------------------------------------------------------
     Signature(
         "node-fail",
-        ("NODE_EXIT host=",),
         SRC_JOB,
         Tier.CARRIER,
-        regex=_rx(r"NODE_EXIT host=\S+ exit=(?!0\b)\d+"),
-        description="One or more nodes exited with errors",
+        (
+            Family(
+                "NODE-exit",
+                "runbook node-fail row: 'NODE_EXIT host=... exit= (non-zero)'",
+                ("NODE_EXIT host=",),
+                _rx(r"NODE_EXIT host=\S+ exit=(?!0\b)\d+"),
+            ),
+            # `srun: error: <host>: task N: Killed`: the task was SIGKILLed (exit 137: OOM or an
+            # external kill). With no JOB SUMMARY it is the unknown-death checklist's evidence.
+            Family(
+                "NODE-srun-killed",
+                "runbook § Diagnosing node failures ('Exit 137 = SIGKILL'); § unknown-death checklist ('Killed')",
+                ("srun: error:",),
+                _rx(r"srun: error: \S+: tasks? [\d,\-\[\] ]+: Killed\b"),
+                "A task was SIGKILLed (srun reports it Killed: host OOM-kill or an external kill)",
+            ),
+            Family(
+                "NODE-slurm-node-failure",
+                "runbook node-fail ('One or more nodes exited with errors'): Slurm reports a node failure",
+                ("Node failure on", "DUE TO NODE FAILURE"),
+                _rx(r"(?:srun|salloc|sbatch): error: Node failure on \S+|DUE TO NODE FAILURE"),
+                "Slurm reports a node of the job failed",
+            ),
+        ),
+        "One or more nodes exited with errors",
     ),
-    Signature(
+    _one(
         "stage-fail",
-        (" FAILED (exit=",),
+        "STAGE-failed",
         SRC_JOB,
         Tier.CARRIER,
-        regex=_rx(r"^== .+ FAILED \(exit="),
-        description="A non-timeout stage failure",
+        (" FAILED (exit=",),
+        "A non-timeout stage failure",
+        "",
+        _rx(r"^== .+ FAILED \(exit="),
+    ),
+)
+
+# Rows that describe a derived class (decided from progress): quoted, never a class of their own.
+EVIDENCE_SIGNATURES: tuple[Signature, ...] = (
+    Signature(
+        "hang",
+        SRC_HANG,
+        Tier.EVIDENCE,
+        (
+            # XLA's rendezvous watchdog: `This thread has been waiting for `<op>` for 10 seconds and
+            # may be stuck. Expected N threads to join the rendezvous, ...`: printed by a stuck collective.
+            Family(
+                "HANG-rendezvous",
+                "runbook § Hang diagnosis ('all nodes waiting on each other'): XLA's rendezvous watchdog",
+                ("may be stuck",),
+                _rx(r"waiting for .{0,600}? and may be stuck|may be stuck\. Expected \d+ threads?"),
+            ),
+        ),
+        "Training stopped advancing: a collective hang",
+        "Training",
     ),
 )
 
 BY_CLASS: dict[str, Signature] = {s.cls: s for s in SIGNATURES}
+EVIDENCE_CLASSES: frozenset[str] = frozenset(s.cls for s in EVIDENCE_SIGNATURES)
+FAMILIES: dict[str, Family] = {f.rule: f for s in (*SIGNATURES, *EVIDENCE_SIGNATURES) for f in s.families}
 
 # Classes decided from progress or job state rather than a line signature.
 DERIVED_CLASSES: tuple[str, ...] = ("hang", "cancelled", "unknown-death", "soft-success", "tgs-degradation")
@@ -327,8 +825,18 @@ ALL_CLASSES: tuple[str, ...] = (
 )
 
 
+def describe(cls: str, rule: str | None = None) -> str:
+    """What a match means in plain words: the family's own description, else the class's."""
+    fam = FAMILIES.get(rule or "")
+    if fam is not None and fam.description:
+        return fam.description
+    sig = BY_CLASS.get(cls)
+    return sig.description if sig is not None and sig.description else cls
+
+
 @dataclass(frozen=True, slots=True)
 class Harmless:
+    rule: str
     needles: tuple[str, ...]
     why: str
     regex: re.Pattern[str] | None = None
@@ -343,45 +851,92 @@ class Harmless:
 # A line matching one of these is never evidence of a failure (runbook: "Do not classify
 # them as failures or mention them in the triage report").
 HARMLESS: tuple[Harmless, ...] = (
-    Harmless(("Failed call to cuInit", "INTERNAL: CUDA error"), "JAX/XLA CUDA probe on AMD nodes"),
-    Harmless(("MSCCL++: Feature not enabled", "MSCCL++"), "RCCL init notice"),
-    Harmless(("Token indices sequence length is longer than the specified maximum",), "tokenizer warning"),
-    Harmless(("OCI runtime exec failed",), "container cleanup / teardown race"),
-    Harmless(("docker exec failed", "falling back to host-level kill"), "preflight cleanup"),
-    Harmless(("Sent SIGKILL to 0/0 processes",), "preflight cleanup, nothing to kill"),
-    Harmless(("Cannot read CPU core",), "topology probe outside the cgroup"),
-    Harmless(("No hardware is found. Using default TPU version",), "TPU probe on a GPU node"),
-    Harmless(("No device identifiers found",), "XLA tracing probe"),
-    Harmless(("Enabling PjRt/TPU event dependency logging",), "XLA logging init"),
-    Harmless(("Fiber init: default domain",), "threading init"),
-    Harmless(("cannot remove container",), "Docker slow to exit during teardown"),
-    Harmless(("did not receive an exit event",), "Docker slow to exit during teardown"),
+    # The CUDA probe on AMD nodes, not any "INTERNAL: CUDA error" (a real CUDA OOM says that too).
+    Harmless("HX-cuinit", ("Failed call to cuInit",), "JAX/XLA CUDA probe on AMD nodes"),
+    Harmless("HX-msccl", ("MSCCL++: Feature not enabled", "MSCCL++"), "RCCL init notice"),
+    Harmless(
+        "HX-tokenizer",
+        ("Token indices sequence length is longer than the specified maximum",),
+        "tokenizer warning",
+    ),
+    Harmless("HX-oci", ("OCI runtime exec failed",), "container cleanup / teardown race"),
+    Harmless(
+        "HX-docker-exec", ("docker exec failed", "falling back to host-level kill"), "preflight cleanup"
+    ),
+    Harmless("HX-sigkill-none", ("Sent SIGKILL to 0/0 processes",), "preflight cleanup, nothing to kill"),
+    Harmless("HX-cpu-core", ("Cannot read CPU core",), "topology probe outside the cgroup"),
+    Harmless("HX-tpu-probe", ("No hardware is found. Using default TPU version",), "TPU probe on a GPU node"),
+    Harmless("HX-trace", ("No device identifiers found",), "XLA tracing probe"),
+    Harmless("HX-pjrt-log", ("Enabling PjRt/TPU event dependency logging",), "XLA logging init"),
+    Harmless("HX-fiber", ("Fiber init: default domain",), "threading init"),
+    Harmless("HX-docker-rm", ("cannot remove container",), "Docker slow to exit during teardown"),
+    Harmless("HX-docker-exit", ("did not receive an exit event",), "Docker slow to exit during teardown"),
+    # Families of the same kind (allocator / runtime messages that say they are not a failure).
+    Harmless(
+        "HX-bfc-not-a-failure",
+        ("indicates that this is not a failure",),
+        "the BFC allocator retries with less memory; it says itself this is not a failure",
+    ),
+    Harmless(
+        "HX-coordination-shutdown",
+        ("Failed to retrieve preemption notice", "Failed to disconnect from coordination service"),
+        "coordination-service socket closed while the tasks shut down",
+    ),
+    Harmless(
+        "HX-delay-kernel", ("Delay kernel timed out",), "XLA's kernel timer accuracy notice (autotuner)"
+    ),
+    # NCCL's INFO level never reports a failure (e.g. "Call to connect returned ..., retrying").
+    Harmless("HX-nccl-info", (" NCCL INFO ",), "NCCL INFO-level progress", _rx(r"\[\d+\] NCCL INFO ")),
 )
+
+
+_EXCEPTION_LINE = FAMILIES["PY-exception-line"].regex
+
+
+def is_exception_line(text: str) -> bool:
+    """`ValueError: ...`, `jaxlib.xla_extension.XlaRuntimeError: ...`: the line ending a traceback."""
+    return _EXCEPTION_LINE is not None and _EXCEPTION_LINE.search(text) is not None
+
+
+def harmless_rule(text: str) -> str | None:
+    for h in HARMLESS:
+        if h.matches(text):
+            return h.rule
+    return None
 
 
 def is_harmless(text: str) -> bool:
-    return any(h.matches(text) for h in HARMLESS)
+    return harmless_rule(text) is not None
 
 
-def match_line(text: str, *, training_started: bool) -> list[Signature]:
-    """All signature rows a stripped line matches (empty for harmless lines)."""
-    found: list[Signature] = []
+def match_line(text: str, *, training_started: bool, after_traceback: bool = False) -> list[Match]:
+    """Every class row a stripped line matches, with the family that matched (empty for harmless
+    lines). `after_traceback`: the line follows a Traceback header of the same task."""
+    if _ANY_NEEDLE.search(text) is None:
+        return []  # the common case (the head and tail of a log are parsed whole): one C search
+    found: list[Match] = []
+    fallbacks: list[Match] = []
     for sig in SIGNATURES:
-        if sig.matches(text):
-            if sig.cls == "nccl-timeout" and not training_started and not _NCCL_ALWAYS.search(text):
-                continue
-            found.append(sig)
-    if found and is_harmless(text):
+        fam = sig.family(text, training_started=training_started, after_traceback=after_traceback)
+        if fam is not None:
+            (fallbacks if fam.fallback else found).append(Match(sig, fam))
+    for sig in EVIDENCE_SIGNATURES:
+        fam = sig.family(text, training_started=training_started)
+        if fam is not None:
+            found.append(Match(sig, fam))
+    if not found:
+        found = fallbacks
+    if not found or is_harmless(text):
         return []
-    if len(found) > 1 and any(s.cls == "oom-host" for s in found):
+    classes = {m.cls for m in found}
+    if "oom-host" in classes and "oom-gpu" in classes:
         # "Memory cgroup out of memory: Killed process" is the kernel, not the GPU allocator.
-        found = [s for s in found if s.cls != "oom-gpu"]
+        found = [m for m in found if m.cls != "oom-gpu"]
     return found
 
 
-# NCCL lines that count even before training: explicit errors and timeouts.
-_NCCL_ALWAYS = re.compile(
-    r"NCCL WARN.*[Tt]imeout|NCCL error|Timeout waiting for|ncclSystemError|unhandled system error"
+SIGNATURE_NEEDLES: tuple[str, ...] = tuple(
+    sorted({n for s in (*SIGNATURES, *EVIDENCE_SIGNATURES) for f in s.families for n in f.needles})
 )
-
-SIGNATURE_NEEDLES: tuple[str, ...] = tuple(sorted({n for s in SIGNATURES for n in s.needles}))
+# Every family needs one of its needles in the line: a line with none of them matches nothing.
+_ANY_NEEDLE = re.compile("|".join(re.escape(n) for n in sorted(SIGNATURE_NEEDLES, key=len, reverse=True)))

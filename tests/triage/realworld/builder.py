@@ -31,7 +31,7 @@ import re
 import tomllib
 import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,10 @@ from jobdiagd.sim import lines as L
 from jobdiagd.sim.job import SIM_EPOCH, JobSim, JobSpec
 
 CORPUS_PATH = Path(__file__).with_name("corpus.toml")
+# Held-out excerpts (issue 9): gathered before the signature families were written, never used to
+# tune them; scored separately (`score.py --group heldout`).
+HELDOUT_PATH = Path(__file__).with_name("heldout.toml")
+GROUPS = {"dev": CORPUS_PATH, "heldout": HELDOUT_PATH}
 
 STREAMS = ("train", "task", "batch")
 WHERES = ("startup", "first-step", "mid-training", "checkpoint", "end", "healthy")
@@ -113,6 +117,7 @@ class Excerpt:
     expect: Expect
     lines_from: str | None = None
     after: str | None = None
+    group: str = "dev"  # dev (corpus.toml) | heldout (heldout.toml)
 
     @property
     def lines(self) -> list[str]:
@@ -143,8 +148,19 @@ class BuiltCase:
 # ------------------------------------------------------------------------------------------------
 
 
-def load_corpus(path: Path = CORPUS_PATH) -> dict[str, Excerpt]:
-    """Parse and validate the corpus; `lines_from` parts are resolved. Keyed by id, file order."""
+def load_all() -> dict[str, Excerpt]:
+    """Both groups (development corpus, then held-out), keyed by id; ids are unique across them."""
+    out: dict[str, Excerpt] = {}
+    for group, path in GROUPS.items():
+        for eid, ex in load_corpus(path, group=group).items():
+            if eid in out:
+                raise CorpusError(f"{path}: excerpt id {eid!r} is also in {out[eid].group}")
+            out[eid] = ex
+    return out
+
+
+def load_corpus(path: Path = CORPUS_PATH, *, group: str = "dev") -> dict[str, Excerpt]:
+    """Parse and validate one corpus file; `lines_from` parts are resolved. Keyed by id, file order."""
     with path.open("rb") as fh:
         doc = tomllib.load(fh)
     raw = doc.get("excerpt")
@@ -160,7 +176,7 @@ def load_corpus(path: Path = CORPUS_PATH) -> dict[str, Excerpt]:
         by_id[eid] = entry
     out: dict[str, Excerpt] = {}
     for eid, entry in by_id.items():
-        out[eid] = _excerpt(eid, entry, by_id)
+        out[eid] = replace(_excerpt(eid, entry, by_id), group=group)
     for ex in out.values():
         if ex.after is not None and ex.after not in out:
             raise CorpusError(f"{ex.id}: after={ex.after!r} names no excerpt")
@@ -550,7 +566,7 @@ def build_all(
     corpus: Mapping[str, Excerpt] | None = None,
 ) -> list[BuiltCase]:
     """Build every case (or `ids`), each under its own outputs root `root/<id>/outputs`."""
-    cases = corpus if corpus is not None else load_corpus()
+    cases = corpus if corpus is not None else load_all()
     chosen = list(ids) if ids else list(cases)
     unknown = [i for i in chosen if i not in cases]
     if unknown:

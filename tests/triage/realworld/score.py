@@ -1,7 +1,11 @@
 """Score the triage classifier on the real-world corpus: build every case, triage it, compare.
 
 Usage (from the repository root):
-    .venv/bin/python -m tests.triage.realworld.score [--only ID ...] [--keep DIR] [--json] [-v]
+    .venv/bin/python -m tests.triage.realworld.score [--group dev|heldout] [--only ID ...] [--keep DIR]
+                                                     [--json] [-v]
+
+The development corpus (corpus.toml) and the held-out group (heldout.toml, gathered before the
+signature families were written and never used to tune them) are scored and printed separately.
 
 For every excerpt the job is built by builder.py, then triaged in-process by the same code path
 as `jobdiagd triage DIR --json --now T --slurm-state S` (resolve -> read -> classify -> report).
@@ -25,12 +29,13 @@ from pathlib import Path
 
 from jobdiagd.triage.engine import triage
 from jobdiagd.triage.report import render_markdown
-from tests.triage.realworld.builder import BuiltCase, build_case, load_corpus
+from tests.triage.realworld.builder import GROUPS, BuiltCase, build_case, load_all
 
 
 @dataclass
 class CaseResult:
     id: str
+    group: str
     family: str
     expect_status: str
     expect_primary: str | None
@@ -81,6 +86,7 @@ def evaluate(case: BuiltCase) -> CaseResult:
     class_ok = got_status == ex.expect.status and got_primary == ex.expect.primary
     return CaseResult(
         id=ex.id,
+        group=ex.group,
         family=ex.family,
         expect_status=ex.expect.status,
         expect_primary=ex.expect.primary,
@@ -96,9 +102,11 @@ def evaluate(case: BuiltCase) -> CaseResult:
     )
 
 
-def run(root: Path, ids: Sequence[str] | None = None, seed: int = 0) -> list[CaseResult]:
-    corpus = load_corpus()
-    chosen = list(ids) if ids else list(corpus)
+def run(
+    root: Path, ids: Sequence[str] | None = None, seed: int = 0, group: str | None = None
+) -> list[CaseResult]:
+    corpus = load_all()
+    chosen = list(ids) if ids else [i for i, e in corpus.items() if group is None or e.group == group]
     results = []
     for eid in chosen:
         case = build_case(corpus[eid], corpus, root / eid / "outputs", seed=seed)
@@ -111,6 +119,19 @@ def _pct(n: int, d: int) -> str:
 
 
 def report(results: Sequence[CaseResult], *, verbose: bool = False) -> str:
+    """One table per group (development corpus, held-out), each with its own misses."""
+    out: list[str] = []
+    for group in GROUPS:
+        part = [c for c in results if c.group == group]
+        if part:
+            if out:
+                out.append("")
+            out.append(f"=== {group} ({GROUPS[group].name}) ===")
+            out.append(_report_group(part, verbose=verbose))
+    return "\n".join(out)
+
+
+def _report_group(results: Sequence[CaseResult], *, verbose: bool = False) -> str:
     fam: dict[str, list[CaseResult]] = defaultdict(list)
     for c in results:
         fam[c.family].append(c)
@@ -165,6 +186,7 @@ def report(results: Sequence[CaseResult], *, verbose: bool = False) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tests.triage.realworld.score", description=__doc__)
     p.add_argument("--only", action="append", metavar="ID", help="score only these excerpts (repeatable)")
+    p.add_argument("--group", choices=sorted(GROUPS), help="score only this group")
     p.add_argument("--keep", type=Path, metavar="DIR", help="build the jobs here and keep them")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
@@ -172,15 +194,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.keep:
         args.keep.mkdir(parents=True, exist_ok=True)
-        results = run(args.keep, args.only, args.seed)
+        results = run(args.keep, args.only, args.seed, args.group)
     else:
         with tempfile.TemporaryDirectory(prefix="realworld-") as tmp:
-            results = run(Path(tmp), args.only, args.seed)
+            results = run(Path(tmp), args.only, args.seed, args.group)
     if args.json:
         doc = {
             "cases": [{**asdict(c), "passed": c.passed} for c in results],
-            "passed": sum(c.passed for c in results),
-            "total": len(results),
+            "groups": {
+                g: {
+                    "passed": sum(c.passed for c in results if c.group == g),
+                    "total": sum(1 for c in results if c.group == g),
+                }
+                for g in GROUPS
+            },
         }
         print(json.dumps(doc, indent=1))
     else:
