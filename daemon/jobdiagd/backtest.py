@@ -44,11 +44,13 @@ import argparse
 import dataclasses
 import heapq
 import math
+import multiprocessing
 import os
 import re
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +63,7 @@ from jobdiagd.detectors.hang import NAME as HANG
 from jobdiagd.detectors.hang import BudgetMemo, policy_from_config
 from jobdiagd.logs.job import load_job
 from jobdiagd.logs.prefixes import strip
-from jobdiagd.logs.reader import HEAD_FULL, MAX_LINE, _ReadBuffer, prefilter
+from jobdiagd.logs.reader import HEAD_FULL, MAX_LINE, _ReadBuffer, prefilter, set_default_workers
 from jobdiagd.logs.scan import LineScanner, default_scanner
 from jobdiagd.logs.state import LogState, StampClock, parse_fast_step
 from jobdiagd.model.alerts import Finding
@@ -302,6 +304,14 @@ def survey(path: Path, order: int, ref_time: float) -> FileClock:
 def read_timed(fc: FileClock, start: float, ref_time: float, *, every_line: bool = False) -> Iterator[Event]:
     """Pass 2: the lines the daemon's tail reader would feed (every line with `every_line`), each
     with its virtual time. Sets `fc.end` once exhausted."""
+    for batch in _read_batches(fc, start, ref_time, every_line=every_line):
+        yield from batch
+
+
+def _read_batches(
+    fc: FileClock, start: float, ref_time: float, *, every_line: bool = False
+) -> Iterator[list[Event]]:
+    """`read_timed`, one list per chunk read."""
     finder, scan = _tools()
     clock = StampClock(ref_time)
     cur = start
@@ -340,6 +350,7 @@ def read_timed(fc: FileClock, start: float, ref_time: float, *, every_line: bool
             stamp_times = _stamps(buf, found, 1 + n, clock)
             stamp_starts = [p - 1 for p in found]
             si, ns = 0, len(stamp_starts)
+            batch: list[Event] = []
             for ci, cs, raw, head, cand in items:
                 while si < ns and stamp_starts[si] < cs:
                     w = stamp_times[si]
@@ -370,16 +381,57 @@ def read_timed(fc: FileClock, start: float, ref_time: float, *, every_line: bool
                             if fact is not None and fact[1] != auth and fact[0] == steps[na]:
                                 cur += fc.advance(na)
                                 early = na
-                yield (cur, order, lineno + ci, offset + cs, raw, head, cand)
+                batch.append((cur, order, lineno + ci, offset + cs, raw, head, cand))
             while si < ns:
                 w = stamp_times[si]
                 if w is not None and w > cur:
                     cur = w
                 si += 1
             lineno += total
+            yield batch
     finally:
         os.close(fd)
     fc.end = cur
+
+
+FORK_MIN = 8 << 20  # smaller files are read in-process: a fork costs more than it saves
+
+
+def read_timed_forked(fc: FileClock, start: float, ref_time: float) -> Iterator[Event]:
+    """`read_timed` run in a forked process while this one feeds the states and runs the ticks
+    (one-shot CLI only: a process with threads must not fork). The pipe's buffer bounds what is
+    in flight to about a chunk."""
+    ctx = multiprocessing.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_read_worker, args=(fc, start, ref_time, send), daemon=True)
+    proc.start()
+    send.close()
+    try:
+        while True:
+            msg = recv.recv()
+            if isinstance(msg, list):
+                yield from msg
+            elif isinstance(msg, float):
+                fc.end = msg
+                return
+            else:
+                raise OSError(f"reading {fc.path}: {msg}")
+    finally:
+        recv.close()
+        if proc.is_alive():
+            proc.terminate()
+        proc.join()
+
+
+def _read_worker(fc: FileClock, start: float, ref_time: float, conn: Connection) -> None:
+    try:
+        for batch in _read_batches(fc, start, ref_time):
+            conn.send(batch)
+        conn.send(fc.end)
+    except BaseException as exc:  # reported by the parent as one error
+        conn.send(f"{type(exc).__name__}: {exc}")
+    finally:
+        conn.close()
 
 
 def place_unstamped(clocks: Sequence[FileClock], ref_time: float) -> list[float]:
@@ -467,6 +519,8 @@ class JobReplay:
     barrier_at_s: float | None = None  # when the pre-training barrier line was read
     final_status: str | None = None
     final_primary: str | None = None
+    # What the replay fed, one state per file (main log first): the daemon's view at the end.
+    states: list[LogState] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -503,7 +557,8 @@ def _files(ref: JobRef, ref_time: float) -> tuple[list[Path], str | None]:
     return files, head
 
 
-def replay(ref: JobRef, cfg: Config, *, tick: float, ref_time: float) -> JobReplay:
+def replay(ref: JobRef, cfg: Config, *, tick: float, ref_time: float, workers: int = 1) -> JobReplay:
+    """`workers` > 1: files over `FORK_MIN` are read by forked processes (see `read_timed_forked`)."""
     key = ref.job_id or ref.name or str(ref.log)
     result = JobReplay(job=key, log=str(ref.log) if ref.log else None)
     files, head = _files(ref, ref_time)
@@ -511,10 +566,15 @@ def replay(ref: JobRef, cfg: Config, *, tick: float, ref_time: float) -> JobRepl
         return result
     clocks = [survey(f, i, ref_time) for i, f in enumerate(files)]
     starts = place_unstamped(clocks, ref_time)
-    reads = [read_timed(fc, start, ref_time) for fc, start in zip(clocks, starts, strict=True)]
+    reads = [
+        read_timed_forked(fc, start, ref_time)
+        if workers > 1 and fc.path.stat().st_size >= FORK_MIN
+        else read_timed(fc, start, ref_time)
+        for fc, start in zip(clocks, starts, strict=True)
+    ]
     events: Iterator[Event] = reads[0] if len(reads) == 1 else heapq.merge(*reads)
     first = min(starts)
-    states = [LogState(str(f), ref_time=ref_time) for f in files]
+    states = result.states = [LogState(str(f), ref_time=ref_time) for f in files]
     policy = policy_from_config(cfg)
     view = JobView(key=key, ref=ref, first_seen=first, policy=policy)
     view.main = states[0]
@@ -526,8 +586,12 @@ def replay(ref: JobRef, cfg: Config, *, tick: float, ref_time: float) -> JobRepl
     t0: float | None = None
     next_tick = first + tick
     ticks = 0
+    fed_at: float | None = None  # the last fed line's time, until the view has taken it in
     for t, order, lineno, offset, raw, head_line, cand in events:
         while next_tick <= t and ticks < MAX_TICKS:
+            if fed_at is not None:
+                view.note_read(fed_at)  # as the engine does after every read, before detectors
+                fed_at = None
             _tick(view, detectors, book, next_tick, result, t0)
             next_tick += tick
             ticks += 1
@@ -535,15 +599,21 @@ def replay(ref: JobRef, cfg: Config, *, tick: float, ref_time: float) -> JobRepl
         # What PrefilterTailReader feeds: the head in full until training starts, then candidates.
         if not cand and not (head_line and not st.training_started):
             continue
-        before = (st.step_lines, st.barrier_passed is not None)
+        before = (len(st.steps), st.barrier_passed is None)
         st.feed_bytes(raw, lineno, offset)
         st.lines, st.bytes = lineno, offset + len(raw) + 1
-        if (st.step_lines, st.barrier_passed is not None) != before:
+        fed_at = t
+        if (len(st.steps), st.barrier_passed is None) != before:
+            # A new step or the barrier: its arrival is this line's time. (Other tasks' copies
+            # change nothing the view needs before the next tick.)
             view.note_read(t)
+            fed_at = None
             if t0 is None and view.last_step is not None:
                 t0 = t
                 result.first_step_at = t
     end = max(first, *(fc.end for fc in clocks))
+    if fed_at is not None:
+        view.note_read(fed_at)
     while next_tick < end and ticks < MAX_TICKS:
         # Trailing lines that only moved the clock (chatter after the last fed line).
         _tick(view, detectors, book, next_tick, result, t0)
@@ -653,13 +723,18 @@ def main(args: argparse.Namespace) -> int:
         print(f"jobdiagd backtest: {exc}", file=sys.stderr)
         return 2
     tick = args.tick or cfg.daemon.tick_seconds
+    workers = getattr(args, "workers", 1)
+    if workers < 1:
+        print("jobdiagd backtest: --workers must be at least 1", file=sys.stderr)
+        return 2
+    set_default_workers(workers)  # the job-end report's read of big logs, as in `jobdiagd triage`
     try:
         refs = refs_for(args.paths)
     except ResolveError as exc:
         print(f"jobdiagd backtest: {exc}", file=sys.stderr)
         return 2
     now = clock.wall()
-    results = [replay(r, cfg, tick=tick, ref_time=now) for r in refs]
+    results = [replay(r, cfg, tick=tick, ref_time=now, workers=workers) for r in refs]
     if args.json:
         print(jsonsafe.dumps({"jobs": [r.to_dict() for r in results]}, indent=1))
         return 0

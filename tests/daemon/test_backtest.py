@@ -11,11 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from jobdiagd.backtest import place_unstamped, replay, survey, timeline
+from jobdiagd.backtest import FORK_MIN, place_unstamped, replay, survey, timeline
 from jobdiagd.config import default_config
+from jobdiagd.logs.state import LogState
 from jobdiagd.sim import lines as L
 from jobdiagd.sim import multitask
+from jobdiagd.sim.biglog import write_biglog
 from jobdiagd.sim.scenarios import build
+from jobdiagd.sources.tail import PrefilterTailReader
 from jobdiagd.triage.resolve import resolve
 from tests.daemon.conftest import JobLog
 
@@ -289,3 +292,53 @@ def test_multi_task_undated_corpus_no_false_alert_and_hangs_paged_in_budget(tmp_
         assert 0 < a.at_s - due <= a.budget_s + TICK, case.plan.name
         if case.last_step is not None:  # two hours of silence: the end report names the hang too
             assert r.final_primary == "hang", case.plan.name
+
+
+def _facts(st: LogState) -> dict[str, object]:
+    return {
+        "step_lines": st.step_lines,
+        "steps": len(st.steps),
+        "max_step": st.steps.max_step,
+        "sum_seconds": round(st.steps.sum_seconds, 6),
+        "task_last_step": dict(st.task_last_step),
+        "saves": dict(st.saves),
+        "barrier_passed": st.barrier_passed,
+        "hits": {c: len(h.all()) for c, h in st.hits.items()},
+        "summary": None if st.summary is None else (st.summary.status, st.summary.exit_code),
+        "header": dict(st.header),
+        "config": dict(st.config),
+    }
+
+
+def test_replay_feeds_what_the_daemons_tail_reader_feeds(tmp_path: Path) -> None:
+    """Parity with the live tick's input: the replay's state of a log equals what the daemon's
+    PrefilterTailReader builds following the same file as it grows, line by line."""
+    job, _ = _four_task_job(tmp_path)
+    job.task(2, "Traceback (most recent call last):")  # evidence lines after training started
+    job.task(2, L.node_exit("node003", 1))
+    r = replay(resolve(str(job.dir), []), default_config(), tick=TICK, ref_time=NOW)
+    grown = tmp_path / "grown.log"
+    grown.write_bytes(b"")
+    reader = PrefilterTailReader(grown, LogState(str(grown), ref_time=NOW))
+    with open(grown, "ab") as out:
+        for line in job.path.read_bytes().splitlines(keepends=True):
+            out.write(line)
+            out.flush()
+            reader.poll()
+    assert _facts(r.states[0]) == _facts(reader.state)
+    assert r.states[0].step_lines == 4 * 30  # every task's copy was read, as the daemon reads it
+
+
+def test_forked_reader_gives_the_same_replay(tmp_path: Path) -> None:
+    outputs = tmp_path / "outputs"
+    name = "99002-JAX-llama3.1-405b-bench"
+    log = outputs / f"{name}.log"
+    write_biglog(log, FORK_MIN + (1 << 20), nodes=12, undated_steps=True)
+    (outputs / name).mkdir()
+    (outputs / name / "log").symlink_to(f"../{log.name}")
+    ref = resolve(str(outputs / name), [])
+    one = replay(ref, default_config(), tick=TICK, ref_time=NOW, workers=1)
+    two = replay(ref, default_config(), tick=TICK, ref_time=NOW, workers=2)
+    assert one.to_dict() == two.to_dict()
+    assert _facts(one.states[0]) == _facts(two.states[0])
+    assert one.last_step is not None and one.last_step > 100 and one.end_at_s
