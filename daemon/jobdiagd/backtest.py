@@ -734,10 +734,18 @@ def main(args: argparse.Namespace) -> int:
         print(f"jobdiagd backtest: {exc}", file=sys.stderr)
         return 2
     now = clock.wall()
-    results = [replay(r, cfg, tick=tick, ref_time=now, workers=workers) for r in refs]
+    results: list[JobReplay] = []
+    failed = 0
+    for ref in refs:
+        try:
+            results.append(replay(ref, cfg, tick=tick, ref_time=now, workers=workers))
+        except Exception as exc:  # one job's bad log must not lose the other jobs' replays
+            failed += 1
+            who = ref.job_id or ref.name or str(ref.log)
+            print(f"jobdiagd backtest: job {who}: {type(exc).__name__}: {exc}", file=sys.stderr)
     if args.json:
         print(jsonsafe.dumps({"jobs": [r.to_dict() for r in results]}, indent=1))
-        return 0
+        return 1 if failed else 0
     for r in results:
         print(
             f"job {r.job}  ({r.log})  final: {r.final_status}/{r.final_primary or '-'}  last step {r.last_step}"
@@ -747,4 +755,4 @@ def main(args: argparse.Namespace) -> int:
         for a in r.alerts:
             step = f"step {a.at_step}" if a.at_step is not None else "no step"
             print(f"    +{a.at_s:9.1f}s  {step:<10} {a.event.upper():<7} {a.kind:<16} [{a.cls}] {a.summary}")
-    return 0
+    return 1 if failed else 0

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import random
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from jobdiagd import backtest
 from jobdiagd.backtest import FORK_MIN, place_unstamped, replay, survey, timeline
 from jobdiagd.config import default_config
 from jobdiagd.logs.state import LogState
@@ -19,7 +22,7 @@ from jobdiagd.sim import multitask
 from jobdiagd.sim.biglog import write_biglog
 from jobdiagd.sim.scenarios import build
 from jobdiagd.sources.tail import PrefilterTailReader
-from jobdiagd.triage.resolve import resolve
+from jobdiagd.triage.resolve import JobRef, resolve
 from tests.daemon.conftest import JobLog
 
 NOW = 1_800_000_000.0
@@ -342,3 +345,26 @@ def test_forked_reader_gives_the_same_replay(tmp_path: Path) -> None:
     assert one.to_dict() == two.to_dict()
     assert _facts(one.states[0]) == _facts(two.states[0])
     assert one.last_step is not None and one.last_step > 100 and one.end_at_s
+
+
+def test_one_failing_job_does_not_lose_the_others(
+    corpus: dict[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    real = backtest.replay
+
+    def flaky(ref: JobRef, *args: Any, **kw: Any) -> backtest.JobReplay:
+        if ref.job_id == "48104":
+            raise OverflowError("cannot convert float infinity to integer")
+        return real(ref, *args, **kw)
+
+    monkeypatch.setattr(backtest, "replay", flaky)
+    args = argparse.Namespace(
+        config=None, tick=TICK, json=True, workers=1, paths=[str(corpus["hanging"]), str(corpus["running"])]
+    )
+    assert backtest.main(args) == 1
+    out = capsys.readouterr()
+    assert [j["job"] for j in json.loads(out.out)["jobs"]] == ["48103"]
+    assert (
+        out.err.strip()
+        == "jobdiagd backtest: job 48104: OverflowError: cannot convert float infinity to integer"
+    )
