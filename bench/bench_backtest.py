@@ -4,10 +4,11 @@
                                              [--only speed|corpus] [--keep DIR]
 
 speed: writes a completed RAY=0 job log with `jobdiagd.sim.biglog` (every task prints its own
-undated step line, XLA/NCCL chatter dated), then times `replay` of it against two baselines
-measured in the same run on the same file: `jobdiagd triage` of the job (the one-shot reader)
-and `grep -c 'completed step'` (reading the bytes). Figures are ratios; the absolute seconds
-are printed too (the target is < 30 s for 150 MB / 24 tasks on the shared 2-core box).
+undated step line, XLA/NCCL chatter dated), then times `jobdiagd backtest` of it (default
+workers, and --workers 1) against two baselines measured in the same run on the same file:
+`jobdiagd triage` of the job (the one-shot reader) and `grep -c 'completed step'` (reading the
+bytes). Figures are ratios; the absolute seconds are printed too (the target is < 30 s for
+150 MB / 24 tasks on the shared 2-core box).
 
 corpus: builds `jobdiagd.sim.multitask` (healthy 8-24 task jobs with checkpoints and evals,
 hangs mid-training, right after a checkpoint, in warmup and before step 0, some RAY=1) and
@@ -60,38 +61,35 @@ def speed(root: Path, size_mb: float, nodes: int, tick: float) -> dict[str, Any]
     (outputs / name / "log").symlink_to(f"../{log.name}")
     job = outputs / name
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    cli = [sys.executable, "-m", "jobdiagd.cli"]
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*cli, *args], capture_output=True, text=True, check=True, env=env)
+
     grep_s, _ = _timed(
         lambda: subprocess.run(["grep", "-c", "completed step", str(log)], capture_output=True, check=False)
     )
-    triage_s, _ = _timed(
-        lambda: subprocess.run(
-            [sys.executable, "-m", "jobdiagd.cli", "triage", str(job)],
-            capture_output=True,
-            check=True,
-            env=env,
-        )
-    )
-    ref = resolve(str(job), [])
-    cpu0 = time.process_time()
-    replay_s, r = _timed(lambda: backtest.replay(ref, default_config(), tick=tick, ref_time=time.time()))
-    cpu = time.process_time() - cpu0
-    opened = [a for a in r.alerts if a.event == "open"]
+    triage_s, _ = _timed(lambda: run("triage", str(job)))
+    backtest_s, out = _timed(lambda: run("backtest", str(job), "--json", "--tick", str(tick)))
+    serial_s, _ = _timed(lambda: run("backtest", str(job), "--json", "--tick", str(tick), "--workers", "1"))
+    (r,) = json.loads(out.stdout)["jobs"]
+    opened = [a for a in r["alerts"] if a["event"] == "open"]
     return {
         "size_mb": round(res.size / (1 << 20), 1),
         "tasks": nodes,
         "steps": res.total_steps,
         "lines": res.lines,
-        "replay_s": round(replay_s, 2),
-        "replay_cpu_s": round(cpu, 2),
+        "backtest_s": round(backtest_s, 2),
+        "backtest_workers_1_s": round(serial_s, 2),
         "triage_s": round(triage_s, 2),
         "grep_s": round(grep_s, 2),
-        "replay_vs_triage": round(replay_s / triage_s, 2),
-        "replay_vs_grep": round(replay_s / max(grep_s, 1e-3), 1),
-        "virtual_hours": round((r.end_at_s or 0.0) / 3600, 2),
+        "backtest_vs_triage": round(backtest_s / triage_s, 2),
+        "backtest_vs_grep": round(backtest_s / max(grep_s, 1e-3), 1),
+        "virtual_hours": round((r["end_at_s"] or 0.0) / 3600, 2),
         "summed_hours": round(summed_hours(log), 2),
-        "last_step": r.last_step,
+        "last_step": r["last_step"],
         "expected_last_step": res.last_step,
-        "false_alerts": [f"{a.kind}@step {a.at_step}" for a in opened],
+        "false_alerts": [f"{a['kind']}@step {a['at_step']}" for a in opened],
         "load_avg": round(os.getloadavg()[0], 1),
     }
 
@@ -295,10 +293,10 @@ def main(argv: list[str] | None = None) -> int:
     if "speed" in out:
         s = out["speed"]
         print(
-            f"\nreplay of a {s['size_mb']} MB, {s['tasks']}-task undated log ({s['steps']} steps, "
-            f"{s['lines']} lines): {s['replay_s']} s ({s['replay_cpu_s']} s CPU, load {s['load_avg']}); "
-            f"jobdiagd triage {s['triage_s']} s, grep -c {s['grep_s']} s in the same run -> "
-            f"replay/triage = {s['replay_vs_triage']}, replay/grep = {s['replay_vs_grep']}; "
+            f"\n`jobdiagd backtest` of a {s['size_mb']} MB, {s['tasks']}-task undated log ({s['steps']} steps, "
+            f"{s['lines']} lines): {s['backtest_s']} s ({s['backtest_workers_1_s']} s with --workers 1; "
+            f"load {s['load_avg']}); `jobdiagd triage` {s['triage_s']} s, `grep -c` {s['grep_s']} s in the "
+            f"same run -> backtest/triage = {s['backtest_vs_triage']}, backtest/grep = {s['backtest_vs_grep']}; "
             f"virtual duration {s['virtual_hours']} h (summed seconds {s['summed_hours']} h), "
             f"last step {s['last_step']}/{s['expected_last_step']}, false alerts {s['false_alerts'] or 0}"
         )
