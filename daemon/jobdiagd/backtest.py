@@ -24,18 +24,20 @@ Virtual clock, one per file (files are then merged by time; ties keep the main l
   starts with the job's other files (at 0 when none has a timestamp).
 `at_s` is seconds since the first `completed step:` line read on that clock (negative before it).
 
-Replay: each file is read twice, streaming (bounded memory, any size). A survey finds the
-series' step lines and the first timestamp; the replay read then reads the file the way the
-daemon's tail reader (`PrefilterTailReader`) does -- the head in full until training starts,
-then only the lines the pre-filter (`logs.scan`) marks as candidates -- and feeds them to fresh
-`LogState`s through `LogState.feed_bytes` (the fast step path) in clock order. The other lines
-only move the clock: a multi-literal scan finds the lines that may carry a timestamp and only
-those are decoded. A step's arrival time is its line's time; full ticks run every `tick`
-seconds of virtual time through the same detectors, the same resolution rule and the same
-incident book as the daemon (the states change only where a line is fed, so ticks between fed
-lines see what they would between all lines). The job ends at its last line (JOB SUMMARY
-state, or UNKNOWN) and the job-end report runs on a fresh `load_job` of its files, like the
-daemon's.
+Replay: each file is read twice, streaming (what grows with the log is 25 bytes a step of the
+series). A survey finds the series' step lines and the first timestamp; the replay read then
+reads the file the way the daemon's tail reader (`PrefilterTailReader`) does -- the head in
+full until training starts, then only the lines the pre-filter (`logs.scan`) marks as
+candidates -- and feeds them to fresh `LogState`s through `LogState.feed_bytes` (the fast step
+path) in clock order; with `workers` > 1 a big file's read runs in a forked process. The other
+lines only move the clock: a multi-literal scan finds the lines that may carry a timestamp and
+only those are decoded. A step's arrival time is the time of its first line read; the view
+takes in the other lines before each tick, as the engine does after every read. Full ticks run
+every `tick` seconds of virtual time through the same detectors, the same resolution rule and
+the same incident book as the daemon (the states change only where a line is fed, so ticks
+between fed lines see what they would between all lines). The job ends at its last line (JOB
+SUMMARY state, or UNKNOWN) and the job-end report runs on a fresh `load_job` of its files,
+like the daemon's.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ import multiprocessing
 import os
 import re
 import sys
+from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -229,11 +232,12 @@ class FileClock:
     first_stamp: float | None = None
     start: float | None = None  # back-dated start; None: the file has no timestamp
     auth_task: int | None = None  # the task whose step lines drive the clock (-1: no prefix)
-    # The authoritative step lines in file order: offset, step, `seconds:`, dated.
-    auth_offsets: list[int] = field(default_factory=list)
-    auth_steps: list[int] = field(default_factory=list)
-    auth_seconds: list[float | None] = field(default_factory=list)
-    auth_dated: list[bool] = field(default_factory=list)
+    # The authoritative step lines in file order: offset, step, `seconds:` (NaN: none), dated.
+    # Arrays: 25 bytes a step, the only part of a replay that grows with the log.
+    auth_offsets: array[int] = field(default_factory=lambda: array("q"))
+    auth_steps: array[int] = field(default_factory=lambda: array("q"))
+    auth_seconds: array[float] = field(default_factory=lambda: array("d"))
+    auth_dated: array[int] = field(default_factory=lambda: array("b"))
     end: float = 0.0  # the file's last line on the clock (set once the read is exhausted)
 
     def advance(self, j: int) -> float:
@@ -241,7 +245,7 @@ class FileClock:
         if self.auth_dated[j] or (j > 0 and self.auth_steps[j - 1] == self.auth_steps[j]):
             return 0.0
         secs = self.auth_seconds[j]
-        return secs if secs is not None and math.isfinite(secs) and secs > 0 else 0.0
+        return secs if math.isfinite(secs) and secs > 0 else 0.0  # NaN (none), inf, < 0: no move
 
 
 def survey(path: Path, order: int, ref_time: float) -> FileClock:
@@ -250,9 +254,9 @@ def survey(path: Path, order: int, ref_time: float) -> FileClock:
     fc = FileClock(path, order)
     clock = StampClock(ref_time)
     stamp_at: int | None = None
-    # Facts of the step lines of task 0 and of lines without a prefix; other tasks' lines are
-    # only looked at for the first task that prints steps (needed when task 0 prints none).
-    lines: list[tuple[int, int, int, float | None, bool]] = []  # offset, task, step, secs, dated
+    # The step lines of task 0, of lines without a prefix and of the first task printing steps
+    # (needed when task 0 prints none); other tasks' copies are not parsed.
+    series: dict[int, FileClock] = {}
     first_task: int | None = None
     first_task_b = b""
     rb = _ReadBuffer()
@@ -280,21 +284,27 @@ def survey(path: Path, order: int, ref_time: float) -> FileClock:
                         step, task, secs, dated = fact
                         if first_task is None:
                             first_task, first_task_b = task, str(task).encode()
-                        if task in (0, _NO_TASK, first_task):
-                            lines.append((offset + ls - 1, task, step, secs, dated))
+                        if task in (0, _NO_TASK, first_task) and (task == 0 or 0 not in series):
+                            into = series.get(task)
+                            if into is None:
+                                into = series[task] = FileClock(path, order)
+                            into.auth_offsets.append(offset + ls - 1)
+                            into.auth_steps.append(step)
+                            into.auth_seconds.append(math.nan if secs is None else secs)
+                            into.auth_dated.append(dated)
+                            if task == 0:  # task 0 prints steps: the others are not needed
+                                for other in [k for k in series if k != 0]:
+                                    del series[other]
                 if nl == -1:
                     break
                 pos = buf.find(_STEP_NEEDLE, nl, 1 + n)
     finally:
         os.close(fd)
-    tasks = {ln[1] for ln in lines}
-    fc.auth_task = 0 if 0 in tasks else first_task
-    for off, task, step, secs, dated in lines:
-        if task == fc.auth_task:
-            fc.auth_offsets.append(off)
-            fc.auth_steps.append(step)
-            fc.auth_seconds.append(secs)
-            fc.auth_dated.append(dated)
+    fc.auth_task = 0 if 0 in series else first_task
+    chosen = series.get(fc.auth_task) if fc.auth_task is not None else None
+    if chosen is not None:
+        fc.auth_offsets, fc.auth_steps = chosen.auth_offsets, chosen.auth_steps
+        fc.auth_seconds, fc.auth_dated = chosen.auth_seconds, chosen.auth_dated
     if fc.first_stamp is not None and stamp_at is not None:
         before = sum(fc.advance(j) for j, off in enumerate(fc.auth_offsets) if off < stamp_at)
         fc.start = fc.first_stamp - before
