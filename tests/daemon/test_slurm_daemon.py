@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from jobdiagd.sim import live
 from tests.daemon.test_run import notes, status, stop, wait_for
@@ -50,6 +51,11 @@ enabled = true
             env=slurm_cluster.env,
         )
     job_id = ""
+
+    def ours(event: str) -> list[dict[str, Any]]:
+        # The cluster is shared: the daemon also sees (and reports) other sessions' jobs.
+        return [n for n in notes(work) if n["job_id"] == job_id and n["event"] == event]
+
     try:
         job_id = slurm_cluster.sbatch(
             f"--export=ALL,SIM_PYTHON={sys.executable}",
@@ -70,23 +76,23 @@ enabled = true
             "--compile-time",
             "0.2",
         )
-        wait_for(lambda: any(n["event"] == "open" for n in notes(work)), "hang alert", timeout=120)
-        opened = [n for n in notes(work) if n["event"] == "open"]
+        wait_for(lambda: bool(ours("open")), "hang alert", timeout=120)
+        opened = ours("open")
         assert [(n["kind"], n["job_id"]) for n in opened] == [("hang", job_id)]
         assert "step 12" in opened[0]["body"] and "**status**: hanging" in opened[0]["body"]
-        jobs = status(cfg)["status"]["jobs"]
+        jobs = [j for j in status(cfg)["status"]["jobs"] if j["job_id"] == job_id]
         assert [(j["job_id"], j["state"], j["last_step"]) for j in jobs] == [(job_id, "RUNNING", 12)]
         assert status(cfg)["status"]["sources"]["squeue"]["failing"] is False
 
         slurm_cluster.scancel(job_id)
-        wait_for(lambda: any(n["event"] == "report" for n in notes(work)), "job-end report", timeout=120)
-        report = next(n for n in notes(work) if n["event"] == "report")
+        wait_for(lambda: bool(ours("report")), "job-end report", timeout=120)
+        report = ours("report")[0]
         assert report["job_id"] == job_id
         assert "cancelled" in report["title"] and "primary hang" in report["title"]
         assert "CANCELLED" in report["title"]
         assert "**Primary failure:** hang" in report["body"]
-        wait_for(lambda: any(n["event"] == "resolve" for n in notes(work)), "hang resolved by the job end")
-        assert status(cfg)["status"]["jobs"] == []
+        wait_for(lambda: bool(ours("resolve")), "hang resolved by the job end")
+        assert [j for j in status(cfg)["status"]["jobs"] if j["job_id"] == job_id] == []
     finally:
         if job_id and slurm_cluster.state(job_id) not in ("CANCELLED", "COMPLETED", "FAILED", None):
             slurm_cluster.scancel(job_id)
