@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from pathlib import Path
 
@@ -117,8 +118,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "backtest",
         help="replay finished jobs through the detectors on the log's own clock",
         description="Replay job logs through the same detectors the daemon runs, on a virtual clock built from "
-        "the log (step k completes at the summed `seconds:` since the first step line; absl timestamps where "
-        "present), and print the alerts that would have fired. at_s = seconds since the first `completed step:`.",
+        "the log (printed timestamps where present; otherwise one step series -- task 0's, or the first task "
+        "printing steps -- moves it by its `seconds:`, other tasks' copies never do), and print the alerts that "
+        "would have fired. at_s = seconds since the first `completed step:`.",
     )
     p.add_argument(
         "paths", nargs="+", metavar="PATH", help="job dir, .log file, or an outputs root (every job in it)"
@@ -129,6 +131,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--json",
         action="store_true",
         help='{"jobs": [{"job", "alerts": [{"kind", "at_step", "at_s", "class"}]}]}',
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=min(2, os.cpu_count() or 1),
+        metavar="N",
+        help="N > 1: logs over 8 MiB are read by a forked process while the replay runs (default: min(2, CPUs))",
     )
     p.set_defaults(func=_backtest)
 

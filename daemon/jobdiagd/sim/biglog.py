@@ -1,4 +1,9 @@
-"""Streams a realistic multi-GB RAY=0 Slurm log for benchmarks without holding it in memory."""
+"""Streams a realistic multi-GB RAY=0 Slurm log for benchmarks without holding it in memory.
+
+`undated_steps=True` prints the step lines the way print()-era MaxText did (no absl prefix, so
+only the `seconds:` fields time them) while XLA/NCCL chatter keeps its own stamps: the mixed
+shape `jobdiagd backtest` has to clock.
+"""
 
 from __future__ import annotations
 
@@ -50,6 +55,7 @@ def write_biglog(
     seed: int = 0,
     job_id: str = "99001",
     model: str = "llama3.1-405b",
+    undated_steps: bool = False,
 ) -> BigLogResult:
     """Write a completed-job log of at least `size_bytes` (header, steps on every node, noise, summary)."""
     rng = random.Random(f"biglog:{seed}")
@@ -84,7 +90,8 @@ def write_biglog(
                     out.extend(prefixes[r] + g for g in group)
         return out
 
-    pool = render_pool(SIM_EPOCH)
+    t = SIM_EPOCH + 600.0  # training starts ten minutes in
+    pool = render_pool(t)
     pool_n = len(pool)
     picks = [rng.randrange(1 << 30) for _ in range(4096)]
 
@@ -92,7 +99,8 @@ def write_biglog(
     sample = L.StepFields(
         step=12345, seconds=5.6, tflops=51.2, tokens=3290.0, total_weights=1572864, loss=3.2
     )
-    step_bytes: float = nodes * (len(prefixes[-1]) + 48 + len(L.step_line(sample)) + 1)
+    absl_width = 0 if undated_steps else 48
+    step_bytes: float = nodes * (len(prefixes[-1]) + absl_width + len(L.step_line(sample)) + 1)
     step_bytes += noise_per_step * (sum(len(x) + 1 for x in pool) / pool_n)
     fixed = sum(len(x) + 1 for x in pre) + 4096
     total_steps = max(int((size_bytes - fixed) / step_bytes), 1)
@@ -108,8 +116,8 @@ def write_biglog(
     )
     pre = header + pre_head + pre
 
-    t = SIM_EPOCH + 600.0
     lines_written = 0
+    order = list(range(nodes))
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "wb") as fh:
         head = ("\n".join(pre) + "\n").encode()
@@ -142,8 +150,13 @@ def write_biglog(
             body = L.step_line(f)
             ts = L.absl_prefix(t, 0, "metric_logger.py:232")
             head_ts, tail_ts = ts.split(" 0 ", 1)
-            for r in range(nodes):
-                line = f"{prefixes[r]}{head_ts} {tids[r]} {tail_ts}{body}"
+            if undated_steps:
+                rng.shuffle(order)  # srun interleaves the tasks: task 0 is rarely first
+            for r in order:
+                if undated_steps:
+                    line = f"{prefixes[r]}{body}"
+                else:
+                    line = f"{prefixes[r]}{head_ts} {tids[r]} {tail_ts}{body}"
                 buf.append(line)
                 buf_len += len(line) + 1
             if step % REFRESH == 0 and step:
@@ -186,9 +199,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--size-mb", type=float, default=None, help="overrides --size-gb")
     p.add_argument("--nodes", type=int, default=24)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--undated-steps", action="store_true", help="step lines without absl prefix")
     a = p.parse_args(argv)
     size = int((a.size_mb * (1 << 20)) if a.size_mb is not None else a.size_gb * (1 << 30))
-    res = write_biglog(a.out, size, nodes=a.nodes, seed=a.seed)
+    res = write_biglog(a.out, size, nodes=a.nodes, seed=a.seed, undated_steps=a.undated_steps)
     print(json.dumps(res.to_dict()))
     print(f"expected last step: {res.last_step}", file=sys.stderr)
     return 0

@@ -31,6 +31,9 @@ class LiveConfig:
     noise_every: float = 3.0
     compile_time: float = 1.0
     checkpoint_period: int | None = None
+    save_time: float = 0.0  # a save blocks the next step this long (it lands in its `seconds:`)
+    first_step_time: float | None = None  # step 0 (compilation inside the first step); None: step_time
+    undated_steps: bool = False  # step and save lines without absl prefix (print()-era MaxText)
     seed: int = 0
     # outputs mode: this process writes the whole Slurm log and lays out the job dir
     outputs: Path | None = None
@@ -149,6 +152,14 @@ class _Job:
         for r in self.ranks:
             self.out.task(r, self.absl(r, where) + text)
 
+    def each_step_line(self, where: str, text: str) -> None:
+        """Step and save lines: absl-stamped, or bare as print()-era MaxText wrote them."""
+        if self.cfg.undated_steps:
+            for r in self.ranks:
+                self.out.task(r, text)
+        else:
+            self.each_absl(where, text)
+
     def wait(self, secs: float) -> bool:
         """Sleep; True if cancelled meanwhile."""
         return self.stop.wait(max(secs, 0.0))
@@ -217,10 +228,12 @@ class _Job:
         self.each(lambda r: [self.absl(r, "train.py:902") + L.BARRIER_BEGIN])
         self.each(lambda r: [self.absl(r, "train.py:906") + L.BARRIER_PASSED])
         last_step_t = clock.wall()
+        saved = False
         for step in range(cfg.steps):
             if cfg.hang_after is not None and step > cfg.hang_after:
                 return self.hang()
-            if self.wait(cfg.step_time):
+            took = cfg.first_step_time if step == 0 and cfg.first_step_time is not None else cfg.step_time
+            if self.wait(took + (cfg.save_time if saved else 0.0)):
                 return self.cancelled()
             now = clock.wall()
             secs = now - last_step_t
@@ -234,9 +247,10 @@ class _Job:
                 total_weights=196608,
                 loss=2.1 + 8.8 * math.exp(-step / 45.0),
             )
-            self.each_absl("metric_logger.py:232", L.step_line(f))
-            if cfg.checkpoint_period and step % cfg.checkpoint_period == 0:
-                self.each_absl("train.py:1040", L.checkpoint_saved(step))
+            self.each_step_line("metric_logger.py:232", L.step_line(f))
+            saved = bool(cfg.checkpoint_period) and step % (cfg.checkpoint_period or 1) == 0
+            if saved:
+                self.each_step_line("train.py:1040", L.checkpoint_saved(step))
             if self.rng.random() < 0.3:
                 self.noise()
         self.each(
@@ -311,6 +325,9 @@ def parse_args(argv: Sequence[str] | None) -> LiveConfig:
     p.add_argument("--noise-every", type=float, default=3.0)
     p.add_argument("--compile-time", type=float, default=1.0)
     p.add_argument("--checkpoint-period", type=int, default=None)
+    p.add_argument("--save-time", type=float, default=0.0, help="a save blocks the next step this long")
+    p.add_argument("--first-step-time", type=float, default=None, help="step 0's time (compilation)")
+    p.add_argument("--undated-steps", action="store_true", help="step lines without absl prefix")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--outputs", type=Path)
     p.add_argument("--job-id", default=None)
@@ -343,6 +360,9 @@ def parse_args(argv: Sequence[str] | None) -> LiveConfig:
         noise_every=a.noise_every,
         compile_time=a.compile_time,
         checkpoint_period=a.checkpoint_period,
+        save_time=a.save_time,
+        first_step_time=a.first_step_time,
+        undated_steps=a.undated_steps,
         seed=a.seed,
         outputs=a.outputs,
         job_id=job_id,
