@@ -75,8 +75,8 @@ from jobdiagd.logs.state import LogState, StampClock, parse_fast_step
 from jobdiagd.logs.steps import TAIL
 from jobdiagd.model.alerts import Finding
 from jobdiagd.model.jobview import JobView
+from jobdiagd.rules.hostlist import expand_hostlist
 from jobdiagd.triage.engine import analyze
-from jobdiagd.triage.hostlist import expand_hostlist
 from jobdiagd.triage.resolve import JobRef, ResolveError, job_access, list_jobs, resolve
 
 MAX_TICKS = 200_000  # a guard against a log whose clock jumps by years

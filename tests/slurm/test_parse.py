@@ -8,19 +8,17 @@ from pathlib import Path
 
 import pytest
 
+from jobdiagd.rules.hostlist import parse_hostlist
+from jobdiagd.rules.slurm import normalize_state, parse_slurm_duration, parse_slurm_time
 from jobdiagd.sources.slurm_parse import (
     SQUEUE_FIELDS,
     SQUEUE_SEP,
     SlurmJob,
-    expand_hostlist,
     filter_jobs,
-    normalize_state,
     parse_sacct_parsable,
     parse_scontrol_oneline,
     parse_scontrol_output,
     parse_scontrol_pairs,
-    parse_slurm_duration,
-    parse_slurm_time,
     parse_squeue_format,
     parse_squeue_json,
     validate_job_id,
@@ -224,14 +222,14 @@ def test_parse_slurm_time() -> None:
         ("None assigned", []),
     ],
 )
-def test_expand_hostlist(text: str, want: list[str]) -> None:
-    assert expand_hostlist(text) == want
+def test_parse_hostlist(text: str, want: list[str]) -> None:
+    assert parse_hostlist(text) == want
 
 
 @pytest.mark.parametrize("bad", ["node[1-", "node]1[", "node[3-1]", "node[a-b]", "n[1-2", "n[1-200000]"])
-def test_expand_hostlist_rejects_malformed(bad: str) -> None:
+def test_parse_hostlist_rejects_malformed(bad: str) -> None:
     with pytest.raises(ValueError):
-        expand_hostlist(bad)
+        parse_hostlist(bad)
 
 
 # --- squeue -o ------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobdiagd.triage.signatures import (
+from jobdiagd.rules.signatures import (
     ALL_CLASSES,
     BY_CLASS,
     EVIDENCE_SIGNATURES,

@@ -23,10 +23,10 @@ from jobdiagd.config import Config
 from jobdiagd.detectors.base import NoData, Outcome, register
 from jobdiagd.model.alerts import Finding
 from jobdiagd.model.jobview import JobView
+from jobdiagd.rules.signatures import BY_CLASS, Tier
 from jobdiagd.triage.nextsteps import next_steps
 from jobdiagd.triage.progress import steady_step_time
 from jobdiagd.triage.report import fmt_duration, what_happened
-from jobdiagd.triage.signatures import BY_CLASS, Tier
 from jobdiagd.triage.stall import Budget, StallPolicy, stall_budget
 
 NAME = "hang"

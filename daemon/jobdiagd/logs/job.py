@@ -14,7 +14,7 @@ from pathlib import Path
 from jobdiagd.logs.reader import read_file
 from jobdiagd.logs.safeopen import ANYWHERE, LogAccess, RefusedFile
 from jobdiagd.logs.state import LogState
-from jobdiagd.triage.hostlist import expand_hostlist
+from jobdiagd.rules.hostlist import expand_hostlist
 from jobdiagd.triage.resolve import JobRef
 
 _RANK = re.compile(r"^rank-(\d+)\.log$")

@@ -29,8 +29,8 @@ from jobdiagd.logs.prefixes import Stamp, strip, strip_ansi
 from jobdiagd.logs.scan import HARMLESS_ONLY
 from jobdiagd.logs.steps import TRIAGE, Retention, StepSeries, step_record
 from jobdiagd.model.records import ClassHits, Evidence, NodeExit, StageEvent, StepRecord, Summary
-from jobdiagd.triage.progress import DEFAULT_CHECKPOINT_PERIOD, truthy
-from jobdiagd.triage.signatures import EVIDENCE_CLASSES, is_exception_line, match_line
+from jobdiagd.rules.maxtext import DEFAULT_CHECKPOINT_PERIOD, truthy
+from jobdiagd.rules.signatures import EVIDENCE_CLASSES, is_exception_line, match_line
 
 # The number must end at a comma or the line end: with `srun -u` another task's prefix can
 # land right after it (`completed step: 9` + `9: I1128 ...` must not read as step 99).

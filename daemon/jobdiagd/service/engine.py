@@ -43,15 +43,15 @@ from jobdiagd.logs.job import load_job
 from jobdiagd.logs.safeopen import ANYWHERE, LogAccess, RefusedFile
 from jobdiagd.model.alerts import Finding, Severity
 from jobdiagd.model.jobview import JobView
+from jobdiagd.rules.hostlist import expand_hostlist
+from jobdiagd.rules.slurm import FINISHED_STATES
 from jobdiagd.service.health import Health
 from jobdiagd.service.logging import EdgeTrigger, get_logger
 from jobdiagd.service.metrics import DaemonMetrics
 from jobdiagd.service.tsdb_enrich import TsdbEnricher
 from jobdiagd.sources.slurm import SlurmError, SlurmJob, SlurmWatcher, resolve_job_paths
-from jobdiagd.sources.slurm_parse import FINISHED_STATES
 from jobdiagd.sources.tail import ChangeWatcher, FileTail, OffsetStore
 from jobdiagd.triage.engine import analyze
-from jobdiagd.triage.hostlist import expand_hostlist
 from jobdiagd.triage.resolve import JobRef, ResolveError, job_access, parse_dirname, resolve
 from jobdiagd.triage.slurmstate import slurm_wall_s
 

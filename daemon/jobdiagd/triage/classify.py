@@ -57,8 +57,8 @@ from jobdiagd.logs.job import JobLogs
 from jobdiagd.logs.prefixes import Stamp, parse_full_stamp
 from jobdiagd.logs.state import LogState
 from jobdiagd.model.records import Evidence, StepRecord
+from jobdiagd.rules.signatures import BY_CLASS, EVIDENCE_CLASSES, SIGNATURES, Tier
 from jobdiagd.triage.progress import CheckpointConfig, Progress
-from jobdiagd.triage.signatures import BY_CLASS, EVIDENCE_CLASSES, SIGNATURES, Tier
 from jobdiagd.triage.stall import StallPolicy, stall_budget
 from jobdiagd.triage.tgs import TgsAnalysis
 

@@ -15,8 +15,8 @@ from jobdiagd.logs.job import JobLogs, load_job
 from jobdiagd.logs.safeopen import LogAccess
 from jobdiagd.model.records import StepRecord
 from jobdiagd.model.stepguard import implausible_top
+from jobdiagd.rules.hostlist import expand_hostlist, valid_host
 from jobdiagd.triage.classify import Classification, classify
-from jobdiagd.triage.hostlist import expand_hostlist, valid_host
 from jobdiagd.triage.nextsteps import next_steps
 from jobdiagd.triage.progress import (
     CheckpointConfig,

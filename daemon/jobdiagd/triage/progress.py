@@ -24,14 +24,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from jobdiagd.model.records import StepRecord
+from jobdiagd.rules.maxtext import DEFAULT_CHECKPOINT_PERIOD, truthy
 
 WARMUP_STEPS = 5
 STEADY_WINDOW = 50
-DEFAULT_CHECKPOINT_PERIOD = 200
-
-
-def truthy(value: str | None) -> bool:
-    return value is not None and value.strip().strip("\"'").lower() in ("true", "1", "yes", "on")
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,8 +6,8 @@ import time
 from typing import TYPE_CHECKING
 
 from jobdiagd import jsonsafe
+from jobdiagd.rules.signatures import describe
 from jobdiagd.triage.classify import SETUP_BUDGET_S
-from jobdiagd.triage.signatures import describe
 
 if TYPE_CHECKING:
     from jobdiagd.triage.engine import TriageResult

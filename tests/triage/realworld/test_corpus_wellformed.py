@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from jobdiagd.rules.signatures import ALL_CLASSES
 from jobdiagd.triage.engine import triage
-from jobdiagd.triage.signatures import ALL_CLASSES
 from tests.triage.realworld.builder import (
     CorpusError,
     Excerpt,
