@@ -74,10 +74,11 @@ from jobdiagd.logs.scan import LineScanner, default_scanner
 from jobdiagd.logs.state import LogState, StampClock, parse_fast_step
 from jobdiagd.logs.steps import TAIL
 from jobdiagd.model.alerts import Finding
+from jobdiagd.model.jobref import JobRef
 from jobdiagd.model.jobview import JobView
 from jobdiagd.rules.hostlist import expand_hostlist
 from jobdiagd.triage.engine import analyze
-from jobdiagd.triage.resolve import JobRef, ResolveError, job_access, list_jobs, resolve
+from jobdiagd.triage.resolve import ResolveError, job_access, list_jobs, resolve
 
 MAX_TICKS = 200_000  # a guard against a log whose clock jumps by years
 

@@ -7,8 +7,8 @@ import json
 
 from jobdiagd.chat.plot_inputs import hang_chart
 from jobdiagd.model.plotdata import StepPoint
+from jobdiagd.model.triage import CheckpointConfig
 from jobdiagd.service import plots_bridge
-from jobdiagd.triage.progress import CheckpointConfig
 
 
 def chart(n: int) -> object:

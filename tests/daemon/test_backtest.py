@@ -18,12 +18,13 @@ from jobdiagd import backtest
 from jobdiagd.backtest import FORK_MIN, place_unstamped, replay, survey, timeline
 from jobdiagd.config import default_config
 from jobdiagd.logs.state import LogState
+from jobdiagd.model.jobref import JobRef
 from jobdiagd.sim import lines as L
 from jobdiagd.sim import multitask
 from jobdiagd.sim.biglog import write_biglog
 from jobdiagd.sim.scenarios import build
 from jobdiagd.sources.tail import PrefilterTailReader
-from jobdiagd.triage.resolve import JobRef, resolve
+from jobdiagd.triage.resolve import resolve
 from tests.daemon.conftest import JobLog
 
 NOW = 1_800_000_000.0

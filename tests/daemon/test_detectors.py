@@ -12,10 +12,10 @@ from jobdiagd.detectors.jobend import JobEndDetector
 from jobdiagd.detectors.tgs import TgsDetector
 from jobdiagd.logs.state import LogState
 from jobdiagd.model.alerts import Finding
+from jobdiagd.model.jobref import JobRef
 from jobdiagd.model.jobview import JobView
 from jobdiagd.sim import lines as L
 from jobdiagd.triage.progress import checkpoint_config
-from jobdiagd.triage.resolve import JobRef
 from jobdiagd.triage.stall import StallPolicy
 
 POLICY = StallPolicy(stall_factor=3.0, min_stall_s=120.0, startup_s=1800.0, checkpoint_s=600.0)

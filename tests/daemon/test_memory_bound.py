@@ -21,15 +21,15 @@ from jobdiagd.detectors import tgs as tgs_detector
 from jobdiagd.logs.reader import MAX_LINE, read_file
 from jobdiagd.logs.state import EVENTS_KEEP, MAX_TASKS, SAVES_HEAD, SAVES_SLACK, SAVES_TAIL, LogState
 from jobdiagd.logs.steps import TAIL, TRIAGE, StepSeries
+from jobdiagd.model.jobref import JobRef
 from jobdiagd.model.jobview import JobView
 from jobdiagd.model.records import StepRecord
+from jobdiagd.model.triage import TriageResult
 from jobdiagd.sim.job import SIM_EPOCH
 from jobdiagd.sim.longrun import LongRun
 from jobdiagd.sources.tail import FileTail, PrefilterTailReader
-from jobdiagd.triage.engine import TriageResult
 from jobdiagd.triage.progress import STEADY_WINDOW, checkpoint_config
 from jobdiagd.triage.report import what_happened
-from jobdiagd.triage.resolve import JobRef
 
 PERIOD = 1000  # longer than the recent window: progress lost since a save needs the anchors
 SLOW_SAVE = 17_000  # a save that took 250 s outside its step's `seconds:` -- the slowest of the run

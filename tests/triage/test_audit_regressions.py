@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from jobdiagd.cli import main
+from jobdiagd.model.triage import TriageResult
 from jobdiagd.sim import lines as L
-from jobdiagd.triage.engine import TriageResult, triage
+from jobdiagd.triage.engine import triage
 from jobdiagd.triage.report import render_markdown
 from jobdiagd.triage.resolve import ResolveError, list_jobs
 

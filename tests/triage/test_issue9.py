@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from jobdiagd.model.triage import TriageResult
 from jobdiagd.sim import lines as L
-from jobdiagd.triage.engine import TriageResult, triage
+from jobdiagd.triage.engine import triage
 from jobdiagd.triage.report import render_markdown
 
 NOW = 2e9

@@ -8,7 +8,8 @@ from collections.abc import Callable
 import pytest
 
 from jobdiagd.model.records import StepRecord
-from jobdiagd.triage.progress import CheckpointConfig, checkpoint_config
+from jobdiagd.model.triage import CheckpointConfig
+from jobdiagd.triage.progress import checkpoint_config
 from jobdiagd.triage.tgs import analyze_tgs
 
 NO_CKPT = CheckpointConfig(False, None, False)

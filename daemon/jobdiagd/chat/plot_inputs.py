@@ -27,8 +27,8 @@ from jobdiagd.model.plotdata import (
     StepPoint,
 )
 from jobdiagd.model.records import StepRecord
-from jobdiagd.triage.progress import CheckpointConfig
-from jobdiagd.triage.tgs import BASELINE_FROM, BASELINE_TO, TgsAnalysis, analyze_tgs
+from jobdiagd.model.triage import CheckpointConfig, TgsAnalysis
+from jobdiagd.triage.tgs import BASELINE_FROM, BASELINE_TO, analyze_tgs
 from jobdiagd.tsdb.settings import GpuProfile, Thresholds
 
 MAX_MARKS = 400

@@ -18,8 +18,8 @@ from jobdiagd.config import Config
 from jobdiagd.detectors.base import NoData, Outcome, register
 from jobdiagd.model.alerts import Finding, Severity
 from jobdiagd.model.jobview import JobView
+from jobdiagd.model.triage import TriageResult
 from jobdiagd.rules.signatures import BY_CLASS, Tier, describe
-from jobdiagd.triage.engine import TriageResult
 
 NAME = "failure_signature"
 KIND = "failure"

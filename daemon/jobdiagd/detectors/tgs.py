@@ -21,7 +21,8 @@ from jobdiagd.detectors.base import NoData, Outcome, register
 from jobdiagd.model.alerts import Finding
 from jobdiagd.model.jobview import JobView
 from jobdiagd.model.records import StepRecord
-from jobdiagd.triage.tgs import BASELINE_FROM, RECENT, TgsAnalysis, analyze_tgs
+from jobdiagd.model.triage import TgsAnalysis
+from jobdiagd.triage.tgs import BASELINE_FROM, RECENT, analyze_tgs
 
 NAME = "tgs"
 KIND = "tgs-degradation"

@@ -8,12 +8,13 @@ from typing import Any
 from jobdiagd.logs.job import JobLogs
 from jobdiagd.logs.state import LogState
 from jobdiagd.logs.steps import HistoryPoint
+from jobdiagd.model.jobref import JobRef
 from jobdiagd.model.records import StepRecord
 from jobdiagd.model.stepguard import StepGuard
+from jobdiagd.model.triage import CheckpointConfig, TriageResult
 from jobdiagd.sources.slurm_parse import SlurmJob
-from jobdiagd.triage.engine import TriageResult, analyze
-from jobdiagd.triage.progress import CheckpointConfig, checkpoint_config, steady_step_time
-from jobdiagd.triage.resolve import JobRef
+from jobdiagd.triage.engine import analyze
+from jobdiagd.triage.progress import checkpoint_config, steady_step_time
 from jobdiagd.triage.stall import StallPolicy
 
 # Arrival times are only needed for the newest steps (the hang projection uses the last one);

@@ -42,6 +42,7 @@ from jobdiagd.detectors.tgs import NAME as TGS
 from jobdiagd.logs.job import load_job
 from jobdiagd.logs.safeopen import ANYWHERE, LogAccess, RefusedFile
 from jobdiagd.model.alerts import Finding, Severity
+from jobdiagd.model.jobref import JobRef
 from jobdiagd.model.jobview import JobView
 from jobdiagd.rules.hostlist import expand_hostlist
 from jobdiagd.rules.slurm import FINISHED_STATES
@@ -52,7 +53,7 @@ from jobdiagd.service.tsdb_enrich import TsdbEnricher
 from jobdiagd.sources.slurm import SlurmError, SlurmJob, SlurmWatcher, resolve_job_paths
 from jobdiagd.sources.tail import ChangeWatcher, FileTail, OffsetStore
 from jobdiagd.triage.engine import analyze
-from jobdiagd.triage.resolve import JobRef, ResolveError, job_access, parse_dirname, resolve
+from jobdiagd.triage.resolve import ResolveError, job_access, parse_dirname, resolve
 from jobdiagd.triage.slurmstate import slurm_wall_s
 
 # (view, incident kind, now) -> bounded JSON-ready inputs of the incident's picture, or None.

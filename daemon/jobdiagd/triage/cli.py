@@ -11,9 +11,11 @@ from pathlib import Path
 from jobdiagd import clock, jsonsafe
 from jobdiagd.logs import reader
 from jobdiagd.logs.safeopen import RefusedFile
-from jobdiagd.triage.engine import TriageResult, triage_ref
+from jobdiagd.model.jobref import JobRef
+from jobdiagd.model.triage import TriageResult
+from jobdiagd.triage.engine import triage_ref
 from jobdiagd.triage.report import SUMMARY_HEADER, render_json, render_markdown, render_row
-from jobdiagd.triage.resolve import JobRef, ResolveError, job_access, list_jobs, resolve
+from jobdiagd.triage.resolve import ResolveError, job_access, list_jobs, resolve
 
 
 def parse_now(text: str) -> float:

@@ -10,7 +10,7 @@ from jobdiagd.rules.signatures import describe
 from jobdiagd.triage.classify import SETUP_BUDGET_S
 
 if TYPE_CHECKING:
-    from jobdiagd.triage.engine import TriageResult
+    from jobdiagd.model.triage import TriageResult
 
 
 def fmt_duration(seconds: float | None) -> str:
@@ -235,10 +235,9 @@ def _progress_rows(r: TriageResult) -> list[tuple[str, str]]:
     if p.train_time_s is not None:
         rows.append(("Total training time (summed)", fmt_duration(p.train_time_s)))
     if p.wall_time_s is not None:
-        main = r.logs.main
         origin = (
             "JOB SUMMARY"
-            if main is not None and main.summary is not None and main.summary.wall_s is not None
+            if r.summary is not None and r.summary.wall_s is not None
             else "Slurm start to end/now"
         )
         rows.append((f"Wall time ({origin})", fmt_duration(p.wall_time_s)))
@@ -307,7 +306,7 @@ def render_markdown(r: TriageResult) -> str:
         )
         out.append(
             f"4. Verdict: {hb.verdict}."
-            + (" Confirm with TSDB GPU power/utilization before the error." if r.logs.ray else "")
+            + (" Confirm with TSDB GPU power/utilization before the error." if r.ray else "")
         )
     out.append("")
     out.append("### Training progress projection")
@@ -345,7 +344,7 @@ def render_markdown(r: TriageResult) -> str:
             lines.append(f"- {cls}" + (f": line {ev.line}: `{ev.text[:200]}`" if ev else ""))
     lines.extend(f"- {n}" for n in c.notes)
     out.extend(lines or ["None."])
-    if r.logs.ray:
+    if r.ray:
         out.append("")
         out.append("### Live dashboards (RAY=1 jobs only)")
         lv = r.live
