@@ -37,7 +37,7 @@ from jobdiagd.config import default_config
 from jobdiagd.detectors import build
 from jobdiagd.detectors.base import NoData
 from jobdiagd.model.jobref import JobRef
-from jobdiagd.model.jobview import JobView
+from jobdiagd.service.jobs import JobView
 from jobdiagd.sim.job import SIM_EPOCH
 from jobdiagd.sim.longrun import LongRun
 from jobdiagd.sources.tail import FileTail

@@ -75,8 +75,8 @@ from jobdiagd.logs.state import LogState, StampClock, parse_fast_step
 from jobdiagd.logs.steps import TAIL
 from jobdiagd.model.alerts import Finding
 from jobdiagd.model.jobref import JobRef
-from jobdiagd.model.jobview import JobView
 from jobdiagd.rules.hostlist import expand_hostlist
+from jobdiagd.service.jobs import JobView
 from jobdiagd.triage.engine import analyze
 from jobdiagd.triage.resolve import ResolveError, job_access, list_jobs, resolve
 

@@ -13,7 +13,7 @@ from jobdiagd.detectors.tgs import TgsDetector
 from jobdiagd.logs.state import LogState
 from jobdiagd.model.alerts import Finding
 from jobdiagd.model.jobref import JobRef
-from jobdiagd.model.jobview import JobView
+from jobdiagd.service.jobs import JobView
 from jobdiagd.sim import lines as L
 from jobdiagd.triage.progress import checkpoint_config
 from jobdiagd.triage.stall import StallPolicy

@@ -22,9 +22,9 @@ from jobdiagd.logs.reader import MAX_LINE, read_file
 from jobdiagd.logs.state import EVENTS_KEEP, MAX_TASKS, SAVES_HEAD, SAVES_SLACK, SAVES_TAIL, LogState
 from jobdiagd.logs.steps import TAIL, TRIAGE, StepSeries
 from jobdiagd.model.jobref import JobRef
-from jobdiagd.model.jobview import JobView
 from jobdiagd.model.records import StepRecord
 from jobdiagd.model.triage import TriageResult
+from jobdiagd.service.jobs import JobView
 from jobdiagd.sim.job import SIM_EPOCH
 from jobdiagd.sim.longrun import LongRun
 from jobdiagd.sources.tail import FileTail, PrefilterTailReader

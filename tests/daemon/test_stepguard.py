@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from jobdiagd.logs.state import LogState
 from jobdiagd.model.jobref import JobRef
-from jobdiagd.model.jobview import JobView
 from jobdiagd.model.records import StepRecord
 from jobdiagd.model.stepguard import JUMP_MIN_STEPS, SLACK, StepGuard, implausible_top
+from jobdiagd.service.jobs import JobView
 
 T0 = 1_780_000_000.0
 

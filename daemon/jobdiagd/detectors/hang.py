@@ -20,9 +20,8 @@ import dataclasses
 import zlib
 
 from jobdiagd.config import Config
-from jobdiagd.detectors.base import NoData, Outcome, register
+from jobdiagd.detectors.base import NoData, Outcome, WatchedJob, register
 from jobdiagd.model.alerts import Finding
-from jobdiagd.model.jobview import JobView
 from jobdiagd.rules.signatures import BY_CLASS, Tier
 from jobdiagd.triage.nextsteps import next_steps
 from jobdiagd.triage.progress import steady_step_time
@@ -78,7 +77,7 @@ class HangDetector:
         self._spent += 1
         return True
 
-    def budget(self, view: JobView, now: float) -> tuple[Budget, float | None]:
+    def budget(self, view: WatchedJob, now: float) -> tuple[Budget, float | None]:
         """(budget, steady step time) from `stall_budget`, cached between steps that cannot change it.
 
         Recomputed when the checkpoint adjacency of the last/next step changes (a save is due or
@@ -107,7 +106,7 @@ class HangDetector:
         view.memo[NAME] = BudgetMemo(last, view.version_steps(), adj, b, step_time, at)
         return b, step_time
 
-    def check(self, view: JobView, now: float) -> Outcome:
+    def check(self, view: WatchedJob, now: float) -> Outcome:
         if view.ended:
             return NoData("job ended")
         if view.slurm is not None and view.slurm.state != "RUNNING":

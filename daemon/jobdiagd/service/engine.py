@@ -43,10 +43,10 @@ from jobdiagd.logs.job import load_job
 from jobdiagd.logs.safeopen import ANYWHERE, LogAccess, RefusedFile
 from jobdiagd.model.alerts import Finding, Severity
 from jobdiagd.model.jobref import JobRef
-from jobdiagd.model.jobview import JobView
 from jobdiagd.rules.hostlist import expand_hostlist
 from jobdiagd.rules.slurm import FINISHED_STATES
 from jobdiagd.service.health import Health
+from jobdiagd.service.jobs import JobView
 from jobdiagd.service.logging import EdgeTrigger, get_logger
 from jobdiagd.service.metrics import DaemonMetrics
 from jobdiagd.service.tsdb_enrich import TsdbEnricher

@@ -28,7 +28,6 @@ from jobdiagd.alerts.store import StoreError, StoreUnavailable
 from jobdiagd.chat.router import ChatRouter
 from jobdiagd.detectors import build as build_detectors
 from jobdiagd.detectors import enabled_names
-from jobdiagd.model.jobview import JobView
 from jobdiagd.notifiers.base import ChatTransport
 from jobdiagd.notifiers.dispatcher import Dispatcher, RetryPolicy
 from jobdiagd.notifiers.registry import build_notifiers
@@ -38,6 +37,7 @@ from jobdiagd.service.alert_sync import add_state_mirrors
 from jobdiagd.service.chat_backend import DaemonChatBackend
 from jobdiagd.service.engine import Discovery, Engine, OutputsDiscovery, PlotInputs, SlurmDiscovery
 from jobdiagd.service.health import Health
+from jobdiagd.service.jobs import JobView
 from jobdiagd.service.lifecycle import Lifecycle
 from jobdiagd.service.logging import EdgeTrigger, configure_logging, get_logger
 from jobdiagd.service.metrics import DaemonMetrics, MetricsServer

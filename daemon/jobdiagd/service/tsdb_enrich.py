@@ -22,7 +22,7 @@ from typing import Any
 
 from jobdiagd.detectors import Report
 from jobdiagd.model.alerts import Finding
-from jobdiagd.model.jobview import JobView
+from jobdiagd.service.jobs import JobView
 from jobdiagd.service.logging import get_logger
 from jobdiagd.service.plots_bridge import strip_payload
 from jobdiagd.tsdb.access import SshTunnelPool

@@ -1,4 +1,8 @@
-"""JobView: what the daemon knows about one watched job (Slurm record, files, parsed logs, step arrival times)."""
+"""JobView: what the daemon knows about one watched job (Slurm record, files, parsed logs, step arrival times).
+
+The engine (and the backtest replay) owns and updates it; detectors read it through
+`detectors.base.WatchedJob`, the part of it they may see.
+"""
 
 from __future__ import annotations
 
