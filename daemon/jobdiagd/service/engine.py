@@ -51,10 +51,10 @@ from jobdiagd.service.logging import EdgeTrigger, get_logger
 from jobdiagd.service.metrics import DaemonMetrics
 from jobdiagd.service.tsdb_enrich import TsdbEnricher
 from jobdiagd.sources.slurm import SlurmError, SlurmJob, SlurmWatcher, resolve_job_paths
+from jobdiagd.sources.slurmstate import slurm_wall_s
 from jobdiagd.sources.tail import ChangeWatcher, FileTail, OffsetStore
 from jobdiagd.triage.engine import analyze
 from jobdiagd.triage.resolve import ResolveError, job_access, parse_dirname, resolve
-from jobdiagd.triage.slurmstate import slurm_wall_s
 
 # (view, incident kind, now) -> bounded JSON-ready inputs of the incident's picture, or None.
 PlotInputs = Callable[[JobView, str, float], dict[str, Any] | None]

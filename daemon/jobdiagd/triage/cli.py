@@ -84,7 +84,7 @@ def _slurm(ref: JobRef, args: argparse.Namespace, now: float) -> tuple[str | Non
         return str(args.slurm_state).upper(), None, None
     if args.no_slurm or ref.platform != "slurm" or not ref.job_id:
         return None, None, None
-    from jobdiagd.triage.slurmstate import query_job, slurm_wall_s
+    from jobdiagd.sources.slurmstate import query_job, slurm_wall_s
 
     job = query_job(ref.job_id)
     if job is None:

@@ -1,4 +1,4 @@
-"""Slurm state lookup for one-off triage, through the same backend the daemon uses."""
+"""Slurm state lookup for one job (one-off triage, the daemon's wall time), through the daemon's backend."""
 
 from __future__ import annotations
 
