@@ -10,8 +10,8 @@ import structlog
 from prometheus_client.parser import text_string_to_metric_families
 from structlog.testing import capture_logs
 
+from jobdiagd.logsetup import EdgeTrigger, bound_job, configure_logging, get_logger, job_logger
 from jobdiagd.model.alerts import Notification
-from jobdiagd.service.logging import EdgeTrigger, bound_job, configure_logging, get_logger, job_logger
 from jobdiagd.service.metrics import DaemonMetrics, MetricsServer
 
 

@@ -41,13 +41,13 @@ from jobdiagd.detectors.hang import BudgetMemo, policy_from_config
 from jobdiagd.detectors.tgs import NAME as TGS
 from jobdiagd.logs.job import load_job
 from jobdiagd.logs.safeopen import ANYWHERE, LogAccess, RefusedFile
+from jobdiagd.logsetup import EdgeTrigger, get_logger
 from jobdiagd.model.alerts import Finding, Severity
 from jobdiagd.model.jobref import JobRef
 from jobdiagd.rules.hostlist import expand_hostlist
 from jobdiagd.rules.slurm import FINISHED_STATES
 from jobdiagd.service.health import Health
 from jobdiagd.service.jobs import JobView
-from jobdiagd.service.logging import EdgeTrigger, get_logger
 from jobdiagd.service.metrics import DaemonMetrics
 from jobdiagd.service.tsdb_enrich import TsdbEnricher
 from jobdiagd.sources.slurm import SlurmError, SlurmJob, SlurmWatcher, resolve_job_paths

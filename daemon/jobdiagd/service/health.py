@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from jobdiagd import __version__
 from jobdiagd.alerts.incidents import format_duration
-from jobdiagd.service.logging import EdgeTrigger, get_logger
+from jobdiagd.logsetup import EdgeTrigger, get_logger
 
 STALE_FACTOR = 3.0
 

@@ -27,9 +27,9 @@ from jobdiagd.chat.plot_inputs import (
     tgs_chart,
 )
 from jobdiagd.chat.renderer import PlotRenderer
+from jobdiagd.logsetup import get_logger
 from jobdiagd.model.plotdata import HostSeries, IncidentMarks, PowerBands, PowerStrip, StepChart, StepPoint
 from jobdiagd.service.jobs import JobView
-from jobdiagd.service.logging import get_logger
 from jobdiagd.triage.tgs import BASELINE_FROM, BASELINE_TO, analyze_tgs
 from jobdiagd.tsdb.gpu_strip import GpuStrip
 from jobdiagd.tsdb.settings import TsdbSettings

@@ -28,6 +28,7 @@ from jobdiagd.alerts.store import StoreError, StoreUnavailable
 from jobdiagd.chat.router import ChatRouter
 from jobdiagd.detectors import build as build_detectors
 from jobdiagd.detectors import enabled_names
+from jobdiagd.logsetup import EdgeTrigger, configure_logging, get_logger
 from jobdiagd.notifiers.base import ChatTransport
 from jobdiagd.notifiers.dispatcher import Dispatcher, RetryPolicy
 from jobdiagd.notifiers.registry import build_notifiers
@@ -39,7 +40,6 @@ from jobdiagd.service.engine import Discovery, Engine, OutputsDiscovery, PlotInp
 from jobdiagd.service.health import Health
 from jobdiagd.service.jobs import JobView
 from jobdiagd.service.lifecycle import Lifecycle
-from jobdiagd.service.logging import EdgeTrigger, configure_logging, get_logger
 from jobdiagd.service.metrics import DaemonMetrics, MetricsServer
 from jobdiagd.service.plots_bridge import PlotBridge
 from jobdiagd.service.sdnotify import SdNotifier

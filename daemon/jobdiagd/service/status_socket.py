@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from jobdiagd import clock, jsonsafe
-from jobdiagd.service.logging import get_logger
+from jobdiagd.logsetup import get_logger
 
 MAX_REQUEST = 64 * 1024
 REQUEST_TIMEOUT = 5.0

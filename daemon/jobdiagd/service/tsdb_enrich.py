@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobdiagd.detectors import Report
+from jobdiagd.logsetup import get_logger
 from jobdiagd.model.alerts import Finding
 from jobdiagd.service.jobs import JobView
-from jobdiagd.service.logging import get_logger
 from jobdiagd.service.plots_bridge import strip_payload
 from jobdiagd.tsdb.access import SshTunnelPool
 from jobdiagd.tsdb.context import DiagnosisContext, context_from_triage
