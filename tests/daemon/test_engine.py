@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from jobdiagd.alerts.pipeline import AlertPipeline
+from jobdiagd.alerts.store import DB_NAME
 from jobdiagd.config import Config, loads
 from jobdiagd.detectors import build
 from jobdiagd.service.engine import Engine, OutputsDiscovery
@@ -41,7 +42,7 @@ class Daemon:
     def __init__(self, state: Path, outputs: Path) -> None:
         self.cfg = make_cfg(state)
         self.pipeline = AlertPipeline.open(state, self.cfg.incidents, ["jsonl"])
-        self.offsets = OffsetStore.in_state_dir(state)
+        self.offsets = OffsetStore(state / DB_NAME)
         self.engine = Engine(
             self.cfg,
             self.pipeline,

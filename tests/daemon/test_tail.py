@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from jobdiagd.alerts.store import DB_NAME
 from jobdiagd.logs.reader import read_file
 from jobdiagd.logs.state import LogState
 from jobdiagd.sources.tail import RESOLVE_EVERY, FileTail, OffsetStore, Saved
@@ -60,10 +61,10 @@ def test_deleted_file_raises_for_the_blind_notice(tmp_path: Path) -> None:
 
 
 def test_offsets_survive_reopening(tmp_path: Path) -> None:
-    store = OffsetStore.in_state_dir(tmp_path)
+    store = OffsetStore(tmp_path / DB_NAME)
     store.save([Saved("/a/log", "12", 7, 1234, 99, 1.5e9, None)], now=1.0)
     store.close()
-    again = OffsetStore.in_state_dir(tmp_path)
+    again = OffsetStore(tmp_path / DB_NAME)
     assert again.load("/a/log") == Saved("/a/log", "12", 7, 1234, 99, 1.5e9, None)
     assert again.known_jobs() == {"12"}
     again.forget_job("12")

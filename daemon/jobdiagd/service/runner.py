@@ -24,7 +24,7 @@ from typing import Any, Literal
 from jobdiagd import clock, config
 from jobdiagd.alerts.messages import MessageStore
 from jobdiagd.alerts.pipeline import AlertPipeline
-from jobdiagd.alerts.store import StoreError, StoreUnavailable
+from jobdiagd.alerts.store import DB_NAME, StoreError, StoreUnavailable
 from jobdiagd.chat.router import ChatRouter
 from jobdiagd.detectors import build as build_detectors
 from jobdiagd.detectors import enabled_names
@@ -66,7 +66,7 @@ def check_state_paths(cfg: config.Config) -> None:
 def _open_state(cfg: config.Config, names: list[str]) -> tuple[AlertPipeline, OffsetStore]:
     pipeline = AlertPipeline.open(cfg.daemon.state_dir, cfg.incidents, names, now=clock.wall())
     try:
-        offsets = OffsetStore.in_state_dir(cfg.daemon.state_dir)
+        offsets = OffsetStore(Path(cfg.daemon.state_dir) / DB_NAME)
     except sqlite3.Error as exc:
         pipeline.close()
         name = getattr(exc, "sqlite_errorname", "") or ""
