@@ -11,7 +11,8 @@ from jobdiagd.alerts.pipeline import AlertPipeline
 from jobdiagd.alerts.store import DB_NAME
 from jobdiagd.config import Config, loads
 from jobdiagd.detectors import build
-from jobdiagd.service.engine import Engine, OutputsDiscovery
+from jobdiagd.service.discovery import OutputsDiscovery
+from jobdiagd.service.engine import Engine
 from jobdiagd.sim import lines as L
 from jobdiagd.sources.tail import OffsetStore
 from tests.daemon.conftest import JobLog

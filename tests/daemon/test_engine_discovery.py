@@ -13,7 +13,8 @@ from pathlib import Path
 from jobdiagd.alerts.pipeline import AlertPipeline
 from jobdiagd.detectors import build
 from jobdiagd.model.jobref import JobRef
-from jobdiagd.service.engine import Discovered, Engine, NewJob
+from jobdiagd.service.discovery import Discovered, NewJob
+from jobdiagd.service.engine import Engine
 from jobdiagd.sources.slurm import SlurmJob
 from tests.daemon.conftest import JobLog
 from tests.daemon.test_engine import T0, events, make_cfg, outbox

@@ -14,7 +14,8 @@ from typing import Any
 
 from jobdiagd.detectors import build
 from jobdiagd.model.plotdata import HostSeries
-from jobdiagd.service.engine import Engine, OutputsDiscovery
+from jobdiagd.service.discovery import OutputsDiscovery
+from jobdiagd.service.engine import Engine
 from jobdiagd.service.plots_bridge import chart_from_payload, strip_from_payload
 from jobdiagd.service.runner import plot_inputs
 from jobdiagd.service.tsdb_enrich import TsdbEnricher

@@ -36,7 +36,8 @@ from jobdiagd.privatefs import check_private_file, check_private_parent, ensure_
 from jobdiagd.service import plots_bridge
 from jobdiagd.service.alert_sync import add_state_mirrors
 from jobdiagd.service.chat_backend import DaemonChatBackend
-from jobdiagd.service.engine import Discovery, Engine, OutputsDiscovery, PlotInputs, SlurmDiscovery
+from jobdiagd.service.discovery import Discovery, OutputsDiscovery, SlurmDiscovery
+from jobdiagd.service.engine import Engine, PlotInputs
 from jobdiagd.service.health import Health
 from jobdiagd.service.jobs import JobView
 from jobdiagd.service.lifecycle import Lifecycle
