@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from jobdiagd import backtest
-from jobdiagd.backtest import FORK_MIN, place_unstamped, replay, survey, timeline
 from jobdiagd.config import default_config
 from jobdiagd.logs.state import LogState
 from jobdiagd.model.jobref import JobRef
+from jobdiagd.service import backtest
+from jobdiagd.service.backtest import FORK_MIN, place_unstamped, replay, survey, timeline
 from jobdiagd.sim import lines as L
 from jobdiagd.sim import multitask
 from jobdiagd.sim.biglog import write_biglog

@@ -62,7 +62,7 @@ def _notify_test(args: argparse.Namespace) -> int:
 
 
 def _backtest(args: argparse.Namespace) -> int:
-    from jobdiagd.backtest import main as backtest_main
+    from jobdiagd.service.backtest import main as backtest_main
 
     return backtest_main(args)
 
