@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from jobdiagd.alerts.incidents import IncidentBook, format_duration
+from jobdiagd.alerts.incidents import IncidentBook
 from jobdiagd.alerts.store import AlertStore
+from jobdiagd.durations import rounded_duration
 from jobdiagd.model.alerts import Finding
 
 T0 = 1_800_000_000.0
@@ -197,7 +198,7 @@ def test_state_survives_a_reload() -> None:
 
 
 def test_format_duration() -> None:
-    assert [format_duration(s) for s in (5, 89, 90, 12 * 60, 89 * 60, 90 * 60, 3 * 86400 + 7200)] == [
+    assert [rounded_duration(s) for s in (5, 89, 90, 12 * 60, 89 * 60, 90 * 60, 3 * 86400 + 7200)] == [
         "5 s",
         "89 s",
         "2 min",

@@ -147,6 +147,15 @@ def test_wall_forms() -> None:
     assert parse_wall("garbage") is None
 
 
+def test_wall_in_slurm_clock_forms_reads_as_slurm_does() -> None:
+    # One parser for Slurm's duration syntax (rules.slurm.parse_slurm_duration): D-H:MM is
+    # days-hours:minutes, as squeue/sacct mean it (read as days-minutes:seconds before).
+    assert parse_wall("1-02:03:04") == 86400 + 2 * 3600 + 3 * 60 + 4
+    assert parse_wall("1-02:03") == 86400 + 2 * 3600 + 3 * 60
+    assert parse_wall("01:02:03") == 3723
+    assert parse_wall("12:34") == 12 * 60 + 34
+
+
 def test_tail_reader_incremental_truncation_and_rotation(tmp_path: Path) -> None:
     p = tmp_path / "a.log"
     p.write_text("0: completed step: 0, seconds: 1.0\n0: completed st")

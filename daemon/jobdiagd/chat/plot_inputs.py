@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
-from jobdiagd.alerts.incidents import format_duration
+from jobdiagd.durations import rounded_duration
 from jobdiagd.model.plotdata import (
     HostSeries,
     IncidentMarks,
@@ -109,7 +109,7 @@ def hang_chart(
     hi = max(x for x in (last_step, projected, points[-1].step if points else None, 0) if x is not None)
     facts = []
     if stalled_s is not None:
-        facts.append(f"no step for {format_duration(stalled_s)}")
+        facts.append(f"no step for {rounded_duration(stalled_s)}")
     if last_step is not None:
         facts.append(f"last step {last_step:,}")
     if projected is not None and last_step is not None and projected > last_step:

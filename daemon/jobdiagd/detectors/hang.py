@@ -21,11 +21,12 @@ import zlib
 
 from jobdiagd.config import Config
 from jobdiagd.detectors.base import NoData, Outcome, WatchedJob, register
+from jobdiagd.durations import exact_duration
 from jobdiagd.model.alerts import Finding
 from jobdiagd.rules.signatures import BY_CLASS, Tier
 from jobdiagd.triage.nextsteps import next_steps
 from jobdiagd.triage.progress import steady_step_time
-from jobdiagd.triage.report import fmt_duration, what_happened
+from jobdiagd.triage.report import what_happened
 from jobdiagd.triage.stall import Budget, StallPolicy, stall_budget
 
 NAME = "hang"
@@ -164,13 +165,13 @@ class HangDetector:
             expected = last + int(gap // step_time)
         if last is None:
             summary = (
-                f"no training step {fmt_duration(gap)} after {what} "
-                f"(budget {fmt_duration(budget.seconds)}, phase {budget.phase})"
+                f"no training step {exact_duration(gap)} after {what} "
+                f"(budget {exact_duration(budget.seconds)}, phase {budget.phase})"
             )
         else:
             summary = (
-                f"no training step for {fmt_duration(gap)} since {what}; expected ≈ step {expected} by now "
-                f"(budget {fmt_duration(budget.seconds)}, phase {budget.phase})"
+                f"no training step for {exact_duration(gap)} since {what}; expected ≈ step {expected} by now "
+                f"(budget {exact_duration(budget.seconds)}, phase {budget.phase})"
             )
         p = res.progress
         details: dict[str, object] = {
@@ -182,8 +183,8 @@ class HangDetector:
             "last step": last,
             "expected step": expected,
             "steady step time": f"{step_time:.2f} s" if step_time else "unknown",
-            "stalled for": fmt_duration(gap),
-            "budget": fmt_duration(budget.seconds),
+            "stalled for": exact_duration(gap),
+            "budget": exact_duration(budget.seconds),
             "last periodic checkpoint": p.last_checkpoint_step
             if p.last_checkpoint_step is not None
             else "none",

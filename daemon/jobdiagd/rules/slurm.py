@@ -1,4 +1,4 @@
-"""Slurm's vocabulary as data: job states (and which ones are finished), durations and timestamps."""
+"""Slurm's vocabulary as data: job states (finished, alive, running), exit codes, durations and timestamps."""
 
 from __future__ import annotations
 
@@ -55,6 +55,14 @@ FINISHED_STATES = frozenset(
         "REVOKED",
     }
 )
+# The job still exists and its log may still grow: triage reads a job in one of these states as
+# live (running or hanging), never as ended (runbook status table).
+ALIVE_STATES = frozenset(
+    {"RUNNING", "PENDING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING", "STAGE_OUT"}
+)
+# The job's processes run on its nodes (`SlurmJob.is_running`): a subset of ALIVE_STATES without
+# the waiting states, plus SIGNALING (being signalled by scancel, still running).
+RUNNING_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "STAGE_OUT", "SIGNALING"})
 _COMPACT_STATES = {
     "BF": "BOOT_FAIL",
     "CA": "CANCELLED",
@@ -161,3 +169,22 @@ def parse_slurm_time(text: str, tz: tzinfo | None = None) -> float | None:
     if tz is not None:
         return datetime.strptime(s, fmt).replace(tzinfo=tz).timestamp()
     return time.mktime(time.strptime(s, fmt))
+
+
+# --- exit codes --------------------------------------------------------------------------------------
+
+# A job or task ended by a signal Slurm sends to cancel it (scancel, the time limit): 128 + SIGINT,
+# 128 + SIGTERM. Such an exit is a cancel, not a failure of the job's own.
+CANCEL_EXITS = frozenset({130, 143})
+
+
+def end_state(exit_code: int | None) -> str:
+    """The end state a job's own exit code implies, in Slurm's words, when Slurm is not asked (the
+    JOB SUMMARY's exit): 0 COMPLETED, a cancel exit CANCELLED, any other FAILED; UNKNOWN without one."""
+    if exit_code is None:
+        return "UNKNOWN"
+    if exit_code == 0:
+        return "COMPLETED"
+    if exit_code in CANCEL_EXITS:
+        return "CANCELLED"
+    return "FAILED"

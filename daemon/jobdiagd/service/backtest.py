@@ -61,7 +61,7 @@ from typing import Any
 
 from jobdiagd import clock, jsonsafe
 from jobdiagd.alerts.incidents import IncidentBook
-from jobdiagd.config import Config, ConfigError, default_config, load
+from jobdiagd.config import Config, load_for_command
 from jobdiagd.detectors import Detector, NoData, Report, keep_resolution
 from jobdiagd.detectors import build as build_detectors
 from jobdiagd.detectors.hang import NAME as HANG
@@ -76,6 +76,7 @@ from jobdiagd.logs.steps import TAIL
 from jobdiagd.model.alerts import Finding
 from jobdiagd.model.jobref import JobRef
 from jobdiagd.rules.hostlist import expand_hostlist
+from jobdiagd.rules.slurm import end_state
 from jobdiagd.service.jobs import JobView
 from jobdiagd.triage.engine import analyze
 from jobdiagd.triage.resolve import ResolveError, job_access, list_jobs, resolve
@@ -654,11 +655,7 @@ def replay(ref: JobRef, cfg: Config, *, tick: float, ref_time: float, workers: i
     view.note_read(end)
     view.ended = True
     s = view.main.summary if view.main is not None else None
-    view.end_state = "UNKNOWN"
-    if s is not None and s.exit_code is not None:
-        view.end_state = (
-            "COMPLETED" if s.exit_code == 0 else "CANCELLED" if s.exit_code in (130, 143) else "FAILED"
-        )
+    view.end_state = end_state(s.exit_code if s is not None else None)
     view.final = analyze(load_job(ref, ref_time=ref_time, access=access), now=end, policy=policy)
     _tick(view, detectors, book, end, result, t0)
     base = t0 if t0 is not None else first
@@ -751,10 +748,8 @@ def refs_for(paths: Sequence[str]) -> list[JobRef]:
 
 
 def main(args: argparse.Namespace) -> int:
-    try:
-        cfg = load(args.config) if args.config else default_config()
-    except ConfigError as exc:
-        print(f"jobdiagd backtest: {exc}", file=sys.stderr)
+    cfg = load_for_command(args.config, "backtest")
+    if cfg is None:
         return 2
     tick = args.tick or cfg.daemon.tick_seconds
     workers = getattr(args, "workers", 1)

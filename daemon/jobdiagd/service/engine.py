@@ -32,20 +32,20 @@ from pathlib import Path
 from typing import Any
 
 from jobdiagd import clock
-from jobdiagd.alerts.incidents import format_duration
 from jobdiagd.alerts.pipeline import AlertPipeline
 from jobdiagd.config import Config
 from jobdiagd.detectors import Detector, NoData, Report, keep_resolution
 from jobdiagd.detectors.hang import NAME as HANG
 from jobdiagd.detectors.hang import BudgetMemo, policy_from_config
 from jobdiagd.detectors.tgs import NAME as TGS
+from jobdiagd.durations import rounded_duration
 from jobdiagd.logs.job import load_job
 from jobdiagd.logs.safeopen import ANYWHERE, LogAccess, RefusedFile
 from jobdiagd.logsetup import EdgeTrigger, get_logger
 from jobdiagd.model.alerts import Finding, Severity
 from jobdiagd.model.jobref import JobRef
 from jobdiagd.rules.hostlist import expand_hostlist
-from jobdiagd.rules.slurm import FINISHED_STATES
+from jobdiagd.rules.slurm import FINISHED_STATES, end_state
 from jobdiagd.service.discovery import Discovered, Discovery, NewJob, SlurmDiscovery
 from jobdiagd.service.health import Health
 from jobdiagd.service.jobs import JobView
@@ -95,13 +95,7 @@ def _followed(ref: JobRef) -> JobRef:
 
 def _summary_state(view: JobView) -> str:
     s = view.main.summary if view.main is not None else None
-    if s is None or s.exit_code is None:
-        return "UNKNOWN"
-    if s.exit_code == 0:
-        return "COMPLETED"
-    if s.exit_code in (130, 143):
-        return "CANCELLED"
-    return "FAILED"
+    return end_state(s.exit_code if s is not None else None)
 
 
 @dataclass
@@ -456,7 +450,7 @@ class Engine:
         if since is not None and self._source_notice(
             f"source-recovered:{name}:{int(since)}",
             f"source recovered: {name}",
-            f"`{name}` answers again (degraded for {format_duration(now - since)}).",
+            f"`{name}` answers again (degraded for {rounded_duration(now - since)}).",
             now,
             "info",
         ):

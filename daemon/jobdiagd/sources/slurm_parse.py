@@ -13,6 +13,7 @@ from jobdiagd.rules.hostlist import parse_hostlist
 from jobdiagd.rules.slurm import (
     FINISHED_STATES,
     NO_VALUE,
+    RUNNING_STATES,
     normalize_state,
     parse_slurm_duration,
     parse_slurm_time,
@@ -76,7 +77,7 @@ class SlurmJob:
 
     @property
     def is_running(self) -> bool:
-        return self.state in {"RUNNING", "COMPLETING", "CONFIGURING", "STAGE_OUT", "SIGNALING"}
+        return self.state in RUNNING_STATES
 
 
 def _node_list(nodes: str) -> tuple[str, ...]:

@@ -66,12 +66,9 @@ from jobdiagd.model.triage import (
     TgsAnalysis,
 )
 from jobdiagd.rules.signatures import BY_CLASS, EVIDENCE_CLASSES, SIGNATURES, Tier
+from jobdiagd.rules.slurm import ALIVE_STATES, CANCEL_EXITS
 from jobdiagd.triage.stall import StallPolicy, stall_budget
 
-CANCEL_EXITS = frozenset({130, 143})
-ALIVE_STATES = frozenset(
-    {"RUNNING", "PENDING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING", "STAGE_OUT"}
-)
 # Runbook: "setup/compilation overhead of ~15-30 min"; unaccounted time beyond this (plus the
 # stall budget) is read as a stall when no dated line measures it directly. 20 min is the
 # middle of the runbook's range.

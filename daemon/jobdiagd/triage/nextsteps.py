@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from jobdiagd.model.triage import TriageResult
+from jobdiagd.model.triage import TriageResult
+from jobdiagd.rules.slurm import CANCEL_EXITS
 
 TEMPLATES: dict[str, list[str]] = {
     "container-pull-fail": [
@@ -192,7 +190,9 @@ def next_steps(r: TriageResult) -> list[str]:
         if "XLA_PYTHON_CLIENT_MEM_FRACTION" in r.env
         else "",
         "failed_nodes": ", ".join(
-            f"{n.host} (exit {n.exit_code})" for n in r.node_exits if n.exit_code not in (0, 130, 143)
+            f"{n.host} (exit {n.exit_code})"
+            for n in r.node_exits
+            if n.exit_code != 0 and n.exit_code not in CANCEL_EXITS
         )
         or "see NODE_EXIT lines",
     }
