@@ -1,19 +1,27 @@
-"""Structured JSON logs (structlog) and an edge-triggered error helper that logs transitions, not ticks."""
+"""Structured JSON logs (structlog) and an edge-triggered error helper that logs transitions, not ticks.
+
+structlog is imported when a logger is first made, not when this module is: the one-shot
+commands (`jobdiagd status`, `triage`) import modules that log but mostly never do, and
+structlog's import costs more than the rest of their start-up.
+"""
 
 from __future__ import annotations
 
 import logging
 import sys
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-import structlog
+if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
 
 def configure_logging(level: str = "info", stream: TextIO | None = None) -> None:
     """One JSON object per line on stdout (journald keeps it); contextvars carry e.g. job_id."""
+    import structlog
+
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -30,6 +38,8 @@ def configure_logging(level: str = "info", stream: TextIO | None = None) -> None
 
 
 def get_logger(**bind: Any) -> Any:
+    import structlog
+
     return structlog.get_logger("jobdiagd").bind(**bind)
 
 
@@ -38,8 +48,11 @@ def job_logger(job_id: str, **bind: Any) -> Any:
     return get_logger(job_id=job_id, **bind)
 
 
-bound_job = structlog.contextvars.bound_contextvars
-"""`with bound_job(job_id="123"):` binds job_id to every log line in the block (task-local)."""
+def bound_job(**bind: Any) -> AbstractContextManager[None]:
+    """`with bound_job(job_id="123"):` binds job_id to every log line in the block (task-local)."""
+    import structlog
+
+    return structlog.contextvars.bound_contextvars(**bind)
 
 
 @dataclass

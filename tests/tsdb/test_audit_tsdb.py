@@ -24,8 +24,8 @@ from jobdiagd.tsdb.compare import to_markdown as cmp_md
 from jobdiagd.tsdb.context import DiagnosisContext, HeartbeatInfo, context_from_triage
 from jobdiagd.tsdb.discovery import discover
 from jobdiagd.tsdb.engine import adopt_earliest_root, diagnose
-from jobdiagd.tsdb.playbooks import PLAYBOOKS
 from jobdiagd.tsdb.playbooks.base import VERDICTS, PlaybookEnv, PlaybookResult
+from jobdiagd.tsdb.playbooks.registry import PLAYBOOKS
 from jobdiagd.tsdb.report import to_json, to_markdown
 from jobdiagd.tsdb.settings import TsdbSettings
 

@@ -21,8 +21,8 @@ from jobdiagd.tsdb.compare import to_markdown as cmp_md
 from jobdiagd.tsdb.context import DiagnosisContext
 from jobdiagd.tsdb.discovery import discover
 from jobdiagd.tsdb.engine import diagnose, incident_time
-from jobdiagd.tsdb.playbooks import PLAYBOOKS
 from jobdiagd.tsdb.playbooks.base import PlaybookEnv, PlaybookResult
+from jobdiagd.tsdb.playbooks.registry import PLAYBOOKS
 from jobdiagd.tsdb.report import to_json
 from jobdiagd.tsdb.settings import TsdbSettings
 

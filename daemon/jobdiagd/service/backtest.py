@@ -346,7 +346,7 @@ def _read_batches(
         for n, offset in rb.chunks(fd, 0, size):
             buf = rb.buf
             # Lines to yield: (index in chunk, start in chunk, raw, in the head, candidate).
-            total, cands = prefilter(buf, (), scan, end=1 + n, eq=rb.eq)
+            total, cands = prefilter(buf, (), scan, end=1 + n, eq=rb.scratch(1 + n))
             items: list[tuple[int, int, bytes, bool, bool]]
             if every_line or offset < HEAD_FULL:
                 cand_starts = {c[1] for c in cands}

@@ -32,7 +32,7 @@ from jobdiagd.model.alerts import Incident
 from jobdiagd.service.engine import Engine
 from jobdiagd.service.plots_bridge import PlotBridge, chart_payload
 from jobdiagd.service.status_cli import format_status
-from jobdiagd.tsdb.playbooks import PLAYBOOKS
+from jobdiagd.tsdb.playbooks.registry import PLAYBOOKS
 
 MAX_OUTPUT = 32 * 1024 * 1024
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 from pathlib import Path
@@ -13,6 +12,8 @@ from jobdiagd.service import status_cli
 
 
 def _run(args: argparse.Namespace) -> int:
+    import asyncio
+
     from jobdiagd.alerts.store import StoreError
     from jobdiagd.privatefs import UnsafePathError
     from jobdiagd.service.runner import run_daemon
@@ -54,6 +55,8 @@ def _notify_test(args: argparse.Namespace) -> int:
     cfg = load_for_command(args.config, "notify-test")
     if cfg is None:
         return 2
+    import asyncio
+
     return asyncio.run(run_notify_test(cfg, sys.stdout))
 
 

@@ -7,15 +7,16 @@ import os
 import sys
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from jobdiagd import clock, jsonsafe
-from jobdiagd.logs import reader
-from jobdiagd.logs.safeopen import RefusedFile
-from jobdiagd.model.jobref import JobRef
-from jobdiagd.model.triage import TriageResult
-from jobdiagd.triage.engine import triage_ref
-from jobdiagd.triage.report import SUMMARY_HEADER, render_json, render_markdown, render_row
-from jobdiagd.triage.resolve import ResolveError, job_access, list_jobs, resolve
+
+if TYPE_CHECKING:
+    from jobdiagd.model.jobref import JobRef
+    from jobdiagd.model.triage import TriageResult
+
+# The parser, engine and report are imported when `triage` runs (`run`), not when it is
+# registered: `jobdiagd --help` and the other subcommands load this module for its arguments.
 
 
 def parse_now(text: str) -> float:
@@ -93,6 +94,9 @@ def _slurm(ref: JobRef, args: argparse.Namespace, now: float) -> tuple[str | Non
 
 
 def _one(ref: JobRef, args: argparse.Namespace, now: float) -> TriageResult:
+    from jobdiagd.triage.engine import triage_ref
+    from jobdiagd.triage.resolve import job_access
+
     state, wall, user = _slurm(ref, args, now)
     # Only files inside the job's outputs root (or a root named by --outputs/$JOBDIAGD_OUTPUTS)
     # and owned by the job's user are read.
@@ -101,6 +105,11 @@ def _one(ref: JobRef, args: argparse.Namespace, now: float) -> TriageResult:
 
 
 def run(args: argparse.Namespace) -> int:
+    from jobdiagd.logs import reader
+    from jobdiagd.logs.safeopen import RefusedFile
+    from jobdiagd.triage.report import SUMMARY_HEADER, render_json, render_markdown, render_row
+    from jobdiagd.triage.resolve import ResolveError, list_jobs, resolve
+
     now = args.now if args.now is not None else clock.wall()
     if args.workers < 1:
         print("jobdiagd triage: --workers must be at least 1", file=sys.stderr)
