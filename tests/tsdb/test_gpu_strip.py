@@ -13,8 +13,7 @@ from jobdiagd.tsdb.access import AccessError, LocalPrometheus
 from jobdiagd.tsdb.client import PromClient
 from jobdiagd.tsdb.gpu_strip import MIN_STEP_S, check_host, fetch_gpu_strip, strip_step
 from jobdiagd.tsdb.settings import TsdbSettings
-
-from .conftest import Fixtures
+from tests.helpers.tsdb import Fixtures
 
 
 def finite(vals: tuple[float, ...]) -> list[float]:

@@ -30,11 +30,18 @@ from jobdiagd.tsdb.playbooks.hang import (
 )
 from jobdiagd.tsdb.report import to_json, to_markdown
 from jobdiagd.tsdb.settings import DEFAULT_PROFILES, Thresholds, TsdbSettings
-
-from .conftest import Built, make_ctx
-from .test_audit_tsdb import NOW, build, private_copy
-from .test_heartbeat_stall import hang_hb_job, hb_ctx, rows
-from .test_patterns import counter, sparse
+from tests.helpers.tsdb import (
+    NOW,
+    Built,
+    build,
+    counter,
+    hang_hb_job,
+    hb_ctx,
+    make_ctx,
+    private_copy,
+    rows,
+    sparse,
+)
 
 TH = Thresholds()
 MI300X = DEFAULT_PROFILES["MI300X"]
