@@ -16,6 +16,7 @@ from jobdiagd.service.lifecycle import Lifecycle
 from jobdiagd.service.runner import run_daemon
 from tests.helpers.emulators.telegram import TelegramEmulator
 from tests.helpers.joblog import JobLog
+from tests.helpers.services import require_service
 
 CHAT = -1001
 
@@ -83,6 +84,7 @@ class RunningDaemon:
 
 
 async def start_daemon(cfg: Path, outputs: Path) -> RunningDaemon:
+    require_service("daemon", "the daemon (run_daemon, in-process)")
     got: dict[str, Any] = {}
     ready = asyncio.Event()
 

@@ -389,6 +389,7 @@ async def test_a_hung_alertmanager_times_out(tmp_path: Path) -> None:
         await s.stop()
 
 
+@pytest.mark.alertmanager
 async def test_basic_auth_against_a_protected_alertmanager_and_the_secret_never_shows(
     am_dir: Path, webhook: Webhook, tmp_path: Path
 ) -> None:

@@ -21,6 +21,9 @@ import pytest
 from tests.helpers.daemon import notes, start_daemon, status, stop, wait_for, write_cfg
 from tests.helpers.joblog import JobLog
 
+# Runs the real daemon on real time (tests/conftest.py: service markers).
+pytestmark = pytest.mark.daemon
+
 PY = sys.executable
 
 

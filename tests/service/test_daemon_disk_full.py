@@ -20,6 +20,9 @@ from tests.helpers.daemon import start_daemon, status, stop, wait_for
 from tests.helpers.joblog import JobLog
 from tests.helpers.small_disk import fill, tmpfs
 
+# Runs the real daemon on real time (tests/conftest.py: service markers).
+pytestmark = pytest.mark.daemon
+
 
 @pytest.fixture
 def small_disk(short_tmp: Path) -> Iterator[Path]:

@@ -25,6 +25,9 @@ from tests.helpers.daemon import notes, start_daemon, status, stop, wait_for
 from tests.helpers.joblog import JobLog
 from tests.helpers.slurm_cluster import SlurmCluster
 
+# Runs the real daemon on real time (tests/conftest.py: service markers).
+pytestmark = pytest.mark.daemon
+
 NOBODY = pwd.getpwnam("nobody")
 SLURM_JOB_SCRIPT = Path(live.__file__).with_name("slurm_job.sh")
 SECRET = "root:$y$j9T$SECRET-HASH-0123456789:19000:0:99999:7:::"

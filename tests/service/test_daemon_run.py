@@ -12,6 +12,9 @@ import pytest
 from tests.helpers.daemon import PY, notes, start_daemon, status, stop, wait_for, write_cfg
 from tests.helpers.joblog import JobLog
 
+# Runs the real daemon on real time (tests/conftest.py: service markers).
+pytestmark = pytest.mark.daemon
+
 
 def test_live_job_hang_is_paged_with_triage_then_the_end_report(
     short_tmp: Path, procs: list[subprocess.Popen[bytes]]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from jobdiagd.service import plots_bridge
 from tests.helpers.chat import RunningDaemon, hung_job, start_daemon, until
 from tests.helpers.emulators.slack import Envelope, SlackEmulator, SlackMessage
@@ -16,6 +18,9 @@ from tests.helpers.slack import (
     OTHER_CHAN,
     slack_daemon_config,
 )
+
+# Runs the real daemon on real time (tests/conftest.py: service markers).
+pytestmark = pytest.mark.daemon
 
 
 def pages(em: SlackEmulator, channel: str = CHAN) -> list[SlackMessage]:

@@ -27,6 +27,9 @@ from tests.helpers.daemon import notes, wait_for
 from tests.helpers.procs import alive, pids_in, zombie_children
 from tests.helpers.slurm_cluster import SlurmCluster
 
+# Runs the real daemon on real time (tests/conftest.py: service markers).
+pytestmark = pytest.mark.daemon
+
 PY = sys.executable
 SIM_JOB = Path(live.__file__).with_name("slurm_job.sh")
 

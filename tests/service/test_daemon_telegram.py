@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from jobdiagd.service import plots_bridge
 from tests.helpers.chat import (
     ALICE,
@@ -16,6 +18,9 @@ from tests.helpers.chat import (
     until,
 )
 from tests.helpers.emulators.telegram import StoredMessage, TelegramEmulator
+
+# Runs the real daemon on real time (tests/conftest.py: service markers).
+pytestmark = pytest.mark.daemon
 
 
 def incident_messages(tg: TelegramEmulator, chat: int = CHAT) -> list[StoredMessage]:

@@ -199,6 +199,7 @@ def hb_ctx(b: Built, crash: float, task: int, *, fqdn_nodes: bool = False) -> Di
         (97.0, "dead-node"),  # died 5 s after crash - timeout (hb-real-death)
     ],
 )
+@pytest.mark.prometheus
 async def test_heartbeat_real_death_is_not_a_false_positive(
     fqdn_death: Built, tmp_path: Path, settings: TsdbSettings, crash_after_end: float, expect: str
 ) -> None:
@@ -215,6 +216,7 @@ async def test_heartbeat_real_death_is_not_a_false_positive(
     assert d.result.chain[0].startswith("node004 died")
 
 
+@pytest.mark.prometheus
 async def test_heartbeat_false_positive_with_fqdn_labels_and_nodes(
     fqdn_death: Built, tmp_path: Path, settings: TsdbSettings
 ) -> None:
@@ -235,6 +237,7 @@ async def test_heartbeat_false_positive_with_fqdn_labels_and_nodes(
 # --- 3: hang triggered by one host's RDMA link --------------------------------------------------------
 
 
+@pytest.mark.prometheus
 async def test_hang_names_the_rdma_trigger(root: Path, tmp_path: Path, settings: TsdbSettings) -> None:
     b = build(RdmaTriggerSim(scenario("rccl-hang", job_id="6102")), root / "rdma-trigger")
     d = await diagnose(make_ctx(b), settings, now=NOW, with_anomaly=False)
@@ -261,6 +264,7 @@ async def test_plain_hang_has_no_trigger(fixtures: Fixtures, tmp_path: Path, set
 # --- 4: MoE routing shift ----------------------------------------------------------------------------
 
 
+@pytest.mark.prometheus
 async def test_moe_routing_shift_is_the_root_cause(root: Path, settings: TsdbSettings) -> None:
     sim = MoeSim(scenario("healthy", job_id="6103", extra={"degrade_from": 0.6}))
     b = build(sim, root / "moe")
@@ -280,6 +284,7 @@ async def test_moe_routing_shift_is_the_root_cause(root: Path, settings: TsdbSet
 # --- 5 + 6: all-node OOM spike off checkpoint steps; correctable errors only --------------------------
 
 
+@pytest.mark.prometheus
 async def test_all_node_oom_spike_and_ce_only(root: Path, settings: TsdbSettings) -> None:
     sim = OomCeSim(scenario("healthy", job_id="6104", hang_after_steps=157, hang_s=0.0, tail_s=20.0))
     b = build(sim, root / "oom-ce")
@@ -300,6 +305,7 @@ async def test_all_node_oom_spike_and_ce_only(root: Path, settings: TsdbSettings
     assert "all RAS/PCIe counters zero" not in json.dumps([f.summary for f in hw.findings])
 
 
+@pytest.mark.prometheus
 async def test_checkpoint_oom_still_needs_checkpoint_alignment(root: Path, settings: TsdbSettings) -> None:
     """The replica-0 save spike at step 200 pushes node001/node002 over the limit: checkpoint-oom."""
 

@@ -115,6 +115,7 @@ def _build(tmp_path: Path, text: str) -> Path:
     return out
 
 
+@pytest.mark.prometheus
 async def test_ray_label_variants_and_hostile_labels(tmp_path: Path) -> None:
     t0 = 1_780_272_000
     lines = []
@@ -150,6 +151,7 @@ async def test_ray_label_variants_and_hostile_labels(tmp_path: Path) -> None:
     assert "x;rm -rf /" not in by_host(ips.power)
 
 
+@pytest.mark.prometheus
 async def test_ip_only_utilization_is_shown_per_ip_with_a_note(tmp_path: Path) -> None:
     t0 = 1_780_272_000
     lines = []

@@ -200,6 +200,7 @@ def dead_process(root: Path) -> Built:
     return build(JobSim(scenario("dead-process", extra={"gone_power_w": 100.0})), root / "dead-process")
 
 
+@pytest.mark.prometheus
 async def test_process_gone_while_peers_busy_wait_is_dead_node(
     dead_process: Built, tmp_path: Path, settings: TsdbSettings
 ) -> None:
@@ -220,6 +221,7 @@ async def test_process_gone_while_peers_busy_wait_is_dead_node(
     assert "Inspect node004" in r.next_steps[0]
 
 
+@pytest.mark.prometheus
 async def test_process_series_stop_without_idle_power_is_dead_node(
     root: Path, tmp_path: Path, settings: TsdbSettings
 ) -> None:
@@ -242,6 +244,7 @@ async def test_process_series_stop_without_idle_power_is_dead_node(
     )
 
 
+@pytest.mark.prometheus
 async def test_silent_host_while_peers_busy_wait_is_dead_node(
     root: Path, tmp_path: Path, settings: TsdbSettings
 ) -> None:
@@ -258,6 +261,7 @@ async def test_silent_host_while_peers_busy_wait_is_dead_node(
 # --- scenarios: hang then heartbeat, seen by the hang playbook ------------------------------------------
 
 
+@pytest.mark.prometheus
 async def test_hang_playbook_on_a_heartbeat_killed_hang(
     hang_hb: Built, tmp_path: Path, settings: TsdbSettings
 ) -> None:
@@ -277,6 +281,7 @@ async def test_hang_playbook_on_a_heartbeat_killed_hang(
     assert "TSDB confirms: hang-then-heartbeat" in r.triage_correlation
 
 
+@pytest.mark.prometheus
 async def test_hang_then_heartbeat_from_the_real_triage(
     hang_hb: Built, tmp_path: Path, settings: TsdbSettings
 ) -> None:
@@ -299,6 +304,7 @@ def background(root: Path) -> Built:
     return build(JobSim(scenario("rdma-background")), root / "rdma-background")
 
 
+@pytest.mark.prometheus
 async def test_background_rdma_counts_are_no_trigger(
     background: Built, tmp_path: Path, settings: TsdbSettings
 ) -> None:
@@ -315,6 +321,7 @@ async def test_background_rdma_counts_are_no_trigger(
     assert "### Anomalies detected\nNone" in to_markdown(d)
 
 
+@pytest.mark.prometheus
 async def test_rdma_burst_on_one_host_is_the_trigger(
     root: Path, tmp_path: Path, settings: TsdbSettings
 ) -> None:
@@ -333,6 +340,7 @@ async def test_rdma_burst_on_one_host_is_the_trigger(
     assert abs(d.anomaly.root.onset - (b.sim.train_end - lead)) <= 30
 
 
+@pytest.mark.prometheus
 async def test_dead_host_alone_is_anomalous_despite_background(
     root: Path, tmp_path: Path, settings: TsdbSettings
 ) -> None:

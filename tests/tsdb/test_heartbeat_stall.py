@@ -82,6 +82,7 @@ def hang_hb(root: Path) -> Built:
     return hang_hb_job(root)
 
 
+@pytest.mark.prometheus
 async def test_heartbeat_kill_after_a_long_hang_undated_log(
     hang_hb: Built, tmp_path: Path, settings: TsdbSettings
 ) -> None:
@@ -102,6 +103,7 @@ async def test_heartbeat_kill_after_a_long_hang_undated_log(
     assert r.incident is not None and abs(r.incident - b.sim.train_end) <= 30
 
 
+@pytest.mark.prometheus
 async def test_heartbeat_kill_after_a_long_hang_triage_time(
     hang_hb: Built, tmp_path: Path, settings: TsdbSettings
 ) -> None:
@@ -112,6 +114,7 @@ async def test_heartbeat_kill_after_a_long_hang_triage_time(
     assert "last step 149 at" in r.root_cause and "from the triage" in r.root_cause
 
 
+@pytest.mark.prometheus
 async def test_training_until_the_kill_stays_a_false_positive(
     hang_hb: Built, tmp_path: Path, settings: TsdbSettings
 ) -> None:

@@ -134,6 +134,7 @@ def net_burst(root: Path) -> Built:
 # --- 1 + 2: a completed job has no hang and no heartbeat kill -----------------------------------------
 
 
+@pytest.mark.prometheus
 async def test_completed_job_hang_and_heartbeat_do_not_apply(
     net_burst: Built, tmp_path: Path, settings: TsdbSettings
 ) -> None:
@@ -151,6 +152,7 @@ async def test_completed_job_hang_and_heartbeat_do_not_apply(
     assert incident_time(env, hb) is None
 
 
+@pytest.mark.prometheus
 async def test_final_step_or_no_stall_is_not_a_hang(
     net_burst: Built, tmp_path: Path, settings: TsdbSettings
 ) -> None:
@@ -167,6 +169,7 @@ async def test_final_step_or_no_stall_is_not_a_hang(
 # --- 3: correctable errors only make the GPU anomalous ------------------------------------------------
 
 
+@pytest.mark.prometheus
 async def test_gpu_health_ce_only_is_degrading_hardware(
     net_burst: Built, tmp_path: Path, settings: TsdbSettings
 ) -> None:
@@ -185,6 +188,7 @@ async def test_gpu_health_ce_only_is_degrading_hardware(
 # --- 5: a transient slowdown during a TCP burst ------------------------------------------------------
 
 
+@pytest.mark.prometheus
 async def test_tcp_burst_slowdown_is_attributed(
     net_burst: Built, tmp_path: Path, settings: TsdbSettings
 ) -> None:
@@ -204,6 +208,7 @@ async def test_tcp_burst_slowdown_is_attributed(
 # --- 6: network-health reports TCP outliers, CNPs and lifetime totals -----------------------------------
 
 
+@pytest.mark.prometheus
 async def test_network_health_tcp_cnp_and_lifetime(
     net_burst: Built, tmp_path: Path, settings: TsdbSettings
 ) -> None:
@@ -221,6 +226,7 @@ async def test_network_health_tcp_cnp_and_lifetime(
 # --- 4: contention on a single host ---------------------------------------------------------------------
 
 
+@pytest.mark.prometheus
 async def test_io_contention_on_one_host(root: Path, tmp_path: Path, settings: TsdbSettings) -> None:
     b = build(IoOneHostSim(scenario("healthy", job_id="6202", extra={"degrade_from": 0.6})), root / "io1")
     r = (await run_playbooks(b, tmp_path, settings, ["training-stability"]))["training-stability"][0]
@@ -236,6 +242,7 @@ def cpu_port(root: Path) -> Built:
     return build(sim, root / "cpu1")
 
 
+@pytest.mark.prometheus
 async def test_cpu_contention_on_one_host(cpu_port: Built, tmp_path: Path, settings: TsdbSettings) -> None:
     r = (await run_playbooks(cpu_port, tmp_path, settings, ["training-stability"]))["training-stability"][0]
     assert r.verdict == "healthy"  # no CPU-contention verdict in the fixed set (documented)
@@ -248,6 +255,7 @@ async def test_cpu_contention_on_one_host(cpu_port: Built, tmp_path: Path, setti
 # --- 7: network-health ranges over the full job ----------------------------------------------------------
 
 
+@pytest.mark.prometheus
 async def test_network_health_sees_port_down_after_last_step(
     cpu_port: Built, tmp_path: Path, settings: TsdbSettings
 ) -> None:
@@ -260,6 +268,7 @@ async def test_network_health_sees_port_down_after_last_step(
 # --- 10: partial-GPU hang after completed steps is not init-phase ----------------------------------------
 
 
+@pytest.mark.prometheus
 async def test_partial_gpu_hang_after_steps_is_not_init_phase(
     root: Path, tmp_path: Path, settings: TsdbSettings
 ) -> None:

@@ -71,6 +71,7 @@ def restore_ctx(b: Built) -> DiagnosisContext:
     return replace(ctx, job_dir=b.files.job_dir)
 
 
+@pytest.mark.prometheus
 async def test_single_replica_restore_with_extra_wave_is_suspected_leak(
     restored: Built, tmp_path: Path, settings: TsdbSettings
 ) -> None:
