@@ -1,4 +1,4 @@
-"""`jobdiagd run` against hostile or unlucky log files (issue 7). Real daemon processes, real
+"""`jobdiagd run` against hostile or unlucky log files. Real daemon processes, real
 files, real permissions: `nobody` is the second local user owning foreign files, and the daemon
 that must not read a mode-000 log runs without the capabilities that let root bypass file
 permissions. Every wait is bounded, so a wedged daemon fails a test instead of hanging it.

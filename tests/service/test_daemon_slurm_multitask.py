@@ -1,6 +1,6 @@
 """The live daemon against a real Slurm job whose 8 tasks each print their own undated step lines.
 
-What the backtest's clock got wrong (issue 9), checked on the daemon's own path: with every task
+What the backtest's clock once got wrong, checked on the daemon's own path: with every task
 printing every step under `srun -l`, the step arrives when its first copy is read, the steady
 step time is one task's `seconds:` (not N times it), step 0 and the steps after checkpoint
 saves raise no hang alert, and the real hang is paged within its budget. Notifications are

@@ -1,4 +1,4 @@
-"""`jobdiagd triage` against hostile log files (issue 7): a FIFO, socket or directory where a
+"""`jobdiagd triage` against hostile log files: a FIFO, socket or directory where a
 log (main, Ray worker or rank log) should be, symlinks out of the job's outputs root, another
 user's file, and a bogus step line. Each run is a real CLI process with a timeout, so a reader
 that blocks fails the test instead of hanging the suite.

@@ -1,6 +1,6 @@
 """Status, cancel cascades, soft success, heartbeat verdicts and progress rules on hand-written logs.
 
-These are the cases an independent audit against the runbook once found wrong.
+Each case is one the engine once got wrong.
 
 Each test names the runbook rule it holds the engine to.
 """
@@ -132,7 +132,7 @@ def test_every_rank_segfaulting_after_the_last_step_is_not_a_soft_success(tmp_pa
     tail += [f"NODE_EXIT host=node00{i + 1} exit=139" for i in range(TASKS)]
     r = _final_step_then(tmp_path, [*tail, "== Training FAILED (exit=1, 520s) =="], 1)
     # srun's "Segmentation fault" is the runbook's signal-kill ("killed by signal (SIGSEGV ...)"),
-    # which the table ranks above node-fail; the NODE_EXIT 139 lines are its carriers (issue 9).
+    # which the table ranks above node-fail; the NODE_EXIT 139 lines are its carriers.
     assert (r.status, r.primary) == ("failed", "signal-kill")
     assert "node-fail" in r.cls.classes
     assert r.cls.stage == "Training"  # from `== Training FAILED`, not n/a

@@ -133,7 +133,7 @@ class PerNodeProcsSim(JobSim):
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("audit")
+    return tmp_path_factory.mktemp("finished-jobs")
 
 
 # --- 1: relative job path, and blocks without job metrics ------------------------------------------

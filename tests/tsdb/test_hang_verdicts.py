@@ -1,4 +1,4 @@
-"""Hang playbook verdicts of issue 9: dead node by process state, hang then heartbeat, baseline-relative
+"""Hang playbook verdicts: dead node by process state, hang then heartbeat, baseline-relative
 triggers and anomalous_hosts as the hosts off the majority pattern.
 
 Pure judgements on literal series first, then promtool-built scenarios (jobdiagd.sim.metrics: dead-process,

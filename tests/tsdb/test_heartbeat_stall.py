@@ -74,7 +74,7 @@ def test_judge_stall_training_to_the_end_or_idle_gpus_is_not_a_hang() -> None:
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("issue9")
+    return tmp_path_factory.mktemp("heartbeat-stall")
 
 
 @pytest.fixture(scope="module")

@@ -122,7 +122,7 @@ class CpuOneHostPortSim(JobSim):
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("audit2")
+    return tmp_path_factory.mktemp("playbook-signals")
 
 
 @pytest.fixture(scope="module")
