@@ -3,7 +3,7 @@
     .venv/bin/python bench/backtest_corpus.py [--json] [--tick 15]
 
 Builds `jobdiagd.sim.scenarios.build_all` into a temp dir, replays every job with
-`jobdiagd.backtest.replay`, and compares the alerts with each scenario's ground truth.
+`jobdiagd.service.backtest.replay`, and compares the alerts with each scenario's ground truth.
 Latency = alert time - (last step read + steady step time) for hangs after the first step
 (target: max(3 x step time, 120 s) + one tick); for hangs before the first step, alert time
 - when the pre-training barrier was read (target: startup grace + one tick).
@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from jobdiagd import clock
-from jobdiagd.backtest import replay
 from jobdiagd.config import default_config
+from jobdiagd.service.backtest import replay
 from jobdiagd.sim.scenarios import build_all
 from jobdiagd.triage.resolve import resolve
 

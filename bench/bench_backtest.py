@@ -33,13 +33,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from jobdiagd import backtest
 from jobdiagd.config import default_config
 from jobdiagd.detectors.hang import policy_from_config
 from jobdiagd.logs.job import load_job
 from jobdiagd.logs.prefixes import strip
 from jobdiagd.logs.state import StampClock
-from jobdiagd.model.jobview import JobView
+from jobdiagd.service import backtest
+from jobdiagd.service.jobs import JobView
 from jobdiagd.sim.biglog import write_biglog
 from jobdiagd.sim.multitask import Case, build_all
 from jobdiagd.triage.resolve import resolve

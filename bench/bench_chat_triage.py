@@ -1,7 +1,7 @@
 """Benchmark: `/triage` of a 1 GiB log over Telegram, through a running daemon and the real PTB client.
 
 Not a test. The daemon runs in-process against the local Telegram Bot API emulator
-(tests/chat/emulators); a user's `/triage PATH` and `/triage ID` are injected as updates.
+(tests/helpers/emulators); a user's `/triage PATH` and `/triage ID` are injected as updates.
 Printed: the "working…" latency (command injected -> placeholder received by the emulator;
 target < 2 s), the result latency (-> the report edited in; target < 60 s), both against
 `jobdiagd triage` run directly on the same file in the same run (the baseline), and the
@@ -23,7 +23,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from tests.chat.emulators.telegram import TelegramEmulator  # noqa: E402
+from tests.helpers.emulators.telegram import TelegramEmulator  # noqa: E402
 
 from jobdiagd.service.engine import Engine  # noqa: E402
 from jobdiagd.service.lifecycle import Lifecycle  # noqa: E402

@@ -20,7 +20,7 @@ from jobdiagd.sim.metrics import JobSim, scenario, write_job
 from jobdiagd.tsdb import access
 from jobdiagd.tsdb.context import DiagnosisContext, LogStep
 from jobdiagd.tsdb.engine import diagnose
-from jobdiagd.tsdb.playbooks import PLAYBOOKS
+from jobdiagd.tsdb.playbooks.registry import PLAYBOOKS
 from jobdiagd.tsdb.settings import TsdbSettings
 
 _prom_hwm_kb: list[int] = []

@@ -36,11 +36,11 @@ from typing import Any
 from jobdiagd.config import default_config
 from jobdiagd.detectors import build
 from jobdiagd.detectors.base import NoData
-from jobdiagd.model.jobview import JobView
+from jobdiagd.model.jobref import JobRef
+from jobdiagd.service.jobs import JobView
 from jobdiagd.sim.job import SIM_EPOCH
 from jobdiagd.sim.longrun import LongRun
 from jobdiagd.sources.tail import FileTail
-from jobdiagd.triage.resolve import JobRef
 
 STEP_S = 2.0
 

@@ -1,6 +1,6 @@
 """Benchmark: `/jobdiagd triage` of a 1 GiB log over Slack, through a running daemon and the real slack-sdk.
 
-Not a test. The daemon runs in-process against the local Slack emulator (tests/chat/emulators);
+Not a test. The daemon runs in-process against the local Slack emulator (tests/helpers/emulators);
 a user's slash command `/jobdiagd triage PATH` and `/jobdiagd triage ID` are injected as Socket
 Mode envelopes. Printed, worst of `--repeat`: the ack latency (envelope sent -> ack received;
 Slack's limit is 3 s), the "working…" latency (-> chat.postMessage received; target < 2 s),
@@ -25,7 +25,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from tests.chat.emulators.slack import SlackEmulator  # noqa: E402
+from tests.helpers.emulators.slack import SlackEmulator  # noqa: E402
 
 from bench_chat_triage import NAME, lag_probe, make_log  # noqa: E402
 from jobdiagd.service.engine import Engine  # noqa: E402

@@ -32,8 +32,9 @@ from jobdiagd.chat.plot_inputs import (  # noqa: E402
 )
 from jobdiagd.chat.plots import PowerStrip, StepChart, render  # noqa: E402
 from jobdiagd.model.records import StepRecord  # noqa: E402
+from jobdiagd.model.triage import CheckpointConfig  # noqa: E402
 from jobdiagd.sim.metrics import JobSim, scenario, write_job  # noqa: E402
-from jobdiagd.triage.progress import CheckpointConfig, checkpoint_config, steady_step_time  # noqa: E402
+from jobdiagd.triage.progress import checkpoint_config, steady_step_time  # noqa: E402
 from jobdiagd.triage.tgs import analyze_tgs  # noqa: E402
 from jobdiagd.tsdb.access import LocalPrometheus  # noqa: E402
 from jobdiagd.tsdb.client import PromClient  # noqa: E402

@@ -17,9 +17,21 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
 )
 
 
-# `jobdiagd triage` on a big log should not pay for importing aiohttp and the daemon: a
-# command known to live in one module imports only that module.
-COMMAND_MODULE: dict[str, str] = {"triage": "jobdiagd.triage.cli"}
+# A command known to live in one module imports only that module (`jobdiagd status` does not
+# load the TSDB client, `triage` not the daemon); without one (`--help`, a typo) every module
+# registers its subcommands. Those modules import what a subcommand needs when it runs, so
+# registering is cheap (bench/bench_startup.py).
+COMMAND_MODULE: dict[str, str] = {
+    "triage": "jobdiagd.triage.cli",
+    "diagnose": "jobdiagd.tsdb.cli",
+    "compare": "jobdiagd.tsdb.cli",
+    "status": "jobdiagd.service.status_cli",
+    "run": "jobdiagd.service.cli",
+    "notify-test": "jobdiagd.service.cli",
+    "detectors": "jobdiagd.service.cli",
+    "backtest": "jobdiagd.service.cli",
+    "demo": "jobdiagd.service.cli",
+}
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:

@@ -8,6 +8,7 @@ import grp
 import ipaddress
 import math
 import re
+import sys
 import tomllib
 import types
 import typing
@@ -588,6 +589,18 @@ def restart_required(old: Config, new: Config) -> list[str]:
 
 def default_config() -> Config:
     return _resolve_state_paths(Config())
+
+
+def load_for_command(path: str | Path | None, command: str) -> Config | None:
+    """The config `jobdiagd COMMAND` runs with: the file at `path`, else the built-in defaults.
+
+    A config that does not load is reported as one line, `jobdiagd COMMAND: <every problem>`, on
+    stderr, and None is returned: the command then exits 2 (a usage error, as argparse's)."""
+    try:
+        return load(path) if path else default_config()
+    except ConfigError as exc:
+        print(f"jobdiagd {command}: {exc}", file=sys.stderr)
+        return None
 
 
 @dataclass

@@ -9,7 +9,6 @@ import pytest
 
 from jobdiagd.chat.plot_inputs import (
     MAX_MARKS,
-    chart_for_view,
     chart_title,
     checkpoint_steps,
     eval_steps,
@@ -25,11 +24,12 @@ from jobdiagd.detectors.hang import HangDetector
 from jobdiagd.logs.state import LogState
 from jobdiagd.logs.steps import TAIL, TRIAGE, Retention
 from jobdiagd.model.alerts import Finding
-from jobdiagd.model.jobview import JobView
+from jobdiagd.model.jobref import JobRef
 from jobdiagd.model.records import StepRecord
+from jobdiagd.service.jobs import JobView
+from jobdiagd.service.plots_bridge import chart_for_view
 from jobdiagd.sim import lines as L
 from jobdiagd.triage.progress import checkpoint_config
-from jobdiagd.triage.resolve import JobRef
 from jobdiagd.triage.stall import StallPolicy
 from jobdiagd.triage.tgs import analyze_tgs
 from jobdiagd.tsdb.settings import DEFAULT_PROFILES, Thresholds

@@ -5,7 +5,7 @@ from __future__ import annotations
 from jobdiagd.chat import slack_blocks as S
 from jobdiagd.chat.buttons import keyboard
 from jobdiagd.chat.model import Button, ChatMessage
-from tests.chat.emulators.slack import block_errors, stray_markup, visible_text
+from tests.helpers.emulators.slack import block_errors, stray_markup, visible_text
 
 
 def sections(blocks: list[dict[str, object]]) -> list[str]:

@@ -17,7 +17,7 @@ from jobdiagd.chat.telegram_html import (
     split_html,
     visible_length,
 )
-from tests.chat.emulators.telegram import parse_html
+from tests.helpers.emulators.telegram import parse_html
 
 TAG = re.compile(r"<(/?)([a-z-]+)[^>]*>")
 

@@ -115,6 +115,7 @@ def test_a_mistyped_token_key_is_not_echoed_either() -> None:
     assert "12345" not in err and "not shown" in err
 
 
+@pytest.mark.daemon  # `jobdiagd run` itself (refusing the config before it starts)
 def test_the_daemon_prints_one_line_without_the_token(tmp_path: Path) -> None:
     cfg = tmp_path / "c.toml"
     cfg.write_text(

@@ -7,7 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from jobdiagd.config import Config, ConfigError, default_config, load, loads, restart_required
+from jobdiagd.config import (
+    Config,
+    ConfigError,
+    default_config,
+    load,
+    load_for_command,
+    loads,
+    restart_required,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -259,3 +267,18 @@ def test_restart_required_lists_keys_a_reload_cannot_apply() -> None:
     )
     assert restart_required(old, new) == ["[daemon] metrics_port", "[slurm] backend"]
     assert restart_required(old, old) == []
+
+
+def test_load_for_command_reports_a_bad_config_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[daemon]\ntick_secondz = 3\n")
+    assert load_for_command(bad, "detectors") is None
+    err = capsys.readouterr().err
+    assert err.startswith(f"jobdiagd detectors: {bad}") and "tick_secondz" in err
+    assert err.count("\n") == 1
+
+
+def test_load_for_command_without_a_path_gives_the_defaults() -> None:
+    assert load_for_command(None, "backtest") == default_config()

@@ -1,7 +1,7 @@
 """Real Alertmanagers for tests (scripts/services/alertmanager.sh) and a webhook receiver counting their deliveries.
 
-    # tests/<area>/conftest.py
-    from tests.helpers.alertmanager import alertmanager, am_dir, webhook  # noqa: F401
+The fixtures are registered for every test by tests/conftest.py (`pytest_plugins`); a test
+using `alertmanager` or `alertmanager_pair` is marked `alertmanager` automatically.
 
     async def test_x(alertmanager: Alertmanager, webhook: Webhook) -> None:
         ...  # alertmanager.url, await alertmanager.alerts(), webhook.deliveries

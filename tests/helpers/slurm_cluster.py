@@ -1,9 +1,7 @@
 """A real one-node Slurm cluster for tests, started through scripts/services/slurm.sh.
 
-Use from any test package:
-
-    # tests/<area>/conftest.py
-    from tests.helpers.slurm_cluster import slurm_cluster, slurm_conf_env  # noqa: F401
+The fixtures are registered for every test by tests/conftest.py (`pytest_plugins`), and a test
+using one is marked `slurm` automatically (tests/helpers/services.py):
 
     def test_x(slurm_cluster):             # SlurmCluster: .env, .conf, .sbatch(), .scancel() ...
         ...

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import sys
 
+from jobdiagd.logsetup import configure_logging
 from jobdiagd.service.lifecycle import Lifecycle
-from jobdiagd.service.logging import configure_logging
 from jobdiagd.service.sdnotify import SdNotifier
 
 

@@ -41,7 +41,7 @@ def test_golden_markdown(corpus: tuple[Path, dict[str, dict[str, object]]], name
     )  # type: ignore[arg-type]
     text = render_markdown(r).replace(str(root), "outputs")
     golden = GOLDEN / f"{name}.md"
-    if os.environ.get("UPDATE_GOLDEN"):
+    if os.environ.get("UPDATE_GOLDEN") == "1":
         golden.write_text(text)  # only on request: a golden is reviewed, never written by the test itself
     assert golden.exists(), f"{golden} is missing: write it with UPDATE_GOLDEN=1 and review it"
     assert text == golden.read_text()

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from jobdiagd.sources.slurm_parse import SlurmJob
+from jobdiagd.sources.slurmstate import slurm_wall_s
 from jobdiagd.triage.engine import triage, triage_ref
 from jobdiagd.triage.report import render_markdown
 from jobdiagd.triage.resolve import resolve
-from jobdiagd.triage.slurmstate import slurm_wall_s
 
 
 def _job(tmp: Path, steps: int, wall: str, tail: list[str]) -> Path:

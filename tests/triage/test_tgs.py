@@ -8,7 +8,8 @@ from collections.abc import Callable
 import pytest
 
 from jobdiagd.model.records import StepRecord
-from jobdiagd.triage.progress import CheckpointConfig, checkpoint_config
+from jobdiagd.model.triage import CheckpointConfig
+from jobdiagd.triage.progress import checkpoint_config
 from jobdiagd.triage.tgs import analyze_tgs
 
 NO_CKPT = CheckpointConfig(False, None, False)
@@ -71,6 +72,7 @@ SEEDS = range(12)
         lambda k: 3290.0 * (1 - 0.25 * k / 300),  # slides from the start
         lambda k: 3290.0 * (1 - 0.18 * max(0, k - 60) / 240),  # flat, then slides
     ],
+    ids=["slides-from-start", "flat-then-slides"],
 )
 def test_a_steady_slide_under_jitter_is_gradual(shape: Callable[[int], float], sigma: float) -> None:
     for seed in SEEDS:

@@ -20,8 +20,7 @@ from jobdiagd.tsdb.access import (
     validate_host,
 )
 from jobdiagd.tsdb.settings import SshSettings, TsdbSettings
-
-from .conftest import Fixtures, make_ctx
+from tests.helpers.tsdb import Fixtures, make_ctx
 
 NODES = ("node001", "node002")
 

@@ -12,8 +12,7 @@ from aiohttp import web
 from jobdiagd.tsdb.access import LocalPrometheus
 from jobdiagd.tsdb.client import PromClient, PromError, Sample, encode_params, multi_arm, split_arms
 from jobdiagd.tsdb.settings import TsdbSettings
-
-from .conftest import Fixtures
+from tests.helpers.tsdb import Fixtures
 
 
 def test_range_selector_brackets_are_encoded() -> None:

@@ -6,8 +6,7 @@ from pathlib import Path
 
 from jobdiagd.tsdb.compare import compare, config_diff, to_json, to_markdown
 from jobdiagd.tsdb.settings import TsdbSettings
-
-from .conftest import Fixtures, make_ctx
+from tests.helpers.tsdb import Fixtures, make_ctx
 
 NOW = 1_800_000_000.0
 

@@ -10,8 +10,7 @@ from jobdiagd.tsdb.client import PromClient
 from jobdiagd.tsdb.discovery import discover
 from jobdiagd.tsdb.hooks import job_end_diagnosis
 from jobdiagd.tsdb.settings import TsdbSettings
-
-from .conftest import Fixtures, make_ctx, triage_doc
+from tests.helpers.tsdb import Fixtures, make_ctx, triage_doc
 
 
 async def test_discovery(fixtures: Fixtures, tmp_path: Path) -> None:

@@ -13,8 +13,7 @@ from jobdiagd.tsdb.access import AccessError, LocalPrometheus
 from jobdiagd.tsdb.client import PromClient
 from jobdiagd.tsdb.gpu_strip import MIN_STEP_S, check_host, fetch_gpu_strip, strip_step
 from jobdiagd.tsdb.settings import TsdbSettings
-
-from .conftest import Fixtures
+from tests.helpers.tsdb import Fixtures
 
 
 def finite(vals: tuple[float, ...]) -> list[float]:
@@ -116,6 +115,7 @@ def _build(tmp_path: Path, text: str) -> Path:
     return out
 
 
+@pytest.mark.prometheus
 async def test_ray_label_variants_and_hostile_labels(tmp_path: Path) -> None:
     t0 = 1_780_272_000
     lines = []
@@ -151,6 +151,7 @@ async def test_ray_label_variants_and_hostile_labels(tmp_path: Path) -> None:
     assert "x;rm -rf /" not in by_host(ips.power)
 
 
+@pytest.mark.prometheus
 async def test_ip_only_utilization_is_shown_per_ip_with_a_note(tmp_path: Path) -> None:
     t0 = 1_780_272_000
     lines = []

@@ -1,4 +1,4 @@
-"""Hang playbook verdicts of issue 9: dead node by process state, hang then heartbeat, baseline-relative
+"""Hang playbook verdicts: dead node by process state, hang then heartbeat, baseline-relative
 triggers and anomalous_hosts as the hosts off the majority pattern.
 
 Pure judgements on literal series first, then promtool-built scenarios (jobdiagd.sim.metrics: dead-process,
@@ -30,11 +30,18 @@ from jobdiagd.tsdb.playbooks.hang import (
 )
 from jobdiagd.tsdb.report import to_json, to_markdown
 from jobdiagd.tsdb.settings import DEFAULT_PROFILES, Thresholds, TsdbSettings
-
-from .conftest import Built, make_ctx
-from .test_audit_tsdb import NOW, build, private_copy
-from .test_heartbeat_stall import hang_hb_job, hb_ctx, rows
-from .test_patterns import counter, sparse
+from tests.helpers.tsdb import (
+    NOW,
+    Built,
+    build,
+    counter,
+    hang_hb_job,
+    hb_ctx,
+    make_ctx,
+    private_copy,
+    rows,
+    sparse,
+)
 
 TH = Thresholds()
 MI300X = DEFAULT_PROFILES["MI300X"]
@@ -193,6 +200,7 @@ def dead_process(root: Path) -> Built:
     return build(JobSim(scenario("dead-process", extra={"gone_power_w": 100.0})), root / "dead-process")
 
 
+@pytest.mark.prometheus
 async def test_process_gone_while_peers_busy_wait_is_dead_node(
     dead_process: Built, tmp_path: Path, settings: TsdbSettings
 ) -> None:
@@ -213,6 +221,7 @@ async def test_process_gone_while_peers_busy_wait_is_dead_node(
     assert "Inspect node004" in r.next_steps[0]
 
 
+@pytest.mark.prometheus
 async def test_process_series_stop_without_idle_power_is_dead_node(
     root: Path, tmp_path: Path, settings: TsdbSettings
 ) -> None:
@@ -235,6 +244,7 @@ async def test_process_series_stop_without_idle_power_is_dead_node(
     )
 
 
+@pytest.mark.prometheus
 async def test_silent_host_while_peers_busy_wait_is_dead_node(
     root: Path, tmp_path: Path, settings: TsdbSettings
 ) -> None:
@@ -251,6 +261,7 @@ async def test_silent_host_while_peers_busy_wait_is_dead_node(
 # --- scenarios: hang then heartbeat, seen by the hang playbook ------------------------------------------
 
 
+@pytest.mark.prometheus
 async def test_hang_playbook_on_a_heartbeat_killed_hang(
     hang_hb: Built, tmp_path: Path, settings: TsdbSettings
 ) -> None:
@@ -270,6 +281,7 @@ async def test_hang_playbook_on_a_heartbeat_killed_hang(
     assert "TSDB confirms: hang-then-heartbeat" in r.triage_correlation
 
 
+@pytest.mark.prometheus
 async def test_hang_then_heartbeat_from_the_real_triage(
     hang_hb: Built, tmp_path: Path, settings: TsdbSettings
 ) -> None:
@@ -292,6 +304,7 @@ def background(root: Path) -> Built:
     return build(JobSim(scenario("rdma-background")), root / "rdma-background")
 
 
+@pytest.mark.prometheus
 async def test_background_rdma_counts_are_no_trigger(
     background: Built, tmp_path: Path, settings: TsdbSettings
 ) -> None:
@@ -308,6 +321,7 @@ async def test_background_rdma_counts_are_no_trigger(
     assert "### Anomalies detected\nNone" in to_markdown(d)
 
 
+@pytest.mark.prometheus
 async def test_rdma_burst_on_one_host_is_the_trigger(
     root: Path, tmp_path: Path, settings: TsdbSettings
 ) -> None:
@@ -326,6 +340,7 @@ async def test_rdma_burst_on_one_host_is_the_trigger(
     assert abs(d.anomaly.root.onset - (b.sim.train_end - lead)) <= 30
 
 
+@pytest.mark.prometheus
 async def test_dead_host_alone_is_anomalous_despite_background(
     root: Path, tmp_path: Path, settings: TsdbSettings
 ) -> None:

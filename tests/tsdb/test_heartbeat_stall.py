@@ -7,20 +7,16 @@ heartbeat kills the job at T + 40 min, no tb_* metrics) against a real read-only
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from jobdiagd.sim.metrics import JobSim, scenario
 from jobdiagd.tsdb.anomaly import AnomalyReport, Deviation
-from jobdiagd.tsdb.context import DiagnosisContext, HeartbeatInfo, LogStep
+from jobdiagd.tsdb.context import HeartbeatInfo, LogStep
 from jobdiagd.tsdb.engine import adopt_earliest_root, diagnose
 from jobdiagd.tsdb.playbooks.base import PlaybookResult
 from jobdiagd.tsdb.playbooks.heartbeat import judge_stall, training_end_from_power
 from jobdiagd.tsdb.settings import DEFAULT_PROFILES, Thresholds, TsdbSettings
-
-from .conftest import Built, make_ctx
-from .test_audit_tsdb import NOW, build, private_copy
+from tests.helpers.tsdb import NOW, Built, hang_hb_job, hb_ctx, private_copy, rows
 
 TH = Thresholds()
 MI300X = DEFAULT_PROFILES["MI300X"]
@@ -78,22 +74,7 @@ def test_judge_stall_training_to_the_end_or_idle_gpus_is_not_a_hang() -> None:
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("issue9")
-
-
-def rows(result: Any, title_part: str) -> dict[str, tuple[str, ...]]:
-    for f in result.findings:
-        for t in f.evidence:
-            if title_part in t.title:
-                return {r[0]: r for r in t.rows}
-    raise AssertionError(f"no evidence table containing {title_part!r}")
-
-
-def hang_hb_job(root: Path) -> Built:
-    """Steps stop at T, every GPU busy-waits, the heartbeat kills the job at T + 40 min. No tb_* metrics in
-    the TSDB (the training plugin did not run), so the last step's time comes from triage or the power."""
-    extra = {"heartbeat_kill": True, "heartbeat_timeout_s": 100.0, "accused_task": 2, "no_tb": True}
-    return build(JobSim(scenario("hang-then-heartbeat", extra=extra)), root / "hang-hb")
+    return tmp_path_factory.mktemp("heartbeat-stall")
 
 
 @pytest.fixture(scope="module")
@@ -101,16 +82,7 @@ def hang_hb(root: Path) -> Built:
     return hang_hb_job(root)
 
 
-def hb_ctx(b: Built, **kw: Any) -> DiagnosisContext:
-    crash = b.sim.train_end + b.sim.sc.hang_s
-    base: dict[str, Any] = {
-        "primary_class": "heartbeat-timeout",
-        "heartbeat": HeartbeatInfo(crash, 100.0, (2,), ("node003",)),
-        "incident_time": crash,
-    }
-    return make_ctx(b, **(base | kw))
-
-
+@pytest.mark.prometheus
 async def test_heartbeat_kill_after_a_long_hang_undated_log(
     hang_hb: Built, tmp_path: Path, settings: TsdbSettings
 ) -> None:
@@ -131,6 +103,7 @@ async def test_heartbeat_kill_after_a_long_hang_undated_log(
     assert r.incident is not None and abs(r.incident - b.sim.train_end) <= 30
 
 
+@pytest.mark.prometheus
 async def test_heartbeat_kill_after_a_long_hang_triage_time(
     hang_hb: Built, tmp_path: Path, settings: TsdbSettings
 ) -> None:
@@ -141,6 +114,7 @@ async def test_heartbeat_kill_after_a_long_hang_triage_time(
     assert "last step 149 at" in r.root_cause and "from the triage" in r.root_cause
 
 
+@pytest.mark.prometheus
 async def test_training_until_the_kill_stays_a_false_positive(
     hang_hb: Built, tmp_path: Path, settings: TsdbSettings
 ) -> None:

@@ -18,8 +18,7 @@ from jobdiagd.tsdb.settings import (
     load_settings,
     settings_from_mapping,
 )
-
-from .conftest import Fixtures, make_ctx
+from tests.helpers.tsdb import Fixtures, make_ctx
 
 
 @pytest.mark.parametrize(

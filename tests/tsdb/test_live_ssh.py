@@ -20,6 +20,9 @@ from jobdiagd.tsdb.engine import diagnose
 from jobdiagd.tsdb.hooks import hang_power_verdict, should_page
 from jobdiagd.tsdb.settings import SshSettings, TsdbSettings
 
+# A real sshd and a job's own Prometheus (tests/conftest.py: service markers).
+pytestmark = [pytest.mark.sshd, pytest.mark.prometheus]
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "scripts" / "services"
 

@@ -18,34 +18,11 @@ from jobdiagd.tsdb.patterns import (
 )
 from jobdiagd.tsdb.playbooks.base import PlaybookResult
 from jobdiagd.tsdb.settings import Thresholds
+from tests.helpers.tsdb import counter, sparse
 
 TH = Thresholds()
 HOSTS = [f"node{i:03d}" for i in range(1, 7)]
 RULE = StandOutRule(min_rate=0.05, baseline_factor=5.0, peer_factor=5.0, mad_k=5.0)
-
-
-def counter(
-    start: float, end: float, step: float, rate: float, *, burst_from: float | None = None, burst: float = 0.0
-) -> list[tuple[float, float]]:
-    """A counter rising at `rate`/s, plus `burst`/s from burst_from on."""
-    pts, v, t = [], 0.0, start
-    while t <= end:
-        pts.append((t, v))
-        v += rate * step + (burst * step if burst_from is not None and t >= burst_from else 0.0)
-        t += step
-    return pts
-
-
-def sparse(
-    start: float, end: float, step: float, every: int, size: float, phase: int = 0
-) -> list[tuple[float, float]]:
-    """Single-digit increments every `every` samples (background counts)."""
-    pts, v = [], 0.0
-    for i in range(int((end - start) / step) + 1):
-        if i and (i + phase) % every == 0:
-            v += size
-        pts.append((start + i * step, v))
-    return pts
 
 
 # --- patterns ---------------------------------------------------------------------------------------------

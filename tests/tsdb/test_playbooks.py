@@ -11,8 +11,7 @@ from jobdiagd.tsdb.discovery import WrongDatabase
 from jobdiagd.tsdb.engine import diagnose
 from jobdiagd.tsdb.playbooks.base import VERDICTS
 from jobdiagd.tsdb.settings import TsdbSettings
-
-from .conftest import Fixtures, make_ctx
+from tests.helpers.tsdb import Fixtures, make_ctx
 
 NOW = 1_800_000_000.0
 

@@ -14,8 +14,7 @@ from jobdiagd.tsdb.engine import diagnose
 from jobdiagd.tsdb.playbooks.base import VERDICTS
 from jobdiagd.tsdb.report import to_json, to_markdown
 from jobdiagd.tsdb.settings import TsdbSettings
-
-from .conftest import Fixtures, make_ctx, triage_doc
+from tests.helpers.tsdb import Fixtures, make_ctx, triage_doc
 
 NOW = 1_800_000_000.0
 REQUIRED = {"analysis_type", "time_window", "nodes", "verdict", "anomalous_hosts", "findings", "root_cause"}

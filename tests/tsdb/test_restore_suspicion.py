@@ -18,11 +18,7 @@ from jobdiagd.tsdb.context import DiagnosisContext, context_from_triage
 from jobdiagd.tsdb.engine import diagnose
 from jobdiagd.tsdb.playbooks.training import restore_leak_suspicion
 from jobdiagd.tsdb.settings import Thresholds, TsdbSettings
-
-from .conftest import Built, make_ctx
-from .test_audit_tsdb import NOW, build, private_copy
-from .test_audit_tsdb2 import run_playbooks
-from .test_heartbeat_stall import rows
+from tests.helpers.tsdb import NOW, Built, build, make_ctx, private_copy, rows, run_playbooks
 
 TH = Thresholds()
 HOSTS = [f"node{i:03d}" for i in range(1, 5)]
@@ -75,6 +71,7 @@ def restore_ctx(b: Built) -> DiagnosisContext:
     return replace(ctx, job_dir=b.files.job_dir)
 
 
+@pytest.mark.prometheus
 async def test_single_replica_restore_with_extra_wave_is_suspected_leak(
     restored: Built, tmp_path: Path, settings: TsdbSettings
 ) -> None:

@@ -7,24 +7,10 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from jobdiagd.config import IncidentsConfig
+from jobdiagd.durations import rounded_duration
 from jobdiagd.model.alerts import SEVERITY_RANK, Event, Finding, Incident, Mute, Notification, Severity
 
 ALL = "*"
-
-
-def format_duration(seconds: float) -> str:
-    """Human duration for messages: '45 s', '12 min', '3 h 05 min', '2 d 4 h'."""
-    s = max(0, round(seconds))
-    if s < 90:
-        return f"{s} s"
-    m = round(s / 60)
-    if m < 90:
-        return f"{m} min"
-    h, m = divmod(m, 60)
-    if h < 48:
-        return f"{h} h {m:02d} min"
-    d, h = divmod(h, 24)
-    return f"{d} d {h} h"
 
 
 def render_finding_body(finding: Finding) -> str:
@@ -139,7 +125,7 @@ class IncidentBook:
         if finding.resolved:
             if inc is None:
                 return []
-            text = f"{finding.summary or 'condition cleared'} after {format_duration(now - inc.opened_at)}"
+            text = f"{finding.summary or 'condition cleared'} after {rounded_duration(now - inc.opened_at)}"
             step = finding.at_step if finding.at_step is not None else inc.last_step
             return self._resolve(inc, now, text, step, muted)
 
@@ -206,7 +192,7 @@ class IncidentBook:
                     inc,
                     "remind",
                     f"{inc.id}:remind:{n}",
-                    f"{inc.kind} on job {inc.job_id} (open {format_duration(now - inc.opened_at)})",
+                    f"{inc.kind} on job {inc.job_id} (open {rounded_duration(now - inc.opened_at)})",
                     render_finding_body(finding),
                     now,
                 )
@@ -219,7 +205,7 @@ class IncidentBook:
         out: list[Notification] = []
         for inc in [i for i in self.open_incidents() if i.job_id == job_id]:
             muted = self.is_muted(job_id, inc.kind, now)
-            text = f"job ended ({state}) after {format_duration(now - inc.opened_at)}"
+            text = f"job ended ({state}) after {rounded_duration(now - inc.opened_at)}"
             out += self._resolve(inc, now, text, inc.last_step, muted)
         for key in [k for k in self._mutes if k[0] == job_id]:
             del self._mutes[key]

@@ -118,7 +118,7 @@ class StoreUnavailable(StoreError):
 
 
 class StoreWatch(Protocol):
-    """Told about every outermost write transaction (service.logging.EdgeTrigger fits)."""
+    """Told about every outermost write transaction (logsetup.EdgeTrigger fits)."""
 
     def failure(self, error: BaseException | str, now: float) -> bool: ...
 

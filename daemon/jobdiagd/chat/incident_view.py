@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from datetime import datetime, tzinfo
 from typing import Any
 
-from jobdiagd.alerts.incidents import format_duration
 from jobdiagd.chat.buttons import keyboard
 from jobdiagd.chat.model import RESOLVED_MARK, SEVERITY_MARK, ChatMessage, Document
+from jobdiagd.durations import rounded_duration
 from jobdiagd.model.alerts import Notification
 
 # Bodies longer than this go as a .md document with a summary (a phone shows ~4 screens of text
@@ -26,11 +26,11 @@ def status_line(snap: Mapping[str, Any], now: float, tz: tzinfo | None) -> str:
     opened = float(snap.get("opened_at") or now)
     resolved_at = snap.get("resolved_at")
     if resolved_at is not None:
-        text = f"{RESOLVED_MARK} RESOLVED after {format_duration(float(resolved_at) - opened)}"
+        text = f"{RESOLVED_MARK} RESOLVED after {rounded_duration(float(resolved_at) - opened)}"
         if snap.get("resolution"):
             text += f" — {snap['resolution']}"
         return text
-    parts = [f"OPEN since {clock_text(opened, tz)} ({format_duration(now - opened)})"]
+    parts = [f"OPEN since {clock_text(opened, tz)} ({rounded_duration(now - opened)})"]
     if snap.get("reminders_sent"):
         parts.append(f"reminders: {snap['reminders_sent']}")
     if snap.get("acked_at") is not None:

@@ -16,8 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
-from jobdiagd.alerts.incidents import format_duration
-from jobdiagd.model.jobview import JobView
+from jobdiagd.durations import rounded_duration
 from jobdiagd.model.plotdata import (
     HostSeries,
     IncidentMarks,
@@ -27,8 +26,8 @@ from jobdiagd.model.plotdata import (
     StepPoint,
 )
 from jobdiagd.model.records import StepRecord
-from jobdiagd.triage.progress import CheckpointConfig
-from jobdiagd.triage.tgs import BASELINE_FROM, BASELINE_TO, TgsAnalysis, analyze_tgs
+from jobdiagd.model.triage import CheckpointConfig, TgsAnalysis
+from jobdiagd.triage.tgs import BASELINE_FROM, BASELINE_TO
 from jobdiagd.tsdb.settings import GpuProfile, Thresholds
 
 MAX_MARKS = 400
@@ -110,7 +109,7 @@ def hang_chart(
     hi = max(x for x in (last_step, projected, points[-1].step if points else None, 0) if x is not None)
     facts = []
     if stalled_s is not None:
-        facts.append(f"no step for {format_duration(stalled_s)}")
+        facts.append(f"no step for {rounded_duration(stalled_s)}")
     if last_step is not None:
         facts.append(f"last step {last_step:,}")
     if projected is not None and last_step is not None and projected > last_step:
@@ -183,60 +182,6 @@ def tgs_chart(
         checkpoint_label=f"checkpoint{period}",
         eval_label=f"eval (every {evals:,} steps)" if evals else "eval",
     )
-
-
-def _job_name(view: JobView) -> str | None:
-    if view.main is not None:
-        name = view.main.header.get("JOB_NAME")
-        if name:
-            return name
-    return None
-
-
-def chart_for_view(
-    view: JobView,
-    kind: str,
-    now: float,
-    *,
-    incident_id: str | None = None,
-    tgs_threshold_pct: float = 10.0,
-    baseline_steps: tuple[int, int] = (BASELINE_FROM, BASELINE_TO),
-) -> StepChart:
-    """The step chart of a watched job for an incident kind ("hang" or "tgs-degradation") at `now`."""
-    steps = view.sorted_steps()
-    ckpt = view.checkpoint()
-    name = _job_name(view)
-    if kind == "hang":
-        last, at = view.last_step, view.last_step_at
-        step_time = view.step_time()
-        since = at if at is not None else (view.marker_at if view.marker_at is not None else view.first_seen)
-        return hang_chart(
-            steps,
-            ckpt,
-            title=chart_title(view.key, name, "Hang"),
-            last_step=last,
-            projected=projected_step(last, at, now, step_time),
-            stalled_s=max(0.0, now - since),
-            step_time_s=step_time,
-            incident_id=incident_id,
-        )
-    if kind in ("tgs", "tgs-degradation"):
-        analysis = analyze_tgs(steps, ckpt, threshold_pct=tgs_threshold_pct, baseline_steps=baseline_steps)
-        # The whole run: a tailed job keeps only some step records (the detectors' windows), so the
-        # line is drawn from its bounded history (bucket means) when that covers more of the run.
-        history = view.step_history()
-        drawn: Sequence[HistoryItem] = steps
-        if history and sum(p.steps for p in history) > len(steps):
-            drawn = [(p.first_step, p.seconds_mean, p.tgs_mean) for p in history]
-        return tgs_chart(
-            drawn,
-            ckpt,
-            analysis,
-            title=chart_title(view.key, name, "TGS slide"),
-            baseline_steps=baseline_steps,
-            incident_id=incident_id,
-        )
-    raise ValueError(f"no step chart for incident kind {kind!r} (hang, tgs-degradation)")
 
 
 def power_bands(profile: GpuProfile, thresholds: Thresholds | None = None) -> PowerBands:

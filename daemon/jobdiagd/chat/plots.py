@@ -50,7 +50,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 from PIL import Image
 
-from jobdiagd.alerts.incidents import format_duration
+from jobdiagd.durations import rounded_duration
 from jobdiagd.model.plotdata import (
     HostSeries,
     IncidentKind,
@@ -348,7 +348,7 @@ def step_figure(chart: StepChart) -> Figure:
     if not have:
         msg = "no training step with step time or throughput yet"
         if m is not None and m.kind == "hang" and m.stalled_s is not None:
-            msg += f"\n(no step for {format_duration(m.stalled_s)})"
+            msg += f"\n(no step for {rounded_duration(m.stalled_s)})"
         _placeholder(fig, msg)
         return fig
     first, last = min(have), max(have)
@@ -443,7 +443,7 @@ def _hang_marks(ax_t: Axes, ax_s: Axes, m: IncidentMarks, x_lo: float, x_hi: flo
         Line2D([], [], color=C_BAD, linestyle="--", linewidth=2.2, label=f"expected ≈ step {proj:,} by now")
     )
     out.append(Patch(color=C_BAD, alpha=0.15, label="no steps (stalled)"))
-    lines = [f"stalled {format_duration(m.stalled_s)}" if m.stalled_s is not None else "stalled"]
+    lines = [f"stalled {rounded_duration(m.stalled_s)}" if m.stalled_s is not None else "stalled"]
     lines.append(f"≈ {proj - start:,} steps behind")
     text = ax_t.text(
         (start + proj) / 2,
@@ -584,7 +584,7 @@ def split_hosts(
 
 
 def _ago(t: float, end: float) -> str:
-    return f"−{format_duration(end - t)}" if end - t >= 1 else "the end"
+    return f"−{rounded_duration(end - t)}" if end - t >= 1 else "the end"
 
 
 def _typical_band(group: Sequence[HostSeries], grid: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -845,7 +845,7 @@ def describe_strip(strip: PowerStrip) -> str | None:
     level = " at ".join(
         x for x in (f"{u:.0f} % util" if u is not None else "", f"{p:.0f} W" if p is not None else "") if x
     )
-    head = f"last {format_duration(0.10 * span)}: {level}"
+    head = f"last {rounded_duration(0.10 * span)}: {level}"
     if p is not None and u is not None and u >= b.busy_util_pct and p <= b.busy_wait_w[1] * 1.15:
         verdict = f"{b.gpu_model} busy-wait power, spinning, not computing"
     elif p is not None and p >= b.train_w[0] * 0.9:

@@ -13,12 +13,12 @@ from typing import Any, Protocol
 import structlog
 
 from jobdiagd import clock
-from jobdiagd.alerts.incidents import format_duration
 from jobdiagd.chat import commands as C
 from jobdiagd.chat.auth import Authorizer, Sender
 from jobdiagd.chat.buttons import MUTE_SECONDS, Press, can_scancel, confirm_keyboard, decode, keyboard
 from jobdiagd.chat.incident_view import DOCUMENT_OVER, long_report
 from jobdiagd.chat.model import Button, ChatMessage, Picture
+from jobdiagd.durations import rounded_duration
 from jobdiagd.model.alerts import Incident
 
 WORKING = "⏳ working…"
@@ -169,7 +169,7 @@ class ChatRouter:
             await conv.set_buttons(())
             return
         if inc.resolved_at is not None and press.action not in ("triage", "diagnose"):
-            ago = format_duration(now - inc.resolved_at)
+            ago = rounded_duration(now - inc.resolved_at)
             await conv.toast(f"Incident {inc.id} was resolved {ago} ago: nothing to do.", alert=True)
             await conv.set_buttons(())
             return
@@ -208,7 +208,7 @@ class ChatRouter:
             b.mute(jid, kind, now + secs, who, now)
             self._log.info("chat_mute", user=sender.user_id, job_id=jid, kind=kind, seconds=secs)
             what = "every alert" if kind == "*" else f"{kind} alerts"
-            return ChatMessage(f"🔕 {what} of job {jid} muted for {format_duration(secs)} by {who}")
+            return ChatMessage(f"🔕 {what} of job {jid} muted for {rounded_duration(secs)} by {who}")
         if p.name == "unmute":
             jid = C.job_id(p.args[0])
             kind = C.kind(p.args[1]) if len(p.args) > 1 else "*"
@@ -323,7 +323,7 @@ class ChatRouter:
             secs = MUTE_SECONDS[a]
             b.mute(inc.job_id, inc.kind, now + secs, who, now)
             log.info("chat_button", seconds=secs)
-            await conv.toast(f"🔕 Muted for {format_duration(secs)}")
+            await conv.toast(f"🔕 Muted for {rounded_duration(secs)}")
         elif a == "unmute":
             b.unmute(inc.job_id, inc.kind, who, now)
             b.unmute(inc.job_id, "*", who, now)

@@ -7,6 +7,7 @@ from jobdiagd.detectors.base import (
     NoData,
     Outcome,
     Report,
+    WatchedJob,
     build,
     enabled_names,
     keep_resolution,
@@ -29,4 +30,5 @@ __all__ = [
     "register",
     "registered",
     "tgs",
+    "WatchedJob",
 ]

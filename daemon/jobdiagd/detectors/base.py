@@ -1,15 +1,62 @@
-"""The detector interface and registry: pure per-tick checks `(JobView, now) -> outcome`, registered by name."""
+"""The detector interface and registry: pure per-tick checks `(WatchedJob, now) -> outcome`, registered by name."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from jobdiagd.alerts.incidents import IncidentBook
 from jobdiagd.config import Config
+from jobdiagd.logs.state import LogState
 from jobdiagd.model.alerts import Finding
-from jobdiagd.model.jobview import JobView
+from jobdiagd.model.jobref import JobRef
+from jobdiagd.model.records import StepRecord
+from jobdiagd.model.triage import CheckpointConfig, TriageResult
+from jobdiagd.sources.slurm_parse import SlurmJob
+from jobdiagd.triage.stall import StallPolicy
+
+
+class WatchedJob(Protocol):
+    """What a detector reads of one watched job: the daemon's (and the backtest's) per-job view,
+    `service.jobs.JobView`, seen from below. Times are on the daemon's clock (when a line was
+    read). Detectors only read it, except `memo`: per-detector scratch values, keyed by detector.
+    """
+
+    @property
+    def key(self) -> str: ...
+    @property
+    def ref(self) -> JobRef: ...
+    @property
+    def first_seen(self) -> float: ...
+    @property
+    def slurm(self) -> SlurmJob | None: ...
+    @property
+    def main(self) -> LogState | None: ...
+    @property
+    def states(self) -> list[LogState]: ...
+    @property
+    def blind(self) -> dict[str, str]: ...
+    @property
+    def ended(self) -> bool: ...
+    @property
+    def end_state(self) -> str | None: ...
+    @property
+    def final(self) -> TriageResult | None: ...
+    @property
+    def marker_at(self) -> float | None: ...
+    @property
+    def last_step(self) -> int | None: ...
+    @property
+    def last_step_at(self) -> float | None: ...
+    @property
+    def memo(self) -> dict[str, Any]: ...
+
+    def version_steps(self) -> int: ...
+    def total_steps(self) -> int | None: ...
+    def checkpoint(self) -> CheckpointConfig: ...
+    def sorted_steps(self) -> list[StepRecord]: ...
+    def analysis(self, now: float, policy: StallPolicy | None = None) -> TriageResult: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +86,7 @@ class Detector(Protocol):
     @property
     def name(self) -> str: ...
 
-    def check(self, view: JobView, now: float) -> Outcome: ...
+    def check(self, view: WatchedJob, now: float) -> Outcome: ...
 
 
 Factory = Callable[[Config], Detector]

@@ -15,11 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from jobdiagd.config import Config
-from jobdiagd.detectors.base import NoData, Outcome, register
+from jobdiagd.detectors.base import NoData, Outcome, WatchedJob, register
 from jobdiagd.model.alerts import Finding, Severity
-from jobdiagd.model.jobview import JobView
-from jobdiagd.triage.engine import TriageResult
-from jobdiagd.triage.signatures import BY_CLASS, Tier, describe
+from jobdiagd.model.triage import TriageResult
+from jobdiagd.rules.signatures import BY_CLASS, Tier, describe
 
 NAME = "failure_signature"
 KIND = "failure"
@@ -33,14 +32,14 @@ class _Memo:
     findings: list[Finding]
 
 
-def hit_count(view: JobView) -> int:
+def hit_count(view: WatchedJob) -> int:
     return sum(h.count for st in view.states for h in st.hits.values())
 
 
 class FailureSignatureDetector:
     name = NAME
 
-    def check(self, view: JobView, now: float) -> Outcome:
+    def check(self, view: WatchedJob, now: float) -> Outcome:
         hits = hit_count(view)
         if hits == 0:
             return NoData("no failure signature in the logs")
@@ -54,7 +53,7 @@ class FailureSignatureDetector:
         view.memo[NAME] = _Memo(key, findings)
         return findings
 
-    def _judge(self, view: JobView, res: TriageResult, active: bool) -> list[Finding]:
+    def _judge(self, view: WatchedJob, res: TriageResult, active: bool) -> list[Finding]:
         primary = res.primary
         sig = BY_CLASS.get(primary or "")
         last = view.last_step

@@ -20,13 +20,13 @@ import dataclasses
 import zlib
 
 from jobdiagd.config import Config
-from jobdiagd.detectors.base import NoData, Outcome, register
+from jobdiagd.detectors.base import NoData, Outcome, WatchedJob, register
+from jobdiagd.durations import exact_duration
 from jobdiagd.model.alerts import Finding
-from jobdiagd.model.jobview import JobView
+from jobdiagd.rules.signatures import BY_CLASS, Tier
 from jobdiagd.triage.nextsteps import next_steps
 from jobdiagd.triage.progress import steady_step_time
-from jobdiagd.triage.report import fmt_duration, what_happened
-from jobdiagd.triage.signatures import BY_CLASS, Tier
+from jobdiagd.triage.report import what_happened
 from jobdiagd.triage.stall import Budget, StallPolicy, stall_budget
 
 NAME = "hang"
@@ -78,7 +78,7 @@ class HangDetector:
         self._spent += 1
         return True
 
-    def budget(self, view: JobView, now: float) -> tuple[Budget, float | None]:
+    def budget(self, view: WatchedJob, now: float) -> tuple[Budget, float | None]:
         """(budget, steady step time) from `stall_budget`, cached between steps that cannot change it.
 
         Recomputed when the checkpoint adjacency of the last/next step changes (a save is due or
@@ -107,7 +107,7 @@ class HangDetector:
         view.memo[NAME] = BudgetMemo(last, view.version_steps(), adj, b, step_time, at)
         return b, step_time
 
-    def check(self, view: JobView, now: float) -> Outcome:
+    def check(self, view: WatchedJob, now: float) -> Outcome:
         if view.ended:
             return NoData("job ended")
         if view.slurm is not None and view.slurm.state != "RUNNING":
@@ -165,13 +165,13 @@ class HangDetector:
             expected = last + int(gap // step_time)
         if last is None:
             summary = (
-                f"no training step {fmt_duration(gap)} after {what} "
-                f"(budget {fmt_duration(budget.seconds)}, phase {budget.phase})"
+                f"no training step {exact_duration(gap)} after {what} "
+                f"(budget {exact_duration(budget.seconds)}, phase {budget.phase})"
             )
         else:
             summary = (
-                f"no training step for {fmt_duration(gap)} since {what}; expected ≈ step {expected} by now "
-                f"(budget {fmt_duration(budget.seconds)}, phase {budget.phase})"
+                f"no training step for {exact_duration(gap)} since {what}; expected ≈ step {expected} by now "
+                f"(budget {exact_duration(budget.seconds)}, phase {budget.phase})"
             )
         p = res.progress
         details: dict[str, object] = {
@@ -183,8 +183,8 @@ class HangDetector:
             "last step": last,
             "expected step": expected,
             "steady step time": f"{step_time:.2f} s" if step_time else "unknown",
-            "stalled for": fmt_duration(gap),
-            "budget": fmt_duration(budget.seconds),
+            "stalled for": exact_duration(gap),
+            "budget": exact_duration(budget.seconds),
             "last periodic checkpoint": p.last_checkpoint_step
             if p.last_checkpoint_step is not None
             else "none",

@@ -16,15 +16,14 @@ out) gets a report saying so, not a triage of nothing (which would read as a pro
 from __future__ import annotations
 
 from jobdiagd.config import Config
-from jobdiagd.detectors.base import NoData, Outcome, Report, register
-from jobdiagd.model.jobview import JobView
+from jobdiagd.detectors.base import NoData, Outcome, Report, WatchedJob, register
 from jobdiagd.triage.report import render_markdown
 
 NAME = "job_end"
 KIND = "job-end"
 
 
-def untriaged_report(view: JobView) -> Report:
+def untriaged_report(view: WatchedJob) -> Report:
     """The job's log was never read (unreadable or refused all along): say so instead of
     triaging nothing, which would read as a prolog kill."""
     title = f"job {view.key} ended: not triaged (its log could not be read)"
@@ -41,7 +40,7 @@ def untriaged_report(view: JobView) -> Report:
 class JobEndDetector:
     name = NAME
 
-    def check(self, view: JobView, now: float) -> Outcome:
+    def check(self, view: WatchedJob, now: float) -> Outcome:
         if not view.ended:
             return NoData("job still running")
         if view.final is None and view.main is None and view.blind:
@@ -57,7 +56,7 @@ class JobEndDetector:
         return [Report(view.key, KIND, report_key(view), title, render_markdown(res))]
 
 
-def report_key(view: JobView) -> str:
+def report_key(view: WatchedJob) -> str:
     """Stable per end (a restart re-sending it is deduplicated), distinct between two ends."""
     end = view.slurm.end_time if view.slurm is not None and view.slurm.is_finished else None
     return f"end:{int(end)}" if end else "end"

@@ -17,11 +17,11 @@ import statistics
 import zlib
 from dataclasses import dataclass
 
-from jobdiagd.detectors.base import NoData, Outcome, register
+from jobdiagd.detectors.base import NoData, Outcome, WatchedJob, register
 from jobdiagd.model.alerts import Finding
-from jobdiagd.model.jobview import JobView
 from jobdiagd.model.records import StepRecord
-from jobdiagd.triage.tgs import BASELINE_FROM, RECENT, TgsAnalysis, analyze_tgs
+from jobdiagd.model.triage import TgsAnalysis
+from jobdiagd.triage.tgs import BASELINE_FROM, RECENT, analyze_tgs
 
 NAME = "tgs"
 KIND = "tgs-degradation"
@@ -53,7 +53,7 @@ class _Memo:
 
 
 def _recent_median(
-    steps: list[StepRecord], view: JobView, a: TgsAnalysis, b_from: int, n: int
+    steps: list[StepRecord], view: WatchedJob, a: TgsAnalysis, b_from: int, n: int
 ) -> float | None:
     """Median throughput of the last `n` clean steps (checkpoint/eval/profiler steps left out)."""
     ckpt = view.checkpoint()
@@ -68,7 +68,7 @@ def _recent_median(
 
 
 def _confirmed(
-    steps: list[StepRecord], view: JobView, a: TgsAnalysis, drop_pct: float, b_from: int, recent_n: int
+    steps: list[StepRecord], view: WatchedJob, a: TgsAnalysis, drop_pct: float, b_from: int, recent_n: int
 ) -> bool:
     """Online guard: the *median* of the recent window must be low too.
 
@@ -83,7 +83,7 @@ def _confirmed(
 
 
 def _recovered(
-    steps: list[StepRecord], view: JobView, a: TgsAnalysis, drop_pct: float, b_from: int, recent_n: int
+    steps: list[StepRecord], view: WatchedJob, a: TgsAnalysis, drop_pct: float, b_from: int, recent_n: int
 ) -> bool:
     """An open episode ends when throughput is back within half the threshold -- on the recent
     mean and on the median of 3x the recent window, so a noisy job hovering near the threshold
@@ -124,7 +124,7 @@ class TgsDetector:
         self._spent += 1
         return True
 
-    def check(self, view: JobView, now: float) -> Outcome:
+    def check(self, view: WatchedJob, now: float) -> Outcome:
         last = view.last_step
         if last is None:
             return NoData("no steps yet")

@@ -14,8 +14,8 @@ from pathlib import Path
 from jobdiagd.logs.reader import read_file
 from jobdiagd.logs.safeopen import ANYWHERE, LogAccess, RefusedFile
 from jobdiagd.logs.state import LogState
-from jobdiagd.triage.hostlist import expand_hostlist
-from jobdiagd.triage.resolve import JobRef
+from jobdiagd.model.jobref import JobRef
+from jobdiagd.rules.hostlist import expand_hostlist
 
 _RANK = re.compile(r"^rank-(\d+)\.log$")
 MAX_WORKER_FILES = 512

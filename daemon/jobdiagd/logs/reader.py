@@ -13,21 +13,23 @@ remembers its offset and feeds only new complete lines. Files are opened through
 from __future__ import annotations
 
 import itertools
-import multiprocessing
 import os
 import re
 from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING
 
 from jobdiagd.logs.safeopen import ANYWHERE, LogAccess
 from jobdiagd.logs.scan import HARMLESS_ONLY, HyperscanScanner, LineScanner, default_scanner
 from jobdiagd.logs.state import FastStep, LogState, parse_fast_step
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
+
+    import numpy as np
+    import numpy.typing as npt
 
 CHUNK = 2 << 20
 PIECE = 32 << 20  # a worker's unit of work in a parallel read
@@ -97,7 +99,10 @@ def prefilter(
     if n <= SMALL_BUFFER:
         return _prefilter_small(buf, n, starts)
     # Newline positions in one vectorised pass (bytes.count is ~5x slower on GiB logs);
-    # a line's index is the number of newlines before it.
+    # a line's index is the number of newlines before it. numpy is imported here, on the
+    # first large buffer: a small log (and the CLI's start-up) never pays for it.
+    import numpy as np
+
     region = np.frombuffer(buf, dtype=np.uint8, count=n - 1, offset=1)
     is_nl = np.equal(region, 10, out=eq[: n - 1]) if eq is not None else region == 10
     newlines = np.flatnonzero(is_nl)
@@ -200,7 +205,18 @@ class _ReadBuffer:
         self.buf = bytearray(1 + 2 * CHUNK)
         self.buf[0] = 10
         self.view = memoryview(self.buf)
-        self.eq: npt.NDArray[np.bool_] = np.empty(2 * CHUNK, dtype=np.bool_)
+        self._eq: npt.NDArray[np.bool_] | None = None
+
+    def scratch(self, end: int) -> npt.NDArray[np.bool_] | None:
+        """`prefilter`'s reusable scratch for a region ending at `end`: None for a small one (which
+        needs none), else one array per buffer, made on first need."""
+        if end <= SMALL_BUFFER:
+            return None
+        if self._eq is None:
+            import numpy as np
+
+            self._eq = np.empty(2 * CHUNK, dtype=np.bool_)
+        return self._eq
 
     def chunks(self, fd: int, start: int, stop: int) -> Iterator[tuple[int, int]]:
         """Yield (n, file offset): `buf[1:1+n]` holds complete lines read from [start, stop).
@@ -244,7 +260,7 @@ class _ReadBuffer:
     ) -> int:
         if full:
             return _feed_all(state, bytes(self.view[1 : 1 + n]), offset, lineno)
-        total, lines = prefilter(self.buf, prefixes, scan, end=1 + n, eq=self.eq)
+        total, lines = prefilter(self.buf, prefixes, scan, end=1 + n, eq=self.scratch(1 + n))
         _feed_lines(state, lines, offset, lineno)
         return total
 
@@ -277,7 +293,7 @@ def _prefilter_range(
     lines = 0
     out: list[tuple[int, int, bytes, FastStep | None]] = []
     for n, offset in rb.chunks(fd, start, stop):
-        total, got = prefilter(rb.buf, prefixes, _worker_scan, end=1 + n, eq=rb.eq)
+        total, got = prefilter(rb.buf, prefixes, _worker_scan, end=1 + n, eq=rb.scratch(1 + n))
         out.extend((lines + i, offset + o, raw, parse_fast_step(raw)) for i, o, raw in got)
         lines += total
     return lines, out
@@ -384,6 +400,10 @@ def _parallel_middle(
     while bounds[-1] < stop:
         bounds.append(_line_boundary(fd, min(bounds[-1] + PIECE, stop), stop))
     pieces = list(zip(bounds, bounds[1:], strict=False))
+    # Imported here: only a log over the pool threshold is read by workers.
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
     ctx = multiprocessing.get_context("fork")
     with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
         pending: deque[Future[tuple[int, list[tuple[int, int, bytes, FastStep | None]]]]] = deque()

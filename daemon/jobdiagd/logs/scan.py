@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from jobdiagd.triage.signatures import SIGNATURE_NEEDLES
+from jobdiagd.rules.signatures import SIGNATURE_NEEDLES
 
 # Literals of the events the parser extracts (see logs/events.py). Keep them specific:
 # every extra short literal costs matching time on every byte of a multi-GB log.

@@ -29,8 +29,9 @@ from jobdiagd.logs.prefixes import Stamp, strip, strip_ansi
 from jobdiagd.logs.scan import HARMLESS_ONLY
 from jobdiagd.logs.steps import TRIAGE, Retention, StepSeries, step_record
 from jobdiagd.model.records import ClassHits, Evidence, NodeExit, StageEvent, StepRecord, Summary
-from jobdiagd.triage.progress import DEFAULT_CHECKPOINT_PERIOD, truthy
-from jobdiagd.triage.signatures import EVIDENCE_CLASSES, is_exception_line, match_line
+from jobdiagd.rules.maxtext import DEFAULT_CHECKPOINT_PERIOD, truthy
+from jobdiagd.rules.signatures import EVIDENCE_CLASSES, is_exception_line, match_line
+from jobdiagd.rules.slurm import CANCEL_EXITS, parse_slurm_duration
 
 # The number must end at a comma or the line end: with `srun -u` another task's prefix can
 # land right after it (`completed step: 9` + `9: I1128 ...` must not read as step 99).
@@ -51,6 +52,8 @@ _STAGE_EXIT = re.compile(r"exit=(\d+)")
 _SUMMARY_STATUS = re.compile(r"Status:\s*([A-Za-z]+)\s*(?:\(exit (\d+)\))?\s*(.*)$")
 _REASON_LEAD = re.compile(r"^[\s—–\-â€”\x80-\x9f]+")
 _WALL_PART = re.compile(r"(\d+)\s*([dhms])")
+# A Wall written the way Slurm writes elapsed times (read by `rules.slurm.parse_slurm_duration`).
+_WALL_CLOCK = re.compile(r"(?:\d+-)?\d+(?::\d\d){1,2}")
 _NODE_EXIT = re.compile(r"NODE_EXIT host=(\S+) exit=(\d+)")
 _SRUN_ERROR = re.compile(r"srun: error: (\S+?): tasks? ([\d,\-\[\] ]+): (.*)$")
 _EXIT_CODE = re.compile(r"[Ee]xit(?:ed with exit)? code (\d+)")
@@ -120,17 +123,11 @@ _MAX_CACHED_DAYS = 1024
 
 
 def parse_wall(text: str) -> float | None:
-    """`1h 1m 2s`, `3m 5s`, `42s` (also `1d 2h`) -> seconds; `HH:MM:SS` too."""
+    """`1h 1m 2s`, `3m 5s`, `42s` (also `1d 2h`) -> seconds; Slurm's `[D-]HH:MM:SS` and `MM:SS` too."""
     text = text.strip()
-    days = re.fullmatch(r"(\d+)-(\d+(?::\d\d){1,2})", text)  # Slurm's D-HH:MM:SS
-    if days:
-        rest = parse_wall(days.group(2))
-        return None if rest is None else int(days.group(1)) * 86400 + rest
-    if re.fullmatch(r"\d+(?::\d\d){1,2}", text):
-        total = 0
-        for part in text.split(":"):
-            total = total * 60 + int(part)
-        return float(total)
+    if _WALL_CLOCK.fullmatch(text):
+        seconds = parse_slurm_duration(text)
+        return float(seconds) if seconds is not None else None
     parts = _WALL_PART.findall(text)
     if not parts:
         return None
@@ -756,7 +753,7 @@ class LogState:
                 if failed:
                     code = failed[-1].exit_code
                     summ.status = "FAILED"
-                    summ.exit_code = code if code in (130, 143) else 1
+                    summ.exit_code = code if code in CANCEL_EXITS else 1
             return True
         key, sep, value = stripped.partition(":")
         if not sep:

@@ -36,7 +36,7 @@ class Evidence:
     text: str  # without srun/absl/Ray prefixes: what the rules read
     time: float | None
     raw: str | None = None  # the line as logged (colour codes removed): what reports quote
-    rule: str | None = None  # the signature family that matched (triage.signatures), if any
+    rule: str | None = None  # the signature family that matched (rules.signatures), if any
     # A Traceback header whose exception line matched another class carries that class.
     carries: str | None = None
 

@@ -11,11 +11,11 @@ from typing import Any
 
 from jobdiagd import clock
 from jobdiagd.alerts.pipeline import AlertPipeline
+from jobdiagd.logsetup import get_logger
 from jobdiagd.model.alerts import DaemonCondition
 from jobdiagd.notifiers.base import CurrentState, Notifier, StateMirror
 from jobdiagd.service.health import assess
 from jobdiagd.service.lifecycle import Lifecycle
-from jobdiagd.service.logging import get_logger
 
 StatusFn = Callable[[], Mapping[str, Any]]
 

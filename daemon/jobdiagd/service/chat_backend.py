@@ -22,17 +22,17 @@ from pathlib import Path
 from typing import Any
 
 from jobdiagd import clock
-from jobdiagd.alerts.incidents import format_duration
 from jobdiagd.alerts.pipeline import AlertPipeline
 from jobdiagd.chat.buttons import can_scancel
 from jobdiagd.chat.model import ChatMessage
 from jobdiagd.chat.router import TaskError, TaskResult
 from jobdiagd.config import Config
+from jobdiagd.durations import rounded_duration
 from jobdiagd.model.alerts import Incident
 from jobdiagd.service.engine import Engine
 from jobdiagd.service.plots_bridge import PlotBridge, chart_payload
 from jobdiagd.service.status_cli import format_status
-from jobdiagd.tsdb.playbooks import PLAYBOOKS
+from jobdiagd.tsdb.playbooks.registry import PLAYBOOKS
 
 MAX_OUTPUT = 32 * 1024 * 1024
 
@@ -113,7 +113,9 @@ class DaemonChatBackend:
             parts.append(str(j["name"]))
         if j.get("last_step") is not None:
             total = f"/{j['total_steps']}" if j.get("total_steps") else ""
-            ago = f" ({format_duration(now - float(j['last_step_at']))} ago)" if j.get("last_step_at") else ""
+            ago = (
+                f" ({rounded_duration(now - float(j['last_step_at']))} ago)" if j.get("last_step_at") else ""
+            )
             parts.append(f"step {j['last_step']}{total}{ago}")
         if j.get("step_time_s"):
             parts.append(f"{float(j['step_time_s']):.2f} s/step")
@@ -149,11 +151,11 @@ class DaemonChatBackend:
             lines.append(f"- log: `{row['log']}`")
         for inc in self.open_incidents(job_id, None):
             snap = self.pipeline.book.snapshot(inc, now)
-            state = f"open {format_duration(now - inc.opened_at)}"
+            state = f"open {rounded_duration(now - inc.opened_at)}"
             if inc.acked_at is not None:
                 state += f", acked by {inc.acked_by or 'someone'}"
             if snap.get("muted_until"):
-                state += f", muted {format_duration(float(snap['muted_until']) - now)} more"
+                state += f", muted {rounded_duration(float(snap['muted_until']) - now)} more"
             lines.append(f"- incident `{inc.id}` ({inc.severity}): {inc.summary} — {state}")
         return ChatMessage(f"job {job_id}", "\n".join(lines))
 

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 from pathlib import Path
 
-from jobdiagd.config import DEFAULT_CONFIG_PATH, ConfigError, default_config, load
+from jobdiagd.config import DEFAULT_CONFIG_PATH, ConfigError, load_for_command
 from jobdiagd.service import status_cli
 
 
 def _run(args: argparse.Namespace) -> int:
+    import asyncio
+
     from jobdiagd.alerts.store import StoreError
     from jobdiagd.privatefs import UnsafePathError
     from jobdiagd.service.runner import run_daemon
@@ -37,10 +38,8 @@ def _run(args: argparse.Namespace) -> int:
 def _detectors(args: argparse.Namespace) -> int:
     from jobdiagd.detectors import registered
 
-    try:
-        cfg = load(args.config) if args.config else default_config()
-    except ConfigError as exc:
-        print(f"jobdiagd detectors: {exc}", file=sys.stderr)
+    cfg = load_for_command(args.config, "detectors")
+    if cfg is None:
         return 2
     flags = cfg.detectors.enabled()
     print(f"{'name':<18} {'default':<8} {'enabled':<8} description")
@@ -53,16 +52,16 @@ def _detectors(args: argparse.Namespace) -> int:
 def _notify_test(args: argparse.Namespace) -> int:
     from jobdiagd.service.notify_test import run_notify_test
 
-    try:
-        cfg = load(args.config)
-    except ConfigError as exc:
-        print(f"jobdiagd notify-test: {exc}", file=sys.stderr)
+    cfg = load_for_command(args.config, "notify-test")
+    if cfg is None:
         return 2
+    import asyncio
+
     return asyncio.run(run_notify_test(cfg, sys.stdout))
 
 
 def _backtest(args: argparse.Namespace) -> int:
-    from jobdiagd.backtest import main as backtest_main
+    from jobdiagd.service.backtest import main as backtest_main
 
     return backtest_main(args)
 

@@ -6,7 +6,7 @@ wakes a *partial* tick for the jobs whose files changed: it reads them (so step 
 times are precise) and runs only the detectors that react to new lines (failure signature,
 job end) — absence-of-data checks (hang) and trends (TGS) wait for the full tick.
 
-Discovery runs as its own task, so a hung squeue (bounded by command_timeout_seconds) never
+Discovery (`service.discovery`) runs as its own task, so a hung squeue (bounded by command_timeout_seconds) never
 holds file reading or hang detection. A job leaves the watch only on an end Slurm confirms
 (SlurmWatcher's rule); an end whose Slurm state is still live is refused. A source that fails
 twice in a row gets one "source degraded" notice, and one "source recovered" when it answers.
@@ -29,31 +29,33 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from jobdiagd import clock
-from jobdiagd.alerts.incidents import format_duration
 from jobdiagd.alerts.pipeline import AlertPipeline
 from jobdiagd.config import Config
 from jobdiagd.detectors import Detector, NoData, Report, keep_resolution
 from jobdiagd.detectors.hang import NAME as HANG
 from jobdiagd.detectors.hang import BudgetMemo, policy_from_config
 from jobdiagd.detectors.tgs import NAME as TGS
+from jobdiagd.durations import rounded_duration
 from jobdiagd.logs.job import load_job
 from jobdiagd.logs.safeopen import ANYWHERE, LogAccess, RefusedFile
+from jobdiagd.logsetup import EdgeTrigger, get_logger
 from jobdiagd.model.alerts import Finding, Severity
-from jobdiagd.model.jobview import JobView
+from jobdiagd.model.jobref import JobRef
+from jobdiagd.rules.hostlist import expand_hostlist
+from jobdiagd.rules.slurm import FINISHED_STATES, end_state
+from jobdiagd.service.discovery import Discovered, Discovery, NewJob, SlurmDiscovery
 from jobdiagd.service.health import Health
-from jobdiagd.service.logging import EdgeTrigger, get_logger
+from jobdiagd.service.jobs import JobView
 from jobdiagd.service.metrics import DaemonMetrics
 from jobdiagd.service.tsdb_enrich import TsdbEnricher
-from jobdiagd.sources.slurm import SlurmError, SlurmJob, SlurmWatcher, resolve_job_paths
-from jobdiagd.sources.slurm_parse import FINISHED_STATES
+from jobdiagd.sources.slurm import SlurmError, SlurmJob
+from jobdiagd.sources.slurmstate import slurm_wall_s
 from jobdiagd.sources.tail import ChangeWatcher, FileTail, OffsetStore
 from jobdiagd.triage.engine import analyze
-from jobdiagd.triage.hostlist import expand_hostlist
-from jobdiagd.triage.resolve import JobRef, ResolveError, job_access, parse_dirname, resolve
-from jobdiagd.triage.slurmstate import slurm_wall_s
+from jobdiagd.triage.resolve import job_access
 
 # (view, incident kind, now) -> bounded JSON-ready inputs of the incident's picture, or None.
 PlotInputs = Callable[[JobView, str, float], dict[str, Any] | None]
@@ -70,9 +72,6 @@ GC_EVERY_S = 300.0
 PERSIST_EVERY_S = 60.0
 WORKER_RESCAN_S = 30.0
 MAX_WORKER_FILES = 16
-# Outputs-root discovery: a job dir already there at start is watched only if its log was
-# written this recently (older ones are finished or dead; a dir created later is always watched).
-STATIC_RECENT_S = 3600.0
 
 
 @dataclass
@@ -89,162 +88,6 @@ class Watched:
         return ([self.main] if self.main is not None else []) + list(self.workers.values())
 
 
-@dataclass(frozen=True)
-class NewJob:
-    key: str
-    ref: JobRef
-    slurm: SlurmJob | None = None
-    restart_known: bool = False  # the offsets table knew it: report its end even if already over
-
-
-@dataclass
-class Discovered:
-    new: list[NewJob] = field(default_factory=list)
-    slurm: dict[str, SlurmJob] = field(default_factory=dict)  # current records of queued jobs
-    ended: dict[str, tuple[str, SlurmJob | None]] = field(default_factory=dict)  # key -> (state, final)
-    problem: str | None = None  # the answer was used but cannot be fully trusted: source degraded
-
-
-class Discovery(Protocol):
-    name: str
-
-    async def poll(self, now: float, watched: set[str]) -> Discovered | None:
-        """News since the last poll, or None when it is not time to ask again."""
-        ...
-
-    def dirs(self) -> list[Path]: ...
-
-
-class SlurmDiscovery:
-    """squeue through `SlurmWatcher`, at most every `interval` seconds; jobs mapped to files."""
-
-    name = "squeue"
-
-    def __init__(
-        self,
-        watcher: SlurmWatcher,
-        outputs_roots: Sequence[Path],
-        interval: float,
-        known: set[str] | None = None,
-    ) -> None:
-        self.watcher = watcher
-        self.roots = list(outputs_roots)
-        self.interval = interval
-        self.next_at = float("-inf")
-        self._known_before_restart = set(known or ())
-
-    async def poll(self, now: float, watched: set[str]) -> Discovered | None:
-        if now < self.next_at:
-            return None
-        self.next_at = now + self.interval
-        p = await self.watcher.poll()
-        out = Discovered()
-        for job in p.jobs:
-            if job.is_finished:
-                continue
-            out.slurm[job.job_id] = job
-            if job.job_id not in watched:
-                out.new.append(NewJob(job.job_id, self.ref_for(job), job))
-        for job in p.finished:
-            out.ended[job.job_id] = (job.state, job)
-        for job_id in p.lost:
-            out.ended[job_id] = ("UNKNOWN", None)
-        if p.problems:
-            out.problem = "; ".join(p.problems)
-        # Jobs watched before a restart that ended meanwhile: their report is still owed.
-        current = {j.job_id for j in p.jobs}
-        for job_id in sorted(self._known_before_restart - current - watched):
-            try:
-                final = await self.watcher.backend.job_info(job_id)
-            except (SlurmError, ValueError):
-                continue  # asked again next poll
-            self._known_before_restart.discard(job_id)
-            if final is None:
-                continue
-            if final.is_finished:
-                out.new.append(NewJob(job_id, self.ref_for(final), final, restart_known=True))
-                out.ended[job_id] = (final.state, final)
-            else:
-                # Still running, but this squeue answer did not list it: watch it again anyway.
-                self.watcher.known[job_id] = final
-                out.slurm[job_id] = final
-                out.new.append(NewJob(job_id, self.ref_for(final), final, restart_known=True))
-        self._known_before_restart -= current | watched
-        return out
-
-    def ref_for(self, job: SlurmJob) -> JobRef:
-        try:
-            log, job_dir = resolve_job_paths(job, self.roots)
-        except ValueError:
-            log, job_dir = None, None
-        if job_dir is not None and (job_dir / "log").is_symlink():
-            log = job_dir / "log"
-        return JobRef(job.job_id, job.name or None, job_dir, log, "slurm")
-
-    def dirs(self) -> list[Path]:
-        return []
-
-
-class OutputsDiscovery:
-    """No Slurm: job directories (with a `log` link) appearing under the outputs roots."""
-
-    name = "outputs"
-
-    def __init__(
-        self, roots: Sequence[Path], known: set[str] | None = None, recent_s: float = STATIC_RECENT_S
-    ):
-        self.roots = list(roots)
-        self.known = set(known or ())
-        self.recent_s = recent_s
-        self.seen: set[str] = set()
-        self.first_scan = True
-
-    async def poll(self, now: float, watched: set[str]) -> Discovered:
-        out = Discovered()
-        for root in self.roots:
-            try:
-                entries = sorted(root.iterdir())
-            except OSError:
-                continue
-            for d in entries:
-                if d.name in self.seen or not d.is_dir() or d.name.startswith("."):
-                    continue
-                link = d / "log"
-                if not link.is_symlink():
-                    continue  # shared checkpoint dir, or the job has not linked its log yet
-                self.seen.add(d.name)
-                job_id, name, _platform = parse_dirname(d.name)
-                key = job_id or d.name
-                if key in watched:
-                    continue
-                known = key in self.known
-                if self.first_scan and not known and not _recent(link, now, self.recent_s):
-                    continue
-                try:
-                    ref = resolve(str(d), [])
-                except ResolveError:
-                    # A `log` link to something that is no log (a directory, a loop): still a
-                    # job; watching it makes the file check report it (monitoring blind).
-                    ref = JobRef(job_id, name, d, link, _platform)
-                except OSError:
-                    continue
-                ref = replace(ref, log=link)  # follow the link: a rename repoints it
-                out.new.append(NewJob(key, ref, None, restart_known=known))
-        self.first_scan = False
-        return out
-
-    def dirs(self) -> list[Path]:
-        return list(self.roots)
-
-
-def _recent(path: Path, now: float, window: float) -> bool:
-    # Discovery only (which old dirs to skip); never used to judge a hang.
-    try:
-        return now - os.stat(path).st_mtime < window
-    except OSError:
-        return False
-
-
 def _followed(ref: JobRef) -> JobRef:
     """The ref with its `log` link resolved (triage wants the file, e.g. for the report title)."""
     return replace(ref, log=Path(os.path.realpath(ref.log))) if ref.log is not None else ref
@@ -252,13 +95,7 @@ def _followed(ref: JobRef) -> JobRef:
 
 def _summary_state(view: JobView) -> str:
     s = view.main.summary if view.main is not None else None
-    if s is None or s.exit_code is None:
-        return "UNKNOWN"
-    if s.exit_code == 0:
-        return "COMPLETED"
-    if s.exit_code in (130, 143):
-        return "CANCELLED"
-    return "FAILED"
+    return end_state(s.exit_code if s is not None else None)
 
 
 @dataclass
@@ -613,7 +450,7 @@ class Engine:
         if since is not None and self._source_notice(
             f"source-recovered:{name}:{int(since)}",
             f"source recovered: {name}",
-            f"`{name}` answers again (degraded for {format_duration(now - since)}).",
+            f"`{name}` answers again (degraded for {rounded_duration(now - since)}).",
             now,
             "info",
         ):

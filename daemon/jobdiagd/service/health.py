@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from jobdiagd import __version__
-from jobdiagd.alerts.incidents import format_duration
-from jobdiagd.service.logging import EdgeTrigger, get_logger
+from jobdiagd.durations import rounded_duration
+from jobdiagd.logsetup import EdgeTrigger, get_logger
 
 STALE_FACTOR = 3.0
 
@@ -43,7 +43,7 @@ def degradations(status: Mapping[str, Any], now: float) -> list[str]:
         for name, st in sorted(entries.items()):
             if isinstance(st, Mapping) and st.get("failing"):
                 since = st.get("failing_since")
-                ago = f" for {format_duration(now - float(since))}" if since is not None else ""
+                ago = f" for {rounded_duration(now - float(since))}" if since is not None else ""
                 out.append(f"{kind} {name} failing{ago}")
     for job in status.get("jobs") or []:
         if isinstance(job, Mapping) and job.get("blind"):
@@ -67,9 +67,9 @@ def assess(status: Mapping[str, Any], now: float) -> Verdict:
     age = None if last is None else now - float(last)
     if age is None:
         if started is None or now - float(started) > limit:
-            problems.append(f"no tick completed (limit {format_duration(limit)})")
+            problems.append(f"no tick completed (limit {rounded_duration(limit)})")
     elif age > limit:
-        problems.append(f"last tick {format_duration(age)} ago (limit {format_duration(limit)})")
+        problems.append(f"last tick {rounded_duration(age)} ago (limit {rounded_duration(limit)})")
     if status.get("last_tick_ok") is False:
         problems.append("last tick failed")
     return Verdict(not problems, problems, age, degradations(status, now))

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobdiagd import clock
-from jobdiagd.service.logging import get_logger
+from jobdiagd.logsetup import get_logger
 from jobdiagd.service.sdnotify import SdNotifier
 
 AsyncFn = Callable[[], Coroutine[Any, Any, None]]

@@ -14,14 +14,23 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from jobdiagd.chat.plot_inputs import chart_for_view, chart_title, power_bands, power_strip
+from jobdiagd.chat.plot_inputs import (
+    HistoryItem,
+    chart_title,
+    hang_chart,
+    power_bands,
+    power_strip,
+    projected_step,
+    tgs_chart,
+)
 from jobdiagd.chat.renderer import PlotRenderer
-from jobdiagd.model.jobview import JobView
+from jobdiagd.logsetup import get_logger
 from jobdiagd.model.plotdata import HostSeries, IncidentMarks, PowerBands, PowerStrip, StepChart, StepPoint
-from jobdiagd.service.logging import get_logger
+from jobdiagd.service.jobs import JobView
+from jobdiagd.triage.tgs import BASELINE_FROM, BASELINE_TO, analyze_tgs
 from jobdiagd.tsdb.gpu_strip import GpuStrip
 from jobdiagd.tsdb.settings import TsdbSettings
 
@@ -42,6 +51,60 @@ def _thin(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
     old, recent = points[:-KEEP_RECENT], points[-KEEP_RECENT:]
     stride = -(-len(old) // (MAX_POINTS - KEEP_RECENT))
     return old[::stride] + recent
+
+
+def _job_name(view: JobView) -> str | None:
+    if view.main is not None:
+        name = view.main.header.get("JOB_NAME")
+        if name:
+            return name
+    return None
+
+
+def chart_for_view(
+    view: JobView,
+    kind: str,
+    now: float,
+    *,
+    incident_id: str | None = None,
+    tgs_threshold_pct: float = 10.0,
+    baseline_steps: tuple[int, int] = (BASELINE_FROM, BASELINE_TO),
+) -> StepChart:
+    """The step chart of a watched job for an incident kind ("hang" or "tgs-degradation") at `now`."""
+    steps = view.sorted_steps()
+    ckpt = view.checkpoint()
+    name = _job_name(view)
+    if kind == "hang":
+        last, at = view.last_step, view.last_step_at
+        step_time = view.step_time()
+        since = at if at is not None else (view.marker_at if view.marker_at is not None else view.first_seen)
+        return hang_chart(
+            steps,
+            ckpt,
+            title=chart_title(view.key, name, "Hang"),
+            last_step=last,
+            projected=projected_step(last, at, now, step_time),
+            stalled_s=max(0.0, now - since),
+            step_time_s=step_time,
+            incident_id=incident_id,
+        )
+    if kind in ("tgs", "tgs-degradation"):
+        analysis = analyze_tgs(steps, ckpt, threshold_pct=tgs_threshold_pct, baseline_steps=baseline_steps)
+        # The whole run: a tailed job keeps only some step records (the detectors' windows), so the
+        # line is drawn from its bounded history (bucket means) when that covers more of the run.
+        history = view.step_history()
+        drawn: Sequence[HistoryItem] = steps
+        if history and sum(p.steps for p in history) > len(steps):
+            drawn = [(p.first_step, p.seconds_mean, p.tgs_mean) for p in history]
+        return tgs_chart(
+            drawn,
+            ckpt,
+            analysis,
+            title=chart_title(view.key, name, "TGS slide"),
+            baseline_steps=baseline_steps,
+            incident_id=incident_id,
+        )
+    raise ValueError(f"no step chart for incident kind {kind!r} (hang, tgs-degradation)")
 
 
 def chart_payload(

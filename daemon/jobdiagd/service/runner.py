@@ -24,11 +24,11 @@ from typing import Any, Literal
 from jobdiagd import clock, config
 from jobdiagd.alerts.messages import MessageStore
 from jobdiagd.alerts.pipeline import AlertPipeline
-from jobdiagd.alerts.store import StoreError, StoreUnavailable
+from jobdiagd.alerts.store import DB_NAME, StoreError, StoreUnavailable
 from jobdiagd.chat.router import ChatRouter
 from jobdiagd.detectors import build as build_detectors
 from jobdiagd.detectors import enabled_names
-from jobdiagd.model.jobview import JobView
+from jobdiagd.logsetup import EdgeTrigger, configure_logging, get_logger
 from jobdiagd.notifiers.base import ChatTransport
 from jobdiagd.notifiers.dispatcher import Dispatcher, RetryPolicy
 from jobdiagd.notifiers.registry import build_notifiers
@@ -36,10 +36,11 @@ from jobdiagd.privatefs import check_private_file, check_private_parent, ensure_
 from jobdiagd.service import plots_bridge
 from jobdiagd.service.alert_sync import add_state_mirrors
 from jobdiagd.service.chat_backend import DaemonChatBackend
-from jobdiagd.service.engine import Discovery, Engine, OutputsDiscovery, PlotInputs, SlurmDiscovery
+from jobdiagd.service.discovery import Discovery, OutputsDiscovery, SlurmDiscovery
+from jobdiagd.service.engine import Engine, PlotInputs
 from jobdiagd.service.health import Health
+from jobdiagd.service.jobs import JobView
 from jobdiagd.service.lifecycle import Lifecycle
-from jobdiagd.service.logging import EdgeTrigger, configure_logging, get_logger
 from jobdiagd.service.metrics import DaemonMetrics, MetricsServer
 from jobdiagd.service.plots_bridge import PlotBridge
 from jobdiagd.service.sdnotify import SdNotifier
@@ -66,7 +67,7 @@ def check_state_paths(cfg: config.Config) -> None:
 def _open_state(cfg: config.Config, names: list[str]) -> tuple[AlertPipeline, OffsetStore]:
     pipeline = AlertPipeline.open(cfg.daemon.state_dir, cfg.incidents, names, now=clock.wall())
     try:
-        offsets = OffsetStore.in_state_dir(cfg.daemon.state_dir)
+        offsets = OffsetStore(Path(cfg.daemon.state_dir) / DB_NAME)
     except sqlite3.Error as exc:
         pipeline.close()
         name = getattr(exc, "sqlite_errorname", "") or ""

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from jobdiagd import jsonsafe
-from jobdiagd.alerts.incidents import format_duration
-from jobdiagd.config import DEFAULT_CONFIG_PATH, ConfigError, DaemonConfig, load
+from jobdiagd.config import DEFAULT_CONFIG_PATH, DaemonConfig, load_for_command
+from jobdiagd.durations import rounded_duration
 from jobdiagd.service.health import assess
 from jobdiagd.service.status_socket import StatusUnavailable, request
 
@@ -38,7 +38,7 @@ EXIT_UNHEALTHY = EXIT_DOWN
 
 
 def _ago(now: float, t: Any) -> str:
-    return "never" if t is None else f"{format_duration(now - float(t))} ago"
+    return "never" if t is None else f"{rounded_duration(now - float(t))} ago"
 
 
 def _clock(t: float) -> str:
@@ -53,7 +53,7 @@ def format_status(status: Mapping[str, Any], now: float) -> str:
     if status.get("pid") is not None:
         head += f" (pid {status['pid']})"
     if status.get("started_at") is not None:
-        head += f", up {format_duration(now - float(status['started_at']))}"
+        head += f", up {rounded_duration(now - float(status['started_at']))}"
     lines.append(head)
     if not health.ok:
         verdict = "UNHEALTHY: " + "; ".join(health.problems + health.degraded)
@@ -62,7 +62,7 @@ def format_status(status: Mapping[str, Any], now: float) -> str:
     else:
         verdict = "OK"
     lines.append(
-        f"last tick: {_ago(now, status.get('last_tick_at'))} (every {format_duration(float(status.get('tick_seconds') or 0))})"
+        f"last tick: {_ago(now, status.get('last_tick_at'))} (every {rounded_duration(float(status.get('tick_seconds') or 0))})"
         f"  {verdict}"
     )
 
@@ -142,20 +142,21 @@ def format_status(status: Mapping[str, Any], now: float) -> str:
     return "\n".join(lines) + "\n"
 
 
-def socket_path_from(args: argparse.Namespace) -> Path:
+def socket_path_from(args: argparse.Namespace) -> Path | None:
+    """--socket, else the config's (the default file when it exists, else the built-in default);
+    None when the config does not load (reported on stderr)."""
     if args.socket:
         return Path(args.socket)
     cfg_path = Path(args.config) if args.config else DEFAULT_CONFIG_PATH
     if not args.config and not cfg_path.exists():
         return DaemonConfig().socket_path
-    return load(cfg_path).daemon.socket_path
+    cfg = load_for_command(cfg_path, "status")
+    return cfg.daemon.socket_path if cfg is not None else None
 
 
 def run_status(args: argparse.Namespace) -> int:
-    try:
-        path = socket_path_from(args)
-    except ConfigError as exc:
-        print(f"jobdiagd status: {exc}", file=sys.stderr)
+    path = socket_path_from(args)
+    if path is None:
         return EXIT_USAGE
     try:
         reply = request(path, "status", timeout=args.timeout)

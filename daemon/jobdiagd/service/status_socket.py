@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import grp
 import inspect
@@ -12,10 +11,16 @@ import socket
 import stat
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobdiagd import clock, jsonsafe
-from jobdiagd.service.logging import get_logger
+from jobdiagd.logsetup import get_logger
+
+if TYPE_CHECKING:
+    import asyncio
+
+# asyncio is imported by the server's methods: `jobdiagd status` (the blocking `request` client)
+# does not need it (bench/bench_startup.py: asyncio was one of its costliest imports).
 
 MAX_REQUEST = 64 * 1024
 REQUEST_TIMEOUT = 5.0
@@ -57,6 +62,8 @@ class StatusServer:
         self._log = get_logger(component="status_socket")
 
     async def start(self) -> None:
+        import asyncio
+
         self._clear_stale()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         server = await asyncio.start_unix_server(self._serve, path=str(self.path), limit=MAX_REQUEST)
@@ -113,6 +120,8 @@ class StatusServer:
                 await writer.wait_closed()
 
     async def _answer(self, reader: asyncio.StreamReader) -> dict[str, Any]:
+        import asyncio
+
         try:
             async with asyncio.timeout(REQUEST_TIMEOUT):
                 line = await reader.readline()

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobdiagd.detectors import Report
+from jobdiagd.logsetup import get_logger
 from jobdiagd.model.alerts import Finding
-from jobdiagd.model.jobview import JobView
-from jobdiagd.service.logging import get_logger
+from jobdiagd.service.jobs import JobView
 from jobdiagd.service.plots_bridge import strip_payload
 from jobdiagd.tsdb.access import SshTunnelPool
 from jobdiagd.tsdb.context import DiagnosisContext, context_from_triage
@@ -90,7 +90,7 @@ class TsdbEnricher:
                 out.append(f)
                 continue
             res = view.analysis(now)
-            if not (res.logs.ray and res.live.head_node):
+            if not (res.ray and res.live.head_node):
                 out.append(f)  # no per-job Prometheus to ask
                 continue
             pending = self._verdicts.get(f.job_id)
@@ -122,7 +122,7 @@ class TsdbEnricher:
             view = views.get(r.job_id)
             res = (view.final or view.analysis(now)) if view is not None else None
             failed = res is not None and res.status != "completed" and res.primary is not None
-            if r.kind != "job-end" or res is None or not failed or not res.logs.ray:
+            if r.kind != "job-end" or res is None or not failed or not res.ray:
                 out.append(r)
                 continue
             held: asyncio.Task[dict[str, Any] | None] = asyncio.get_running_loop().create_task(

@@ -17,21 +17,18 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from jobdiagd import clock
+from jobdiagd.rules.hostlist import parse_hostlist
+from jobdiagd.rules.slurm import FINISHED_STATES, normalize_state
 from jobdiagd.sources.slurm_parse import (
-    FINISHED_STATES,
     SACCT_FIELDS,
     SACCT_SEP,
     SQUEUE_FORMAT,
     SlurmJob,
-    expand_hostlist,
     filter_jobs,
     job_from_json,
-    normalize_state,
     parse_sacct_parsable,
     parse_scontrol_oneline,
     parse_scontrol_output,
-    parse_slurm_duration,
-    parse_slurm_time,
     parse_squeue_format,
     parse_squeue_json,
     validate_job_id,
@@ -48,15 +45,11 @@ __all__ = [
     "SlurmJob",
     "SlurmPoll",
     "SlurmWatcher",
-    "expand_hostlist",
     "job_from_json",
     "make_backend",
-    "normalize_state",
     "parse_sacct_parsable",
     "parse_scontrol_oneline",
     "parse_scontrol_output",
-    "parse_slurm_duration",
-    "parse_slurm_time",
     "parse_squeue_format",
     "parse_squeue_json",
     "resolve_job_paths",
@@ -443,7 +436,7 @@ def job_from_pyslurm(obj: Any, now: float | None = None) -> SlurmJob | None:
     end = attr("end_time")
     reason = attr("state_reason")
     try:
-        node_list = tuple(expand_hostlist(nodes)) if isinstance(nodes, str) else ()
+        node_list = tuple(parse_hostlist(nodes)) if isinstance(nodes, str) else ()
     except ValueError:
         node_list = (nodes,)
     started = isinstance(start, int | float) and start > 0 and state != "PENDING"

@@ -4,11 +4,20 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, tzinfo
+from datetime import tzinfo
 from typing import Any
+
+from jobdiagd.rules.hostlist import parse_hostlist
+from jobdiagd.rules.slurm import (
+    FINISHED_STATES,
+    NO_VALUE,
+    RUNNING_STATES,
+    normalize_state,
+    parse_slurm_duration,
+    parse_slurm_time,
+)
 
 # --- validation of values that reach a subprocess -------------------------------------------------
 
@@ -36,240 +45,6 @@ def validate_partition(partition: str) -> str:
     if not isinstance(partition, str) or not PARTITION_RE.fullmatch(partition):
         raise ValueError(f"not a valid partition name: {partition!r}")
     return partition
-
-
-# --- states ----------------------------------------------------------------------------------------
-
-BASE_STATES = frozenset(
-    {
-        "PENDING",
-        "RUNNING",
-        "SUSPENDED",
-        "COMPLETED",
-        "CANCELLED",
-        "FAILED",
-        "TIMEOUT",
-        "NODE_FAIL",
-        "PREEMPTED",
-        "BOOT_FAIL",
-        "DEADLINE",
-        "OUT_OF_MEMORY",
-    }
-)
-# Flag states in the order Slurm's job_state_string() prefers them over the base state, so the
-# JSON list form normalizes to what `squeue -o %T` prints for the same job.
-FLAG_STATE_PRIORITY = (
-    "COMPLETING",
-    "STAGE_OUT",
-    "CONFIGURING",
-    "RESIZING",
-    "REQUEUED",
-    "REQUEUE_FED",
-    "REQUEUE_HOLD",
-    "SPECIAL_EXIT",
-    "STOPPED",
-    "REVOKED",
-    "RESV_DEL_HOLD",
-    "SIGNALING",
-)
-FINISHED_STATES = frozenset(
-    {
-        "COMPLETED",
-        "CANCELLED",
-        "FAILED",
-        "TIMEOUT",
-        "NODE_FAIL",
-        "PREEMPTED",
-        "BOOT_FAIL",
-        "DEADLINE",
-        "OUT_OF_MEMORY",
-        "SPECIAL_EXIT",
-        "REVOKED",
-    }
-)
-_COMPACT_STATES = {
-    "BF": "BOOT_FAIL",
-    "CA": "CANCELLED",
-    "CD": "COMPLETED",
-    "CF": "CONFIGURING",
-    "CG": "COMPLETING",
-    "DL": "DEADLINE",
-    "F": "FAILED",
-    "NF": "NODE_FAIL",
-    "OOM": "OUT_OF_MEMORY",
-    "PD": "PENDING",
-    "PR": "PREEMPTED",
-    "R": "RUNNING",
-    "RD": "RESV_DEL_HOLD",
-    "RF": "REQUEUE_FED",
-    "RH": "REQUEUE_HOLD",
-    "RQ": "REQUEUED",
-    "RS": "RESIZING",
-    "RV": "REVOKED",
-    "S": "SUSPENDED",
-    "SE": "SPECIAL_EXIT",
-    "SI": "SIGNALING",
-    "SO": "STAGE_OUT",
-    "ST": "STOPPED",
-    "TO": "TIMEOUT",
-}
-
-
-def normalize_state(raw: object) -> str:
-    """One upper-case state name from any form Slurm prints.
-
-    Accepts `RUNNING`, `running`, compact codes (`R`, `CA`, `OOM`), sacct's `CANCELLED by 1000`,
-    `CANCELLED+`, and the >= 23.11 JSON list form (`["RUNNING", "COMPLETING"]`). Unknown or
-    empty input gives `UNKNOWN`.
-    """
-    if isinstance(raw, list | tuple):
-        names = [normalize_state(x) for x in raw]
-        names = [n for n in names if n != "UNKNOWN"]
-        if not names:
-            return "UNKNOWN"
-        for flag in FLAG_STATE_PRIORITY:
-            if flag in names:
-                return flag
-        for name in names:
-            if name in BASE_STATES:
-                return name
-        return names[0]
-    if not isinstance(raw, str):
-        return "UNKNOWN"
-    text = raw.strip().upper()
-    if not text:
-        return "UNKNOWN"
-    text = text.split()[0].rstrip("+")
-    return _COMPACT_STATES.get(text, text) if re.fullmatch(r"[A-Z_]+", text) else "UNKNOWN"
-
-
-# --- durations, times, host lists ---------------------------------------------------------------
-
-_NO_VALUE = frozenset({"", "N/A", "NONE", "UNKNOWN", "(NULL)", "INVALID", "NOT_SET", "UNLIMITED", "INFINITE"})
-_DURATION_RE = re.compile(r"^(?:(?P<d>\d+)-)?(?P<rest>\d+(?::\d+){0,2})$")
-
-
-def parse_slurm_duration(text: str) -> int | None:
-    """Seconds in a Slurm duration; None for UNLIMITED / N/A / INVALID and the like.
-
-    Forms (as squeue/scontrol/sacct print them and sbatch accepts them): `M`, `M:S`, `H:M:S`,
-    `D-H`, `D-H:M`, `D-H:M:S`; sacct may add fractional seconds (`00:00:01.234`), which are
-    dropped. Raises ValueError for anything else.
-    """
-    s = text.strip()
-    if s.upper() in _NO_VALUE:
-        return None
-    s = re.sub(r"\.\d+$", "", s)
-    m = _DURATION_RE.fullmatch(s)
-    if not m:
-        raise ValueError(f"not a Slurm duration: {text!r}")
-    parts = [int(p) for p in m.group("rest").split(":")]
-    if m.group("d") is not None:
-        days = int(m.group("d"))
-        hms = parts + [0] * (3 - len(parts))
-        h, mi, sec = hms
-    elif len(parts) == 1:
-        days, h, mi, sec = 0, 0, parts[0], 0
-    elif len(parts) == 2:
-        days, h, (mi, sec) = 0, 0, parts
-    else:
-        days, (h, mi, sec) = 0, parts
-    return ((days * 24 + h) * 60 + mi) * 60 + sec
-
-
-def parse_slurm_time(text: str, tz: tzinfo | None = None) -> float | None:
-    """Epoch seconds from a Slurm timestamp, or None for N/A / Unknown / None / 0.
-
-    Accepts epoch digits (what SLURM_TIME_FORMAT=%s prints, which the CLI backend always asks
-    for) and the standard `YYYY-MM-DDTHH:MM:SS`, which Slurm prints in the client's local time:
-    give `tz` to say which zone that was (default: this process's local zone).
-    """
-    s = text.strip()
-    if s.upper() in _NO_VALUE or s == "0":
-        return None
-    if s.isdigit():
-        return float(s)
-    fmt = "%Y-%m-%dT%H:%M:%S"
-    if tz is not None:
-        return datetime.strptime(s, fmt).replace(tzinfo=tz).timestamp()
-    return time.mktime(time.strptime(s, fmt))
-
-
-_MAX_HOSTS = 100_000
-
-
-def _expand_ranges(body: str) -> list[str]:
-    out: list[str] = []
-    for part in body.split(","):
-        part = part.strip()
-        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
-        if not m:
-            raise ValueError(f"bad host range {part!r}")
-        lo_s, hi_s = m.group(1), m.group(2)
-        if hi_s is None:
-            out.append(lo_s)
-            continue
-        lo, hi = int(lo_s), int(hi_s)
-        if hi < lo:
-            raise ValueError(f"bad host range {part!r}")
-        if hi - lo + len(out) > _MAX_HOSTS:
-            raise ValueError("host list too large")
-        width = len(lo_s) if lo_s.startswith("0") else 0
-        out.extend(str(i).zfill(width) for i in range(lo, hi + 1))
-    return out
-
-
-def _split_top_level(text: str) -> list[str]:
-    parts: list[str] = []
-    depth = 0
-    cur: list[str] = []
-    for ch in text:
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth -= 1
-            if depth < 0:
-                raise ValueError(f"unbalanced ']' in host list {text!r}")
-        if ch == "," and depth == 0:
-            parts.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-    if depth != 0:
-        raise ValueError(f"unbalanced '[' in host list {text!r}")
-    parts.append("".join(cur))
-    return [p.strip() for p in parts if p.strip()]
-
-
-def expand_hostlist(text: str) -> list[str]:
-    """Expand a Slurm host list: `node[001-003,007],gpu-a[1-2]` -> node001 … node007, gpu-a1, gpu-a2.
-
-    Zero padding follows the lower bound (`[08-10]` -> 08, 09, 10); several bracket groups in one
-    name expand as a product (`r[1-2]n[1-2]`). Empty / `(null)` / `None assigned` give [].
-    Raises ValueError for malformed input.
-    """
-    s = text.strip()
-    if not s or s.lower() in {"(null)", "none assigned", "n/a"}:
-        return []
-    hosts: list[str] = []
-    for item in _split_top_level(s):
-        names = [""]
-        for chunk in re.split(r"(\[[^\]]*\])", item):
-            if not chunk:
-                continue
-            if chunk.startswith("["):
-                values = _expand_ranges(chunk[1:-1])
-                names = [n + v for n in names for v in values]
-                if len(names) > _MAX_HOSTS:
-                    raise ValueError("host list too large")
-            else:
-                if "[" in chunk or "]" in chunk:
-                    raise ValueError(f"bad host list {text!r}")
-                names = [n + chunk for n in names]
-        hosts.extend(names)
-        if len(hosts) > _MAX_HOSTS:
-            raise ValueError("host list too large")
-    return hosts
 
 
 # --- the record -----------------------------------------------------------------------------------
@@ -302,12 +77,12 @@ class SlurmJob:
 
     @property
     def is_running(self) -> bool:
-        return self.state in {"RUNNING", "COMPLETING", "CONFIGURING", "STAGE_OUT", "SIGNALING"}
+        return self.state in RUNNING_STATES
 
 
 def _node_list(nodes: str) -> tuple[str, ...]:
     try:
-        return tuple(expand_hostlist(nodes))
+        return tuple(parse_hostlist(nodes))
     except ValueError:
         return (nodes,) if nodes else ()
 
@@ -334,7 +109,7 @@ def _opt(text: str | None) -> str | None:
     if text is None:
         return None
     s = text.strip()
-    return None if s.upper() in _NO_VALUE else s
+    return None if s.upper() in NO_VALUE else s
 
 
 def _user(text: str) -> str:

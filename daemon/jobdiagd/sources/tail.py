@@ -33,7 +33,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jobdiagd.alerts.store import DB_NAME
 from jobdiagd.logs.reader import HEAD_FULL, TailReader, read_fd
 from jobdiagd.logs.safeopen import ANYWHERE, LogAccess
 from jobdiagd.logs.state import LogState
@@ -68,7 +67,8 @@ class Saved:
 
 
 class OffsetStore:
-    """The `tail_offsets` table in the state dir's SQLite file (own connection, own table)."""
+    """The `tail_offsets` table in a SQLite file (own connection, own table). The daemon keeps it
+    in the state dir's alert store file (`service.runner` names the path)."""
 
     def __init__(self, path: str | Path) -> None:
         if str(path) != ":memory:":
@@ -78,10 +78,6 @@ class OffsetStore:
         # NORMAL: a power cut may lose the last commits, which only makes a restart re-read more.
         self._conn.execute("PRAGMA synchronous=NORMAL")
         self._conn.executescript(_SCHEMA)
-
-    @classmethod
-    def in_state_dir(cls, state_dir: str | Path) -> OffsetStore:
-        return cls(Path(state_dir) / DB_NAME)
 
     def load(self, path: str) -> Saved | None:
         row = self._conn.execute(

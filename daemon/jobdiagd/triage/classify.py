@@ -51,21 +51,24 @@ lines for `unknown-death`, XLA's rendezvous watchdog lines for `hang`.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from jobdiagd.logs.job import JobLogs
 from jobdiagd.logs.prefixes import Stamp, parse_full_stamp
 from jobdiagd.logs.state import LogState
 from jobdiagd.model.records import Evidence, StepRecord
-from jobdiagd.triage.progress import CheckpointConfig, Progress
-from jobdiagd.triage.signatures import BY_CLASS, EVIDENCE_CLASSES, SIGNATURES, Tier
-from jobdiagd.triage.stall import StallPolicy, stall_budget
-from jobdiagd.triage.tgs import TgsAnalysis
-
-CANCEL_EXITS = frozenset({130, 143})
-ALIVE_STATES = frozenset(
-    {"RUNNING", "PENDING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING", "STAGE_OUT"}
+from jobdiagd.model.triage import (
+    CheckpointConfig,
+    Classification,
+    HeartbeatInfo,
+    Progress,
+    Stall,
+    TgsAnalysis,
 )
+from jobdiagd.rules.signatures import BY_CLASS, EVIDENCE_CLASSES, SIGNATURES, Tier
+from jobdiagd.rules.slurm import ALIVE_STATES, CANCEL_EXITS
+from jobdiagd.triage.stall import StallPolicy, stall_budget
+
 # Runbook: "setup/compilation overhead of ~15-30 min"; unaccounted time beyond this (plus the
 # stall budget) is read as a stall when no dated line measures it directly. 20 min is the
 # middle of the runbook's range.
@@ -74,45 +77,6 @@ PROGRESS_SLACK = 2
 DEFAULT_HEARTBEAT_TIMEOUT_S = 100.0
 _EXIT_RE = re.compile(r"exit(?:=| code |ed with exit code )(\d+)")
 _ORDER = {s.cls: i for i, s in enumerate(SIGNATURES)}
-
-
-@dataclass
-class HeartbeatInfo:
-    time: float | None
-    timeout_s: float
-    accused_tasks: list[int]
-    accused_hosts: list[str]
-    self_reported: list[int]
-    earlier_error: Evidence | None
-    stalled: bool
-    stall_s: float | None
-    phase: str  # init | mid-training
-    verdict: str  # false-positive | hang | true-positive
-
-
-@dataclass
-class Stall:
-    stalled: bool
-    gap_s: float | None
-    budget_s: float
-    phase: str
-    basis: str  # timestamps | wall-time | none
-
-
-@dataclass
-class Classification:
-    status: str
-    primary: str | None
-    stage: str | None
-    evidence: list[Evidence]
-    classes: list[str]
-    notes: list[str] = field(default_factory=list)
-    heartbeat: HeartbeatInfo | None = None
-    stall: Stall | None = None
-    soft_success_variant: str | None = None
-    end_time: float | None = None
-    primary_rule: str | None = None  # the wording family of the primary's earliest evidence
-    cancel_reason: str | None = None  # Slurm's "DUE TO ..." text when a cancel line says why
 
 
 def _steps_after(state: LogState, line: int) -> int:

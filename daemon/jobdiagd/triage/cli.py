@@ -7,13 +7,16 @@ import os
 import sys
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from jobdiagd import clock, jsonsafe
-from jobdiagd.logs import reader
-from jobdiagd.logs.safeopen import RefusedFile
-from jobdiagd.triage.engine import TriageResult, triage_ref
-from jobdiagd.triage.report import SUMMARY_HEADER, render_json, render_markdown, render_row
-from jobdiagd.triage.resolve import JobRef, ResolveError, job_access, list_jobs, resolve
+
+if TYPE_CHECKING:
+    from jobdiagd.model.jobref import JobRef
+    from jobdiagd.model.triage import TriageResult
+
+# The parser, engine and report are imported when `triage` runs (`run`), not when it is
+# registered: `jobdiagd --help` and the other subcommands load this module for its arguments.
 
 
 def parse_now(text: str) -> float:
@@ -82,7 +85,7 @@ def _slurm(ref: JobRef, args: argparse.Namespace, now: float) -> tuple[str | Non
         return str(args.slurm_state).upper(), None, None
     if args.no_slurm or ref.platform != "slurm" or not ref.job_id:
         return None, None, None
-    from jobdiagd.triage.slurmstate import query_job, slurm_wall_s
+    from jobdiagd.sources.slurmstate import query_job, slurm_wall_s
 
     job = query_job(ref.job_id)
     if job is None:
@@ -91,6 +94,9 @@ def _slurm(ref: JobRef, args: argparse.Namespace, now: float) -> tuple[str | Non
 
 
 def _one(ref: JobRef, args: argparse.Namespace, now: float) -> TriageResult:
+    from jobdiagd.triage.engine import triage_ref
+    from jobdiagd.triage.resolve import job_access
+
     state, wall, user = _slurm(ref, args, now)
     # Only files inside the job's outputs root (or a root named by --outputs/$JOBDIAGD_OUTPUTS)
     # and owned by the job's user are read.
@@ -99,6 +105,11 @@ def _one(ref: JobRef, args: argparse.Namespace, now: float) -> TriageResult:
 
 
 def run(args: argparse.Namespace) -> int:
+    from jobdiagd.logs import reader
+    from jobdiagd.logs.safeopen import RefusedFile
+    from jobdiagd.triage.report import SUMMARY_HEADER, render_json, render_markdown, render_row
+    from jobdiagd.triage.resolve import ResolveError, list_jobs, resolve
+
     now = args.now if args.now is not None else clock.wall()
     if args.workers < 1:
         print("jobdiagd triage: --workers must be at least 1", file=sys.stderr)

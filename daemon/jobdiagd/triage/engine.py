@@ -8,150 +8,23 @@ edge (resolution and reading files).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from jobdiagd.logs.job import JobLogs, load_job
 from jobdiagd.logs.safeopen import LogAccess
-from jobdiagd.model.records import StepRecord
+from jobdiagd.model.jobref import JobRef
 from jobdiagd.model.stepguard import implausible_top
-from jobdiagd.triage.classify import Classification, classify
-from jobdiagd.triage.hostlist import expand_hostlist, valid_host
+from jobdiagd.model.triage import Live, TriageResult
+from jobdiagd.rules.hostlist import expand_hostlist, valid_host
+from jobdiagd.triage.classify import classify
 from jobdiagd.triage.nextsteps import next_steps
-from jobdiagd.triage.progress import (
-    CheckpointConfig,
-    Progress,
-    checkpoint_config,
-    compute_progress,
-    configured_total,
-)
-from jobdiagd.triage.resolve import JobRef, job_access, resolve
+from jobdiagd.triage.progress import checkpoint_config, compute_progress, configured_total
+from jobdiagd.triage.resolve import job_access, resolve
 from jobdiagd.triage.stall import StallPolicy
-from jobdiagd.triage.tgs import TgsAnalysis, analyze_tgs
+from jobdiagd.triage.tgs import analyze_tgs
 
 PROMETHEUS_PORTS = range(9190, 9200)
-
-
-@dataclass
-class Live:
-    head_node: str | None
-    prometheus_port: int | None
-    tunnel: str | None
-
-    def to_dict(self) -> dict[str, object]:
-        return {"head_node": self.head_node, "prometheus_port": self.prometheus_port, "tunnel": self.tunnel}
-
-
-@dataclass
-class TriageResult:
-    ref: JobRef
-    logs: JobLogs
-    now: float
-    slurm_state: str | None
-    nodes: list[str]
-    steps: list[StepRecord]
-    ckpt: CheckpointConfig
-    progress: Progress
-    tgs: TgsAnalysis
-    cls: Classification
-    live: Live
-    next_steps: list[str]
-    config: dict[str, str]
-    env: dict[str, str]
-    step_source: str | None
-
-    @property
-    def status(self) -> str:
-        return self.cls.status
-
-    @property
-    def primary(self) -> str | None:
-        return self.cls.primary
-
-    @property
-    def job_id(self) -> str | None:
-        main = self.logs.main
-        if main is not None and main.header.get("JOB_ID"):
-            return main.header["JOB_ID"]
-        return self.ref.job_id
-
-    @property
-    def job_name(self) -> str | None:
-        main = self.logs.main
-        if main is not None and main.header.get("JOB_NAME"):
-            return main.header["JOB_NAME"]
-        return self.ref.name
-
-    def to_dict(self) -> dict[str, object]:
-        failures = [e.to_dict() for e in self.cls.evidence]
-        if self.tgs.degraded:
-            failures.append(
-                {
-                    "class": "tgs-degradation",
-                    "line": None,
-                    "source": self.step_source,
-                    "task": None,
-                    "host": None,
-                    "text": f"TGS {self.tgs.magnitude} over steps {self.tgs.range} ({self.tgs.pattern})",
-                    "time": None,
-                }
-            )
-        hb = self.cls.heartbeat
-        return {
-            "job": {
-                "id": self.job_id,
-                "name": self.job_name,
-                "log": str(self.ref.log) if self.ref.log else None,
-                "job_dir": str(self.ref.job_dir) if self.ref.job_dir else None,
-                "ray": self.logs.ray,
-                "platform": self.ref.platform,
-                "nodes": self.nodes,
-                "nnodes": len(self.nodes) or _int(self.logs.main.header.get("NNODES"))
-                if self.logs.main
-                else None,
-            },
-            "status": self.cls.status,
-            "primary_failure": self.cls.primary,
-            "stage": self.cls.stage,
-            "classes": self.cls.classes,
-            "failures": failures,
-            "progress": self.progress.to_dict(),
-            "tgs": self.tgs.to_dict(),
-            "live": self.live.to_dict(),
-            "config": self.config,
-            "env": {
-                k: v
-                for k, v in self.env.items()
-                if k.startswith(("XLA_", "NCCL_", "RCCL_", "JAX_", "RAY", "HIP_", "CUDA_"))
-            },
-            "heartbeat": None
-            if hb is None
-            else {
-                "time": hb.time,
-                "timeout_s": hb.timeout_s,
-                "accused_tasks": hb.accused_tasks,
-                "accused_hosts": hb.accused_hosts,
-                "self_reported": hb.self_reported,
-                "verdict": hb.verdict,
-                "phase": hb.phase,
-                "stall_s": hb.stall_s,
-                "earlier_error": hb.earlier_error.to_dict() if hb.earlier_error else None,
-            },
-            "soft_success_variant": self.cls.soft_success_variant,
-            "notes": self.cls.notes,
-            "steps": [
-                {"step": s.step, "seconds": s.seconds, "tgs": s.tgs, "loss": s.loss, "time": s.time}
-                for s in self.steps
-            ],
-            "next_steps": self.next_steps,
-        }
-
-
-def _int(v: str | None) -> int | None:
-    try:
-        return int(v) if v is not None else None
-    except ValueError:
-        return None
 
 
 def _live(logs: JobLogs, nodes: list[str]) -> Live:
@@ -281,7 +154,6 @@ def analyze(
     live = _live(logs, nodes)
     result = TriageResult(
         ref=logs.ref,
-        logs=logs,
         now=now,
         slurm_state=slurm_state,
         nodes=nodes,
@@ -295,6 +167,10 @@ def analyze(
         config={**passthrough},
         env=env,
         step_source=auth.source if auth else None,
+        ray=logs.ray,
+        header=main.header if main is not None else None,
+        summary=summary,
+        node_exits=main.node_exits if main is not None else [],
     )
     result.next_steps = next_steps(result)
     return result

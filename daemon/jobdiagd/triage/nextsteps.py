@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from jobdiagd.triage.engine import TriageResult
+from jobdiagd.model.triage import TriageResult
+from jobdiagd.rules.slurm import CANCEL_EXITS
 
 TEMPLATES: dict[str, list[str]] = {
     "container-pull-fail": [
@@ -164,9 +162,9 @@ def _applies(template: str, r: TriageResult) -> bool:
     live = r.status in ("running", "hanging")
     if (template.startswith("Kill the job") or "job is still live" in template) and not live:
         return False
-    if template.startswith("If RAY=1") and not r.logs.ray:
+    if template.startswith("If RAY=1") and not r.ray:
         return False
-    return not ("jobdiagd diagnose" in template and not r.logs.ray)
+    return not ("jobdiagd diagnose" in template and not r.ray)
 
 
 def _fit(template: str, r: TriageResult) -> str:
@@ -193,8 +191,8 @@ def next_steps(r: TriageResult) -> list[str]:
         else "",
         "failed_nodes": ", ".join(
             f"{n.host} (exit {n.exit_code})"
-            for n in (r.logs.main.node_exits if r.logs.main else [])
-            if n.exit_code not in (0, 130, 143)
+            for n in r.node_exits
+            if n.exit_code != 0 and n.exit_code not in CANCEL_EXITS
         )
         or "see NODE_EXIT lines",
     }
@@ -213,7 +211,7 @@ def next_steps(r: TriageResult) -> list[str]:
         )
     if r.tgs.degraded and primary != "tgs-degradation":
         steps.extend(t.format(**fill) for t in TEMPLATES["tgs-degradation"])
-    if r.status in ("running", "hanging") and r.logs.ray and r.live.head_node:
+    if r.status in ("running", "hanging") and r.ray and r.live.head_node:
         steps.append(
             f"Job is live: its Prometheus is on {r.live.head_node}:{r.live.prometheus_port or 9190} (127.0.0.1 only) — "
             f"`jobdiagd diagnose {fill['target']}` reaches it over ssh."

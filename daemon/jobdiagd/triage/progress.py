@@ -21,76 +21,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 
 from jobdiagd.model.records import StepRecord
+from jobdiagd.model.triage import CheckpointConfig, Progress
+from jobdiagd.rules.maxtext import DEFAULT_CHECKPOINT_PERIOD, truthy
 
 WARMUP_STEPS = 5
 STEADY_WINDOW = 50
-DEFAULT_CHECKPOINT_PERIOD = 200
-
-
-def truthy(value: str | None) -> bool:
-    return value is not None and value.strip().strip("\"'").lower() in ("true", "1", "yes", "on")
-
-
-@dataclass(frozen=True, slots=True)
-class CheckpointConfig:
-    """When training steps are expected to be slow for a known reason: checkpoint saves (the
-    configured period, or the saves the log showed), evals every `eval_interval` steps and the
-    profiler window. Those steps are left out of steady-state figures, and the stall budget
-    allows for them."""
-
-    enabled: bool | None
-    period: int | None
-    asynchronous: bool
-    saves: frozenset[int] = frozenset()  # checkpoint steps the log showed (0: the initial save)
-    eval_period: int | None = None  # eval_interval: an eval runs after step k*E
-    profile: tuple[int, int] | None = None  # profiler window, first and last slowed step
-
-    def adjacent(self, step: int) -> bool:
-        """Is this step slowed by a save, an eval or the profiler (the step itself and the one
-        after it, two for asynchronous saves)?"""
-        return self.periodic(step) or self.profiled(step)
-
-    def profiled(self, step: int) -> bool:
-        """Is this step in the profiler window (a one-off slowdown, never a periodic pattern)?"""
-        return self.profile is not None and self.profile[0] <= step <= self.profile[1]
-
-    def periodic(self, step: int) -> bool:
-        """Is this step slowed by a checkpoint save or an eval (recurring, every N steps)?"""
-        if step <= 0:
-            return False
-        if self.period:
-            r = step % self.period
-            if r == 0 or r == 1 or (self.asynchronous and r == 2):
-                return True
-        if self.eval_period:
-            r = step % self.eval_period
-            if r == 0 or r == 1:
-                return True
-        return bool(self.saves) and (step in self.saves or step - 1 in self.saves)
-
-    def marks(self, first: int, last: int) -> tuple[str, ...]:
-        """What slows some step in [first, last]: "checkpoint", "eval", "profiler" (plot marks)."""
-        out: list[str] = []
-        ckpt = self.saves and any(first <= s + d <= last for s in self.saves for d in (0, 1))
-        if ckpt or (self.period and _grid_hit(first, last, self.period, 3 if self.asynchronous else 2)):
-            out.append("checkpoint")
-        if self.eval_period and _grid_hit(first, last, self.eval_period, 2):
-            out.append("eval")
-        if self.profile is not None and first <= self.profile[1] and self.profile[0] <= last:
-            out.append("profiler")
-        return tuple(out)
-
-
-def _grid_hit(first: int, last: int, period: int, width: int) -> bool:
-    """Is some step k*period + d (k*period > 0, 0 <= d < width) in [first, last]?"""
-    for d in range(width):
-        k = max(1, -(-(first - d) // period))
-        if k * period + d <= last:
-            return True
-    return False
 
 
 def _int_setting(passthrough: dict[str, str], config: dict[str, str], key: str) -> int | None:
@@ -204,52 +141,6 @@ def steady_step_time(steps: list[StepRecord], ckpt: CheckpointConfig) -> float |
         ]
     vals = [s.seconds for s in steady if s.seconds is not None and s.seconds > 0]
     return sum(vals) / len(vals) if vals else None
-
-
-@dataclass(frozen=True, slots=True)
-class Progress:
-    start: str | None
-    restored_from_step: int | None
-    first_step: int | None
-    last_step: int | None
-    total_steps: int | None
-    step_time_s: float | None
-    expected_step_now: int | None
-    checkpoint_period: int | None
-    last_checkpoint_step: int | None
-    progress_lost_steps: int | None
-    progress_lost_s: float | None
-    eta_s: float | None
-    train_time_s: float | None
-    wall_time_s: float | None
-    unaccounted_s: float | None
-    last_step_time: float | None
-    checkpointing: bool | None
-    # last_step_time is training start + summed step seconds, not a stamp on the step line
-    last_step_time_estimated: bool = False
-    progress_lost_s_estimated: bool = False  # from the kept records' mean (a sampled long run)
-
-    @property
-    def steps_this_run(self) -> int | None:
-        if self.first_step is None or self.last_step is None:
-            return None
-        return self.last_step - self.first_step + 1
-
-    @property
-    def reached_end(self) -> bool:
-        return (
-            self.total_steps is not None
-            and self.last_step is not None
-            and self.last_step >= self.total_steps - 1
-        )
-
-    def to_dict(self) -> dict[str, object]:
-        d = asdict(self)
-        d.pop("progress_lost_s")
-        d.pop("checkpointing")
-        d.pop("last_step_time_estimated")
-        d.pop("progress_lost_s_estimated")
-        return d
 
 
 def configured_total(passthrough: dict[str, str], config: dict[str, str]) -> int | None:

@@ -6,30 +6,12 @@ import time
 from typing import TYPE_CHECKING
 
 from jobdiagd import jsonsafe
+from jobdiagd.durations import exact_duration
+from jobdiagd.rules.signatures import describe
 from jobdiagd.triage.classify import SETUP_BUDGET_S
-from jobdiagd.triage.signatures import describe
 
 if TYPE_CHECKING:
-    from jobdiagd.triage.engine import TriageResult
-
-
-def fmt_duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "unknown"
-    s = int(round(seconds))
-    sign = "-" if s < 0 else ""
-    s = abs(s)
-    d, s = divmod(s, 86400)
-    h, s = divmod(s, 3600)
-    m, s = divmod(s, 60)
-    parts = [f"{d}d"] if d else []
-    if h or d:
-        parts.append(f"{h}h")
-    if m or h or d:
-        parts.append(f"{m}m")
-    if not d:
-        parts.append(f"{s}s")
-    return sign + " ".join(parts)
+    from jobdiagd.model.triage import TriageResult
 
 
 def _when(t: float | None) -> str:
@@ -73,7 +55,7 @@ def what_happened(r: TriageResult) -> str:
         gap = c.stall.gap_s if c.stall else None
         if c.heartbeat is not None and c.heartbeat.verdict == "hang":
             return (
-                f"Training stalled{at} ({fmt_duration(c.heartbeat.stall_s)} without a step before the heartbeat error): "
+                f"Training stalled{at} ({exact_duration(c.heartbeat.stall_s)} without a step before the heartbeat error): "
                 "an RCCL/NCCL collective hang. The heartbeat timeout that ended the job was the kill mechanism "
                 "(gRPC channel deadlock after a prolonged hang), not the root cause."
             )
@@ -82,7 +64,7 @@ def what_happened(r: TriageResult) -> str:
                 "No training step completed after the pre-training barrier: the first RCCL collective deadlocked "
                 "(init-phase hang, often a transient race)."
             )
-        tail = f" for {fmt_duration(gap)}" if gap is not None else ""
+        tail = f" for {exact_duration(gap)}" if gap is not None else ""
         if r.status == "cancelled":
             return f"Training stopped advancing{at}{tail} and the job was then cancelled: the cancellation killed a hung job (RCCL/NCCL collective deadlock)."
         if "train-timeout" in c.classes:
@@ -148,11 +130,11 @@ def _silence_row(r: TriageResult) -> tuple[str, str] | None:
     how = "measured from timestamps" if stall.basis == "timestamps" else "wall time − summed steps − setup"
     after = f"after step {p.last_step}" if p.last_step is not None else "before the first step"
     flag = (
-        f" — beyond the {fmt_duration(stall.budget_s)} stall budget: training had stopped"
+        f" — beyond the {exact_duration(stall.budget_s)} stall budget: training had stopped"
         if stall.stalled
         else ""
     )
-    return (f"Silence before {end}", f"{fmt_duration(stall.gap_s)} {after} ({how}){flag}")
+    return (f"Silence before {end}", f"{exact_duration(stall.gap_s)} {after} ({how}){flag}")
 
 
 def _progress_rows(r: TriageResult) -> list[tuple[str, str]]:
@@ -205,7 +187,7 @@ def _progress_rows(r: TriageResult) -> list[tuple[str, str]]:
             )
         )
     if p.progress_lost_steps is not None:
-        lost_time = ("≈ " if p.progress_lost_s_estimated else "") + fmt_duration(p.progress_lost_s)
+        lost_time = ("≈ " if p.progress_lost_s_estimated else "") + exact_duration(p.progress_lost_s)
         if r.status == "completed":
             rows.append(("Progress lost", "0 steps (job completed)"))
         elif p.last_checkpoint_step is None and p.start != "restored":
@@ -228,27 +210,26 @@ def _progress_rows(r: TriageResult) -> list[tuple[str, str]]:
         rows.append(("Estimated time remaining", "0 (job completed)"))
     elif p.eta_s is not None:
         rows.append(
-            ("Estimated time remaining", f"{fmt_duration(p.eta_s)} (from last step, if job were healthy)")
+            ("Estimated time remaining", f"{exact_duration(p.eta_s)} (from last step, if job were healthy)")
         )
     else:
         rows.append(("Estimated time remaining", "unknown (no steady-state step time yet)"))
     if p.train_time_s is not None:
-        rows.append(("Total training time (summed)", fmt_duration(p.train_time_s)))
+        rows.append(("Total training time (summed)", exact_duration(p.train_time_s)))
     if p.wall_time_s is not None:
-        main = r.logs.main
         origin = (
             "JOB SUMMARY"
-            if main is not None and main.summary is not None and main.summary.wall_s is not None
+            if r.summary is not None and r.summary.wall_s is not None
             else "Slurm start to end/now"
         )
-        rows.append((f"Wall time ({origin})", fmt_duration(p.wall_time_s)))
+        rows.append((f"Wall time ({origin})", exact_duration(p.wall_time_s)))
     if p.unaccounted_s is not None:
         flag = (
             f" — exceeds the ~{SETUP_BUDGET_S / 60:.0f} min setup/compilation overhead: investigate"
             if p.unaccounted_s > SETUP_BUDGET_S
             else ""
         )
-        rows.append(("Unaccounted time", f"{fmt_duration(p.unaccounted_s)}{flag}"))
+        rows.append(("Unaccounted time", f"{exact_duration(p.unaccounted_s)}{flag}"))
     return rows
 
 
@@ -299,7 +280,7 @@ def render_markdown(r: TriageResult) -> str:
         out.append(
             f"3. Training before the error: {stall}"
             + (
-                f" (gap {fmt_duration(hb.stall_s)} incl. {hb.timeout_s:.0f}s timeout)"
+                f" (gap {exact_duration(hb.stall_s)} incl. {hb.timeout_s:.0f}s timeout)"
                 if hb.stall_s is not None
                 else ""
             )
@@ -307,7 +288,7 @@ def render_markdown(r: TriageResult) -> str:
         )
         out.append(
             f"4. Verdict: {hb.verdict}."
-            + (" Confirm with TSDB GPU power/utilization before the error." if r.logs.ray else "")
+            + (" Confirm with TSDB GPU power/utilization before the error." if r.ray else "")
         )
     out.append("")
     out.append("### Training progress projection")
@@ -345,7 +326,7 @@ def render_markdown(r: TriageResult) -> str:
             lines.append(f"- {cls}" + (f": line {ev.line}: `{ev.text[:200]}`" if ev else ""))
     lines.extend(f"- {n}" for n in c.notes)
     out.extend(lines or ["None."])
-    if r.logs.ray:
+    if r.ray:
         out.append("")
         out.append("### Live dashboards (RAY=1 jobs only)")
         lv = r.live

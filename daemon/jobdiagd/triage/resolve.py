@@ -24,10 +24,10 @@ import os
 import pwd
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
 from jobdiagd.logs.safeopen import LogAccess, kind_of
+from jobdiagd.model.jobref import JobRef
 
 _SLURM_NAME = re.compile(r"^(\d+)-(.+)$")
 _K8S_NAME = re.compile(r"^(k8s[-_]\d{8}[-_]\d{6}[-_][0-9A-Za-z]+)-(.+)$")
@@ -40,17 +40,6 @@ JOB_ID_RE = re.compile(
 
 class ResolveError(Exception):
     """The input does not name a usable job (message is one line for the user)."""
-
-
-@dataclass(frozen=True, slots=True)
-class JobRef:
-    job_id: str | None
-    name: str | None
-    job_dir: Path | None
-    log: Path | None
-    platform: str  # slurm | k8s | local
-    problem: str | None = None  # "prolog-kill-no-log" when nothing was ever written
-    note: str | None = None  # why, when resolution can tell (e.g. a log name too long to exist)
 
 
 def parse_dirname(name: str) -> tuple[str | None, str | None, str]:

@@ -18,7 +18,8 @@ import statistics
 from dataclasses import dataclass
 
 from jobdiagd.model.records import StepRecord
-from jobdiagd.triage.progress import WARMUP_STEPS, CheckpointConfig
+from jobdiagd.model.triage import CheckpointConfig
+from jobdiagd.triage.progress import WARMUP_STEPS
 
 
 @dataclass(frozen=True, slots=True)

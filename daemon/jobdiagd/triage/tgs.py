@@ -31,43 +31,15 @@ grows with the run (5–15 steps) and on least-squares fits, never on single ste
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
 
 from jobdiagd.model.records import StepRecord
-from jobdiagd.triage.progress import CheckpointConfig
+from jobdiagd.model.triage import CheckpointConfig, TgsAnalysis
 
 BASELINE_FROM, BASELINE_TO = 5, 15
 RECENT = 10
 SMOOTH = 5  # the smallest smoothing window
 SMOOTH_MAX = 15
 FIT_CANDIDATES = 32  # change points tried by the step / slide fits (even spacing)
-
-
-@dataclass(frozen=True, slots=True)
-class TgsAnalysis:
-    baseline: float | None
-    recent: float | None
-    change_pct: float | None
-    degraded: bool
-    pattern: str
-    range: str | None
-    range_steps: tuple[int, int] | None
-    magnitude: str | None
-    metric: str
-    periodic_steps: tuple[int, ...]
-    note: str | None = None
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "baseline": self.baseline,
-            "recent": self.recent,
-            "change_pct": self.change_pct,
-            "degraded": self.degraded,
-            "pattern": self.pattern,
-            "range": self.range,
-            "magnitude": self.magnitude,
-            "metric": self.metric,
-        }
 
 
 def _series(steps: list[StepRecord]) -> tuple[list[tuple[int, float]], str]:

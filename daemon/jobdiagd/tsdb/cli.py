@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobdiagd import clock, jsonsafe
-from jobdiagd.tsdb.access import AccessError
-from jobdiagd.tsdb.client import PromError
-from jobdiagd.tsdb.context import DiagnosisContext, context_from_triage
-from jobdiagd.tsdb.discovery import WrongDatabase
-from jobdiagd.tsdb.playbooks import PLAYBOOKS
-from jobdiagd.tsdb.settings import TsdbSettings, load_settings
+from jobdiagd.tsdb.playbooks import PLAYBOOK_NAMES
+
+if TYPE_CHECKING:
+    from jobdiagd.tsdb.context import DiagnosisContext
+    from jobdiagd.tsdb.settings import TsdbSettings
+
+# What a subcommand needs (aiohttp, asyncssh, the playbooks) is imported when it runs: `jobdiagd
+# --help` and the other subcommands load this module only to register diagnose and compare.
 
 EXIT_OK, EXIT_USAGE, EXIT_WRONG_DB, EXIT_ACCESS = 0, 2, 3, 4
 
@@ -34,6 +35,8 @@ def _triage_doc(path: str, args: argparse.Namespace, now: float) -> dict[str, An
 
 
 def _settings(args: argparse.Namespace) -> TsdbSettings:
+    from jobdiagd.tsdb.settings import load_settings
+
     s = load_settings(Path(args.config) if args.config else None)
     if args.prometheus:
         from dataclasses import replace
@@ -65,7 +68,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     d = subparsers.add_parser("diagnose", help="TSDB diagnosis of one job (runbook 'TSDB Diagnosis')")
     d.add_argument("path", help="job log, job directory or Slurm job id")
-    d.add_argument("--playbook", choices=sorted(PLAYBOOKS), help="default: chosen from the triage class")
+    d.add_argument("--playbook", choices=PLAYBOOK_NAMES, help="default: chosen from the triage class")
     d.add_argument("--triage-json", help="use this triage JSON document instead of running triage")
     d.add_argument("--no-anomaly", action="store_true", help="skip the earliest-anomaly sweep")
     _common(d)
@@ -84,6 +87,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _errors(fn: Any) -> Any:
     def wrapped(args: argparse.Namespace) -> int:
+        from jobdiagd.tsdb.access import AccessError
+        from jobdiagd.tsdb.client import PromError
+        from jobdiagd.tsdb.discovery import WrongDatabase
+
         try:
             return int(fn(args))
         except WrongDatabase as exc:
@@ -101,6 +108,9 @@ def _errors(fn: Any) -> Any:
 
 @_errors
 def run_diagnose(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from jobdiagd.tsdb.context import context_from_triage
     from jobdiagd.tsdb.engine import diagnose
     from jobdiagd.tsdb.report import to_json, to_markdown
 
@@ -120,7 +130,10 @@ def run_diagnose(args: argparse.Namespace) -> int:
 
 @_errors
 def run_compare(args: argparse.Namespace) -> int:
+    import asyncio
+
     from jobdiagd.tsdb.compare import compare, to_json, to_markdown
+    from jobdiagd.tsdb.context import context_from_triage
 
     _logs_to_stderr()
     now = clock.wall()

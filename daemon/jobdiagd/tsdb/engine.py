@@ -18,9 +18,10 @@ from jobdiagd.tsdb.access import NoTsdb, SshTunnelPool, TsdbHandle, open_tsdb
 from jobdiagd.tsdb.anomaly import AnomalyReport, earliest_anomaly
 from jobdiagd.tsdb.context import DiagnosisContext
 from jobdiagd.tsdb.discovery import Discovery, WrongDatabase, discover
-from jobdiagd.tsdb.playbooks import PLAYBOOKS, playbook_name_for_class
+from jobdiagd.tsdb.playbooks import playbook_name_for_class
 from jobdiagd.tsdb.playbooks.base import PlaybookEnv, PlaybookResult, hang_window
 from jobdiagd.tsdb.playbooks.heartbeat import heartbeat_times
+from jobdiagd.tsdb.playbooks.registry import PLAYBOOKS
 from jobdiagd.tsdb.settings import TsdbSettings
 
 

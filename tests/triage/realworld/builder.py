@@ -39,7 +39,7 @@ from jobdiagd.sim import lines as L
 from jobdiagd.sim.job import SIM_EPOCH, JobSim, JobSpec
 
 CORPUS_PATH = Path(__file__).with_name("corpus.toml")
-# Held-out excerpts (issue 9): gathered before the signature families were written, never used to
+# Held-out excerpts: gathered before the signature families were written, never used to
 # tune them; scored separately (`score.py --group heldout`).
 HELDOUT_PATH = Path(__file__).with_name("heldout.toml")
 GROUPS = {"dev": CORPUS_PATH, "heldout": HELDOUT_PATH}

@@ -1,28 +1,19 @@
-"""Playbook registry (one module per runbook playbook) and the triage-class -> playbook mapping."""
+"""The runbook's playbooks by name and the triage-class -> playbook mapping (the registry: `playbooks.registry`)."""
 
 from __future__ import annotations
 
-from jobdiagd.tsdb.playbooks.base import Playbook
-from jobdiagd.tsdb.playbooks.gpu_health import GpuHealthPlaybook
-from jobdiagd.tsdb.playbooks.hang import HangPlaybook
-from jobdiagd.tsdb.playbooks.hardware import HardwarePlaybook
-from jobdiagd.tsdb.playbooks.heartbeat import HeartbeatPlaybook
-from jobdiagd.tsdb.playbooks.network import NetworkPlaybook
-from jobdiagd.tsdb.playbooks.oom import OomPlaybook
-from jobdiagd.tsdb.playbooks.training import TrainingStabilityPlaybook
-
-PLAYBOOKS: dict[str, Playbook] = {
-    p.name: p
-    for p in (
-        HangPlaybook(),
-        HeartbeatPlaybook(),
-        OomPlaybook(),
-        HardwarePlaybook(),
-        GpuHealthPlaybook(),
-        NetworkPlaybook(),
-        TrainingStabilityPlaybook(),
-    )
-}
+# The playbooks by name, sorted (`jobdiagd diagnose --playbook`). The registry itself,
+# `playbooks.registry.PLAYBOOKS`, imports every playbook (and the TSDB client): this list lets
+# the CLI name them without that (tests/tsdb check the two agree).
+PLAYBOOK_NAMES: tuple[str, ...] = (
+    "gpu-health",
+    "hang",
+    "hardware",
+    "heartbeat",
+    "network-health",
+    "oom",
+    "training-stability",
+)
 
 # Runbook "Integration with Triage" and the triage next-step templates.
 CLASS_TO_PLAYBOOK: dict[str, str] = {

@@ -1,0 +1,787 @@
+"""`jobdiagd backtest`: replay finished jobs through the daemon's detectors on a clock built from the log itself.
+
+Virtual clock, one per file (files are then merged by time; ties keep the main log first):
+- A line with a printed timestamp (absl, Ray, NCCL, ISO) is at that time, unless the clock is
+  already later: the clock never runs backwards, so mixed dated/undated logs stay monotone.
+- One step series drives it: the file's authoritative task -- task 0, else the first task that
+  prints a `completed step:` line (lines without an `srun -l` prefix count as one task: a Ray
+  worker log, a k8s rank log, a single-task log). For RAY=1 jobs the step record is the head
+  node's worker log, as in the daemon; each file's clock runs on its own series.
+- An undated step line of that series moves the clock on by its `seconds:`; the same step
+  number repeated back-to-back in the series (copies without task prefixes) moves it once.
+- Other tasks' undated step lines never move it by their own `seconds:`. A copy printed before
+  the authoritative copy of the same step (the series' next step line is that step) takes that
+  copy's time -- the clock moves on by the authoritative `seconds:` at the first copy, since the
+  step completed for every rank at once -- and the authoritative copy then takes the same time;
+  any other copy takes the current time. So a replay runs at the job's pace whatever the number
+  of tasks, and a step arrives when its first copy is printed, as a daemon tailing the log sees it.
+- Any other undated line takes the current time.
+- Before a file's first timestamp the clock is back-dated from it: the file starts at its first
+  stamp minus the `seconds:` its series adds before that line, so undated steps followed by dated
+  chatter (a hang's NCCL/XLA lines) keep their true spacing. A file with no timestamp at all (a
+  RAY=1 worker log of print()-era MaxText) is placed so that its first step line is at the time
+  another file of the job shows that step (the Slurm log's forwarded copy); failing that it
+  starts with the job's other files (at 0 when none has a timestamp).
+`at_s` is seconds since the first `completed step:` line read on that clock (negative before it).
+
+Replay: each file is read twice, streaming (what grows with the log is 25 bytes a step of the
+series). A survey finds the series' step lines and the first timestamp; the replay read then
+reads the file the way the daemon's tail reader (`PrefilterTailReader`) does -- the head in
+full until training starts, then only the lines the pre-filter (`logs.scan`) marks as
+candidates -- and feeds them to fresh `LogState`s through `LogState.feed_bytes` (the fast step
+path) in clock order; with `workers` > 1 a big file's read runs in a forked process. The other
+lines only move the clock: a multi-literal scan finds the lines that may carry a timestamp and
+only those are decoded. A step's arrival time is the time of its first line read; the view
+takes in the other lines before each tick, as the engine does after every read. Full ticks run
+every `tick` seconds of virtual time through the same detectors, the same resolution rule and
+the same incident book as the daemon (the states change only where a line is fed, so ticks
+between fed lines see what they would between all lines). The job ends at its last line (JOB
+SUMMARY state, or UNKNOWN) and the job-end report runs on a fresh `load_job` of its files,
+like the daemon's. The states keep the daemon's `TAIL` step retention, as a tailed job's do.
+Files are opened as `jobdiagd triage` opens them (`triage.resolve.job_access`): one that is no
+regular file, leaves the job's outputs root or belongs to another user is left out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import heapq
+import math
+import multiprocessing
+import os
+import re
+import sys
+from array import array
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from jobdiagd import clock, jsonsafe
+from jobdiagd.alerts.incidents import IncidentBook
+from jobdiagd.config import Config, load_for_command
+from jobdiagd.detectors import Detector, NoData, Report, keep_resolution
+from jobdiagd.detectors import build as build_detectors
+from jobdiagd.detectors.hang import NAME as HANG
+from jobdiagd.detectors.hang import BudgetMemo, policy_from_config
+from jobdiagd.logs.job import load_job
+from jobdiagd.logs.prefixes import strip
+from jobdiagd.logs.reader import HEAD_FULL, MAX_LINE, _ReadBuffer, prefilter, set_default_workers
+from jobdiagd.logs.safeopen import ANYWHERE, LogAccess
+from jobdiagd.logs.scan import LineScanner, default_scanner
+from jobdiagd.logs.state import LogState, StampClock, parse_fast_step
+from jobdiagd.logs.steps import TAIL
+from jobdiagd.model.alerts import Finding
+from jobdiagd.model.jobref import JobRef
+from jobdiagd.rules.hostlist import expand_hostlist
+from jobdiagd.rules.slurm import end_state
+from jobdiagd.service.jobs import JobView
+from jobdiagd.triage.engine import analyze
+from jobdiagd.triage.resolve import ResolveError, job_access, list_jobs, resolve
+
+MAX_TICKS = 200_000  # a guard against a log whose clock jumps by years
+
+# What a printed timestamp can look like (a superset: `strip` decides whether the line really
+# starts with one). absl `I0612 10:15:22`; NCCL/Ray/ISO `2026-06-12 10:15:22`.
+_STAMP_PATTERNS: tuple[bytes, ...] = (
+    rb"[IWEF]\d{4} \d\d:\d\d:\d\d",
+    rb"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d",
+)
+_STEP_NEEDLE = b"completed step: "
+# As `LogState` reads a step line (the number ends at a comma or the line end).
+_STEP_TEXT = re.compile(r"completed step: (\d+)(?=,|\s*$)")
+_SECONDS_TEXT = re.compile(r"seconds: (\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)")
+_NO_TASK = -1  # the task key of lines without an srun prefix
+_SRUN_TASK = re.compile(rb"\s*(?:P\d+\s+)?(\d{1,6}): ")
+
+# (time, file order, line number, offset, raw line, in the head, pre-filter candidate)
+Event = tuple[float, int, int, int, bytes, bool, bool]
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    t: float
+    order: int  # file index: ties keep the main log first
+    lineno: int
+    offset: int
+    text: str
+
+
+class StampFinder:
+    """Start offsets of the lines that may carry a printed timestamp, without decoding the rest.
+
+    Hyperscan when importable (one SIMD pass), else one `re` search per such line."""
+
+    def __init__(self) -> None:
+        self._hs: Any = None
+        try:
+            import hyperscan
+
+            db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+            db.compile(
+                expressions=list(_STAMP_PATTERNS),
+                ids=list(range(len(_STAMP_PATTERNS))),
+                elements=len(_STAMP_PATTERNS),
+            )
+            self._hs = (db, hyperscan.Scratch(db))
+        except Exception:  # ImportError, or a CPU without the SIMD hyperscan needs
+            self._hs = None
+        self._re = re.compile(b"|".join(_STAMP_PATTERNS))
+
+    def line_starts(self, buf: bytes | bytearray, start: int, end: int) -> list[int]:
+        """Sorted starts of the matching lines in `buf[start+1:end]`; `buf[start]` is a newline."""
+        starts: list[int] = []
+        rfind, find = buf.rfind, buf.find
+        if self._hs is None:
+            search = self._re.search
+            pos = start + 1
+            while pos < end:
+                m = search(buf, pos, end)
+                if m is None:
+                    break
+                starts.append(rfind(b"\n", start, m.start()) + 1)
+                nl = find(b"\n", m.end(), end)
+                if nl == -1:
+                    break
+                pos = nl + 1
+            return starts
+        db, scratch = self._hs
+        line_end = -1
+
+        def on_match(_id: int, _frm: int, to: int, _flags: int, _ctx: object) -> int | None:
+            nonlocal line_end
+            to += start
+            if to <= line_end:
+                return None
+            starts.append(rfind(b"\n", start, to) + 1)
+            nl = find(b"\n", to, end)
+            line_end = end if nl == -1 else nl
+            return None
+
+        with memoryview(buf) as view, view[start:end] as region:
+            db.scan(region, match_event_handler=on_match, scratch=scratch)
+        return starts
+
+
+_finder: StampFinder | None = None
+_scan: LineScanner | None = None
+
+
+def _tools() -> tuple[StampFinder, LineScanner]:
+    global _finder, _scan
+    if _finder is None:
+        _finder = StampFinder()
+    if _scan is None:
+        _scan = default_scanner()
+    return _finder, _scan
+
+
+# The common shape of a dated line: srun prefix, Ray actor prefix, absl stamp, each a subset of
+# what `strip` accepts in that order, so a match gives the stamp `strip` would; other shapes
+# (a leading colour code, `\r`, NCCL/ISO dates, other prefix orders) go through `strip` itself.
+_FAST_ABSL = re.compile(
+    rb"(?:\s*(?:P\d+\s+)?\d{1,6}: )?(?:\([\w.:-]+ pid=\d+(?:, ip=[\w.:]+)?\) )?"
+    rb"[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,6}))?\s+\d+\s+[^\]\s]+\] "
+)
+
+
+def _stamps(buf: bytes | bytearray, starts: list[int], end: int, clock: StampClock) -> list[float | None]:
+    """The epochs of the printed timestamps of the lines starting at `starts` in `buf[:end]`, as
+    `LogState` would read them (None: no timestamp), without copying the lines."""
+    out: list[float | None] = []
+    match, find, undated = _FAST_ABSL.match, buf.find, clock.epoch_undated
+    for p in starts:
+        nl = find(b"\n", p, end)
+        le = end if nl == -1 else nl
+        m = match(buf, p, le)
+        # Colour codes after the prefix do not change it; a `\r` does (a terminal shows its last part).
+        if m is not None and find(b"\r", p, le) == -1:
+            month, day, hh, mm, ss, us = m.groups()
+            secs = int(hh) * 3600 + int(mm) * 60 + int(ss) + (int(us) / 10 ** len(us) if us else 0.0)
+            out.append(undated(int(month), int(day), secs))  # `epoch` with the midnight cached
+            continue
+        text = bytes(buf[p : min(le, p + MAX_LINE)]).decode("utf-8", errors="replace")
+        stamp = strip(text).stamp
+        out.append(clock.epoch(stamp) if stamp is not None else None)
+    return out
+
+
+def step_fact(raw: bytes) -> tuple[int, int, float | None, bool] | None:
+    """(step, task key, `seconds:`, dated) of a `completed step:` line, else None."""
+    fast = parse_fast_step(raw)
+    if fast is not None:
+        step, task, month, _day, _secs, seconds, _rest = fast
+        return step, _NO_TASK if task is None else task, seconds, month != 0
+    if _STEP_NEEDLE not in raw:
+        return None
+    s = strip(raw[:MAX_LINE].decode("utf-8", errors="replace"))
+    m = _STEP_TEXT.search(s.text)
+    if m is None:
+        return None
+    sm = _SECONDS_TEXT.search(s.text, m.end())
+    return (
+        int(m.group(1)),
+        _NO_TASK if s.task is None else s.task,
+        float(sm.group(1)) if sm else None,
+        s.stamp is not None,
+    )
+
+
+@dataclass
+class FileClock:
+    """What one file's virtual clock needs before the replay reads it (the survey), and its end."""
+
+    path: Path
+    order: int
+    access: LogAccess = ANYWHERE  # how the file may be opened (regular files inside the job's root)
+    first_stamp: float | None = None
+    start: float | None = None  # back-dated start; None: the file has no timestamp
+    auth_task: int | None = None  # the task whose step lines drive the clock (-1: no prefix)
+    # The authoritative step lines in file order: offset, step, `seconds:` (NaN: none), dated.
+    # Arrays: 25 bytes a step, the only part of a replay that grows with the log.
+    auth_offsets: array[int] = field(default_factory=lambda: array("q"))
+    auth_steps: array[int] = field(default_factory=lambda: array("q"))
+    auth_seconds: array[float] = field(default_factory=lambda: array("d"))
+    auth_dated: array[int] = field(default_factory=lambda: array("b"))
+    end: float = 0.0  # the file's last line on the clock (set once the read is exhausted)
+
+    def advance(self, j: int) -> float:
+        """How far authoritative step line j moves the clock (0 if dated or a repeat)."""
+        if self.auth_dated[j] or (j > 0 and self.auth_steps[j - 1] == self.auth_steps[j]):
+            return 0.0
+        secs = self.auth_seconds[j]
+        return secs if math.isfinite(secs) and secs > 0 else 0.0  # NaN (none), inf, < 0: no move
+
+
+def survey(path: Path, order: int, ref_time: float, access: LogAccess = ANYWHERE) -> FileClock:
+    """Pass 1: the authoritative step series and the first timestamp (see the module docstring)."""
+    finder, _ = _tools()
+    fc = FileClock(path, order, access)
+    clock = StampClock(ref_time)
+    stamp_at: int | None = None
+    # The step lines of task 0, of lines without a prefix and of the first task printing steps
+    # (needed when task 0 prints none); other tasks' copies are not parsed.
+    series: dict[int, FileClock] = {}
+    first_task: int | None = None
+    first_task_b = b""
+    rb = _ReadBuffer()
+    fd = access.open(path)
+    try:
+        size = os.fstat(fd).st_size
+        for n, offset in rb.chunks(fd, 0, size):
+            buf = rb.buf
+            if stamp_at is None:
+                for p in finder.line_starts(buf, 0, 1 + n):
+                    when = _stamps(buf, [p], 1 + n, clock)[0]
+                    if when is not None:
+                        fc.first_stamp, stamp_at = when, offset + p - 1
+                        break
+            pos = buf.find(_STEP_NEEDLE, 1, 1 + n)
+            while pos != -1:
+                ls = buf.rfind(b"\n", 0, pos) + 1
+                nl = buf.find(b"\n", pos, 1 + n)
+                le = 1 + n if nl == -1 else nl
+                m = _SRUN_TASK.match(buf, ls, le)
+                # Other tasks' copies (most step lines of a multi-node log) are not parsed.
+                if m is None or first_task is None or m.group(1) in (b"0", first_task_b):
+                    fact = step_fact(bytes(buf[ls:le]))
+                    if fact is not None:
+                        step, task, secs, dated = fact
+                        if first_task is None:
+                            first_task, first_task_b = task, str(task).encode()
+                        if task in (0, _NO_TASK, first_task) and (task == 0 or 0 not in series):
+                            into = series.get(task)
+                            if into is None:
+                                into = series[task] = FileClock(path, order)
+                            into.auth_offsets.append(offset + ls - 1)
+                            into.auth_steps.append(step)
+                            into.auth_seconds.append(math.nan if secs is None else secs)
+                            into.auth_dated.append(dated)
+                            if task == 0:  # task 0 prints steps: the others are not needed
+                                for other in [k for k in series if k != 0]:
+                                    del series[other]
+                if nl == -1:
+                    break
+                pos = buf.find(_STEP_NEEDLE, nl, 1 + n)
+    finally:
+        os.close(fd)
+    fc.auth_task = 0 if 0 in series else first_task
+    chosen = series.get(fc.auth_task) if fc.auth_task is not None else None
+    if chosen is not None:
+        fc.auth_offsets, fc.auth_steps = chosen.auth_offsets, chosen.auth_steps
+        fc.auth_seconds, fc.auth_dated = chosen.auth_seconds, chosen.auth_dated
+    if fc.first_stamp is not None and stamp_at is not None:
+        before = sum(fc.advance(j) for j, off in enumerate(fc.auth_offsets) if off < stamp_at)
+        fc.start = fc.first_stamp - before
+    return fc
+
+
+def read_timed(fc: FileClock, start: float, ref_time: float, *, every_line: bool = False) -> Iterator[Event]:
+    """Pass 2: the lines the daemon's tail reader would feed (every line with `every_line`), each
+    with its virtual time. Sets `fc.end` once exhausted."""
+    for batch in _read_batches(fc, start, ref_time, every_line=every_line):
+        yield from batch
+
+
+def _read_batches(
+    fc: FileClock, start: float, ref_time: float, *, every_line: bool = False
+) -> Iterator[list[Event]]:
+    """`read_timed`, one list per chunk read."""
+    finder, scan = _tools()
+    clock = StampClock(ref_time)
+    cur = start
+    auth = fc.auth_task
+    offsets, steps, dated = fc.auth_offsets, fc.auth_steps, fc.auth_dated
+    n_auth = len(offsets)
+    na = 0  # next authoritative step line not passed yet
+    early = -1  # the authoritative line whose time an earlier copy already took
+    order = fc.order
+    rb = _ReadBuffer()
+    fd = fc.access.open(fc.path)
+    lineno = 1
+    try:
+        size = os.fstat(fd).st_size
+        for n, offset in rb.chunks(fd, 0, size):
+            buf = rb.buf
+            # Lines to yield: (index in chunk, start in chunk, raw, in the head, candidate).
+            total, cands = prefilter(buf, (), scan, end=1 + n, eq=rb.scratch(1 + n))
+            items: list[tuple[int, int, bytes, bool, bool]]
+            if every_line or offset < HEAD_FULL:
+                cand_starts = {c[1] for c in cands}
+                region = bytes(buf[1 : 1 + n])
+                items = []
+                pos = i = 0
+                while pos < n:
+                    nl = region.find(b"\n", pos)
+                    stop = n if nl == -1 else nl
+                    head, cand = offset + pos < HEAD_FULL, pos in cand_starts
+                    if every_line or head or cand:
+                        items.append((i, pos, region[pos:stop], head, cand))
+                    i += 1
+                    pos = stop + 1
+            else:
+                items = [(ci, cs, raw, False, True) for ci, cs, raw in cands]
+            found = finder.line_starts(buf, 0, 1 + n)
+            stamp_times = _stamps(buf, found, 1 + n, clock)
+            stamp_starts = [p - 1 for p in found]
+            si, ns = 0, len(stamp_starts)
+            batch: list[Event] = []
+            for ci, cs, raw, head, cand in items:
+                while si < ns and stamp_starts[si] < cs:
+                    w = stamp_times[si]
+                    if w is not None and w > cur:
+                        cur = w
+                    si += 1
+                own: float | None = None
+                if si < ns and stamp_starts[si] == cs:
+                    own = stamp_times[si]
+                    si += 1
+                if own is not None:
+                    if own > cur:
+                        cur = own
+                elif _STEP_NEEDLE in raw:
+                    off = offset + cs
+                    while na < n_auth and offsets[na] < off:
+                        na += 1
+                    if na < n_auth and offsets[na] == off:
+                        if na != early:
+                            cur += fc.advance(na)
+                        na += 1
+                    elif na < n_auth and na != early and not dated[na]:
+                        # The first copy of the series' next step, printed by another task?
+                        # (Checked on the number first: most copies are of other steps.)
+                        k = raw.find(_STEP_NEEDLE) + len(_STEP_NEEDLE)
+                        if raw.startswith(b"%d," % steps[na], k):
+                            fact = step_fact(raw)
+                            if fact is not None and fact[1] != auth and fact[0] == steps[na]:
+                                cur += fc.advance(na)
+                                early = na
+                batch.append((cur, order, lineno + ci, offset + cs, raw, head, cand))
+            while si < ns:
+                w = stamp_times[si]
+                if w is not None and w > cur:
+                    cur = w
+                si += 1
+            lineno += total
+            yield batch
+    finally:
+        os.close(fd)
+    fc.end = cur
+
+
+FORK_MIN = 8 << 20  # smaller files are read in-process: a fork costs more than it saves
+
+
+def read_timed_forked(fc: FileClock, start: float, ref_time: float) -> Iterator[Event]:
+    """`read_timed` run in a forked process while this one feeds the states and runs the ticks
+    (one-shot CLI only: a process with threads must not fork). The pipe's buffer bounds what is
+    in flight to about a chunk."""
+    ctx = multiprocessing.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_read_worker, args=(fc, start, ref_time, send), daemon=True)
+    proc.start()
+    send.close()
+    try:
+        while True:
+            msg = recv.recv()
+            if isinstance(msg, list):
+                yield from msg
+            elif isinstance(msg, float):
+                fc.end = msg
+                return
+            else:
+                raise OSError(f"reading {fc.path}: {msg}")
+    finally:
+        recv.close()
+        if proc.is_alive():
+            proc.terminate()
+        proc.join()
+
+
+def _read_worker(fc: FileClock, start: float, ref_time: float, conn: Connection) -> None:
+    try:
+        for batch in _read_batches(fc, start, ref_time):
+            conn.send(batch)
+        conn.send(fc.end)
+    except BaseException as exc:  # reported by the parent as one error
+        conn.send(f"{type(exc).__name__}: {exc}")
+    finally:
+        conn.close()
+
+
+def place_unstamped(clocks: Sequence[FileClock], ref_time: float) -> list[float]:
+    """Each file's start: a file without any timestamp is placed so that its first step line is
+    at the time another file shows that step (a RAY=1 worker log against the Slurm log's
+    forwarded copy), else with the job's other files (at 0 when none has a timestamp)."""
+    stamped = [fc for fc in clocks if fc.start is not None]
+    anchor = min((fc.start for fc in stamped if fc.start is not None), default=0.0)
+    out: list[float] = []
+    for fc in clocks:
+        if fc.start is not None:
+            out.append(fc.start)
+            continue
+        start = anchor
+        if fc.auth_steps:
+            first = fc.auth_steps[0]
+            for other in stamped:
+                at = _first_time_of_step(other, first, ref_time)
+                if at is not None:
+                    start = at - fc.advance(0)
+                    break
+        out.append(start)
+    return out
+
+
+def _first_time_of_step(fc: FileClock, step: int, ref_time: float) -> float | None:
+    """When `step` first shows in a file on its clock (None if it never does before a later step)."""
+    probe = dataclasses.replace(fc)  # the read sets `end`: leave the real one alone
+    assert probe.start is not None
+    for t, _o, _l, _off, raw, _h, _c in read_timed(probe, probe.start, ref_time):
+        if _STEP_NEEDLE in raw:
+            fact = step_fact(raw)
+            if fact is not None and fact[0] >= step:
+                return t if fact[0] == step else None
+    return None
+
+
+def timeline(
+    path: Path, order: int, ref_time: float, anchor: float | None = None, access: LogAccess = ANYWHERE
+) -> list[Line]:
+    """Every line of one file with its virtual time (see the module docstring).
+
+    `anchor`: where a file without any timestamp starts (the job's other files' start). The file
+    is opened through `access` (regular files only: a FIFO never blocks the replay)."""
+    fc = survey(path, order, ref_time, access)
+    start = fc.start if fc.start is not None else (anchor or 0.0)
+    return [
+        Line(t, order, lineno, off, raw[:MAX_LINE].rstrip(b"\r").decode("utf-8", errors="replace"))
+        for t, _o, lineno, off, raw, _h, _c in read_timed(fc, start, ref_time, every_line=True)
+    ]
+
+
+@dataclass
+class Alert:
+    kind: str
+    event: str
+    at_step: int | None
+    at_s: float
+    cls: str | None
+    summary: str
+    budget_s: float | None = None  # hang alerts: the stall budget the detector applied
+    phase: str | None = None  # hang alerts: its phase (startup | warmup | checkpoint | steady)
+    at: float | None = None  # the tick's time on the virtual clock (epoch seconds when dated)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "event": self.event,
+            "at_step": self.at_step,
+            "at_s": round(self.at_s, 1),
+            "class": self.cls,
+            "summary": self.summary,
+            "budget_s": None if self.budget_s is None else round(self.budget_s, 1),
+            "phase": self.phase,
+        }
+
+
+@dataclass
+class JobReplay:
+    job: str
+    log: str | None
+    alerts: list[Alert] = field(default_factory=list)
+    first_step_at: float | None = None
+    last_step: int | None = None
+    last_step_at_s: float | None = None
+    step_time_s: float | None = None
+    end_at_s: float | None = None
+    barrier_at_s: float | None = None  # when the pre-training barrier line was read
+    final_status: str | None = None
+    final_primary: str | None = None
+    # What the replay fed, one state per file (main log first): the daemon's view at the end.
+    states: list[LogState] = field(default_factory=list, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "job": self.job,
+            "log": self.log,
+            "alerts": [a.to_dict() for a in self.alerts],
+            "last_step": self.last_step,
+            "last_step_at_s": None if self.last_step_at_s is None else round(self.last_step_at_s, 1),
+            "step_time_s": self.step_time_s,
+            "end_at_s": None if self.end_at_s is None else round(self.end_at_s, 1),
+            "barrier_at_s": None if self.barrier_at_s is None else round(self.barrier_at_s, 1),
+            "final_status": self.final_status,
+            "final_primary": self.final_primary,
+        }
+
+
+def _readable(path: Path, access: LogAccess) -> bool:
+    try:
+        os.close(access.open(path))
+    except OSError:
+        return False
+    return True
+
+
+def _files(ref: JobRef, ref_time: float, access: LogAccess) -> tuple[list[Path], str | None]:
+    """Main log plus, for RAY=1, the head node's worker logs (what the daemon tails); files that
+    `access` refuses (not regular, outside the job's root, another user's) are left out."""
+    files: list[Path] = [ref.log] if ref.log is not None and _readable(ref.log, access) else []
+    head: str | None = None
+    d = ref.job_dir
+    if files and d is not None and (d / "ray_logs").is_dir():
+        probe = load_job(
+            JobRef(ref.job_id, ref.name, None, ref.log, ref.platform), ref_time=ref_time, access=access
+        ).main
+        if probe is not None:
+            head = probe.ray_head or probe.tunnel_host
+            if head is None and probe.header.get("JOB_NODELIST"):
+                nodes = expand_hostlist(probe.header["JOB_NODELIST"])
+                head = nodes[0] if nodes else None
+        if head is not None and (d / "ray_logs" / head).is_dir():
+            hd = d / "ray_logs" / head
+            workers = sorted(hd.glob("worker-*.out")) + sorted(hd.glob("worker-*.err"))
+            files += [f for f in workers if _readable(f, access)]
+        else:
+            head = None
+    return files, head
+
+
+def replay(ref: JobRef, cfg: Config, *, tick: float, ref_time: float, workers: int = 1) -> JobReplay:
+    """`workers` > 1: files over `FORK_MIN` are read by forked processes (see `read_timed_forked`)."""
+    key = ref.job_id or ref.name or str(ref.log)
+    result = JobReplay(job=key, log=str(ref.log) if ref.log else None)
+    access = job_access(ref)
+    files, head = _files(ref, ref_time, access)
+    if not files:
+        return result
+    clocks = [survey(f, i, ref_time, access) for i, f in enumerate(files)]
+    starts = place_unstamped(clocks, ref_time)
+    reads = [
+        read_timed_forked(fc, start, ref_time)
+        if workers > 1 and fc.path.stat().st_size >= FORK_MIN
+        else read_timed(fc, start, ref_time)
+        for fc, start in zip(clocks, starts, strict=True)
+    ]
+    events: Iterator[Event] = reads[0] if len(reads) == 1 else heapq.merge(*reads)
+    first = min(starts)
+    states = result.states = [LogState(str(f), ref_time=ref_time, retention=TAIL) for f in files]  # as tailed
+    policy = policy_from_config(cfg)
+    view = JobView(key=key, ref=ref, first_seen=first, policy=policy)
+    view.main = states[0]
+    if head is not None and len(states) > 1:
+        view.head_host = head
+        view.workers = {head: states[1:]}
+    detectors = build_detectors(cfg)
+    book = IncidentBook.from_config(cfg.incidents)
+    t0: float | None = None
+    next_tick = first + tick
+    ticks = 0
+    fed_at: float | None = None  # the last fed line's time, until the view has taken it in
+    for t, order, lineno, offset, raw, head_line, cand in events:
+        while next_tick <= t and ticks < MAX_TICKS:
+            if fed_at is not None:
+                view.note_read(fed_at)  # as the engine does after every read, before detectors
+                fed_at = None
+            _tick(view, detectors, book, next_tick, result, t0)
+            next_tick += tick
+            ticks += 1
+        st = states[order]
+        # What PrefilterTailReader feeds: the head in full until training starts, then candidates.
+        if not cand and not (head_line and not st.training_started):
+            continue
+        before = (len(st.steps), st.barrier_passed is None)
+        st.feed_bytes(raw, lineno, offset)
+        st.lines, st.bytes = lineno, offset + len(raw) + 1
+        fed_at = t
+        if (len(st.steps), st.barrier_passed is None) != before:
+            # A new step or the barrier: its arrival is this line's time. (Other tasks' copies
+            # change nothing the view needs before the next tick.)
+            view.note_read(t)
+            fed_at = None
+            if t0 is None and view.last_step is not None:
+                t0 = t
+                result.first_step_at = t
+    end = max(first, *(fc.end for fc in clocks))
+    if fed_at is not None:
+        view.note_read(fed_at)
+    while next_tick < end and ticks < MAX_TICKS:
+        # Trailing lines that only moved the clock (chatter after the last fed line).
+        _tick(view, detectors, book, next_tick, result, t0)
+        next_tick += tick
+        ticks += 1
+    view.note_read(end)
+    view.ended = True
+    s = view.main.summary if view.main is not None else None
+    view.end_state = end_state(s.exit_code if s is not None else None)
+    view.final = analyze(load_job(ref, ref_time=ref_time, access=access), now=end, policy=policy)
+    _tick(view, detectors, book, end, result, t0)
+    base = t0 if t0 is not None else first
+    result.end_at_s = end - base
+    result.last_step = view.last_step
+    if view.last_step_at is not None:
+        result.last_step_at_s = view.last_step_at - base
+    if view.marker_at is not None:
+        result.barrier_at_s = view.marker_at - base
+    st_time = view.step_time()
+    result.step_time_s = round(st_time, 3) if st_time else None
+    result.final_status = view.final.status
+    result.final_primary = view.final.primary
+    return result
+
+
+def _tick(
+    view: JobView,
+    detectors: Sequence[Detector],
+    book: IncidentBook,
+    now: float,
+    out: JobReplay,
+    t0: float | None,
+) -> None:
+    findings: list[Finding] = []
+    reports: list[Report] = []
+    for det in detectors:
+        res = det.check(view, now)
+        if isinstance(res, NoData):
+            continue
+        for item in res:
+            (reports if isinstance(item, Report) else findings).append(item)  # type: ignore[arg-type]
+    findings = [f for f in findings if keep_resolution(book, f)]
+    by_kind = {f.kind: f for f in findings}
+    base = t0 if t0 is not None else view.first_seen
+    for n in book.observe_all(findings, now):
+        if n.event != "open":
+            continue
+        f = by_kind.get(n.kind)
+        inc = book.get(n.job_id, n.kind)
+        alert = Alert(
+            n.kind,
+            "open",
+            inc.first_step if inc else None,
+            now - base,
+            _alert_class(f),
+            f.summary if f else n.title,
+        )
+        alert.at = now
+        memo = view.memo.get(HANG)
+        if n.kind == "hang" and isinstance(memo, BudgetMemo):
+            alert.budget_s, alert.phase = memo.budget.seconds, memo.budget.phase
+        out.alerts.append(alert)
+    for r in reports:
+        final = view.final
+        out.alerts.append(
+            Alert(
+                r.kind,
+                "report",
+                view.last_step,
+                now - base,
+                (final.primary or final.status) if final is not None else None,
+                r.title,
+                at=now,
+            )
+        )
+
+
+def _alert_class(f: Finding | None) -> str | None:
+    if f is None:
+        return None
+    if f.kind == "failure":
+        return str(f.details.get("root cause", "failure"))
+    if f.kind == "tgs-degradation":
+        return "tgs-degradation"
+    return f.kind
+
+
+def refs_for(paths: Sequence[str]) -> list[JobRef]:
+    refs: list[JobRef] = []
+    for p in paths:
+        path = Path(p)
+        # is_symlink first: a `log` link to a name longer than the filesystem allows cannot be
+        # stat()ed (ENAMETOOLONG); resolve() reports such a job.
+        if path.is_dir() and not (path / "log").is_symlink() and not (path / "log").exists():
+            refs += [r for r in list_jobs(path) if r.log is not None]
+            continue
+        refs.append(resolve(p, []))
+    return refs
+
+
+def main(args: argparse.Namespace) -> int:
+    cfg = load_for_command(args.config, "backtest")
+    if cfg is None:
+        return 2
+    tick = args.tick or cfg.daemon.tick_seconds
+    workers = getattr(args, "workers", 1)
+    if workers < 1:
+        print("jobdiagd backtest: --workers must be at least 1", file=sys.stderr)
+        return 2
+    set_default_workers(workers)  # the job-end report's read of big logs, as in `jobdiagd triage`
+    try:
+        refs = refs_for(args.paths)
+    except ResolveError as exc:
+        print(f"jobdiagd backtest: {exc}", file=sys.stderr)
+        return 2
+    now = clock.wall()
+    results: list[JobReplay] = []
+    failed = 0
+    for ref in refs:
+        try:
+            results.append(replay(ref, cfg, tick=tick, ref_time=now, workers=workers))
+        except Exception as exc:  # one job's bad log must not lose the other jobs' replays
+            failed += 1
+            who = ref.job_id or ref.name or str(ref.log)
+            print(f"jobdiagd backtest: job {who}: {type(exc).__name__}: {exc}", file=sys.stderr)
+    if args.json:
+        print(jsonsafe.dumps({"jobs": [r.to_dict() for r in results]}, indent=1))
+        return 1 if failed else 0
+    for r in results:
+        print(
+            f"job {r.job}  ({r.log})  final: {r.final_status}/{r.final_primary or '-'}  last step {r.last_step}"
+        )
+        if not r.alerts:
+            print("    no alerts")
+        for a in r.alerts:
+            step = f"step {a.at_step}" if a.at_step is not None else "no step"
+            print(f"    +{a.at_s:9.1f}s  {step:<10} {a.event.upper():<7} {a.kind:<16} [{a.cls}] {a.summary}")
+    return 1 if failed else 0

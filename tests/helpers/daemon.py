@@ -1,0 +1,93 @@
+"""`jobdiagd run` as a real process in tests: its config, start, status, notes, stop, `procs` fixture."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+PY = sys.executable
+
+
+def write_cfg(work: Path, *, min_stall: float, tick: float = 0.5) -> Path:
+    cfg = work / "cfg.toml"
+    cfg.write_text(
+        f"""
+[daemon]
+state_dir = "{work}/state"
+socket_path = "{work}/jd.sock"
+tick_seconds = {tick}
+log_level = "info"
+[detectors.hang]
+min_stall_seconds = {min_stall}
+startup_grace_seconds = 60
+[notifiers.console]
+stream = "stdout"
+color = "never"
+[notifiers.jsonl]
+enabled = true
+"""
+    )
+    return cfg
+
+
+def start_daemon(cfg: Path, outputs: Path, log: Path) -> subprocess.Popen[bytes]:
+    fh = open(log, "ab")  # noqa: SIM115 - owned by the child for its lifetime
+    return subprocess.Popen(
+        [PY, "-m", "jobdiagd.cli", "run", "--config", str(cfg), "--watch", str(outputs)],
+        stdout=fh,
+        stderr=subprocess.STDOUT,
+    )
+
+
+def notes(work: Path) -> list[dict[str, Any]]:
+    p = work / "state" / "notifications.jsonl"
+    if not p.exists():
+        return []
+    return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+
+
+def wait_for(pred: Callable[[], bool], what: str, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def status(cfg: Path) -> dict[str, Any]:
+    out = subprocess.run(
+        [PY, "-m", "jobdiagd.cli", "status", "--config", str(cfg), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert out.returncode in (0, 1, 3), out.stderr  # 3: not (yet) running
+    res: dict[str, Any] = json.loads(out.stdout)
+    return res
+
+
+def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> int:
+    if proc.poll() is None:
+        proc.send_signal(sig)
+    return proc.wait(timeout=30)
+
+
+@pytest.fixture
+def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Daemons started by a test; killed at its end whatever happened (a wedged one too)."""
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for p in started:
+        if p.poll() is None:
+            p.kill()
+            p.wait(timeout=10)

@@ -1,0 +1,306 @@
+"""The Telegram transport through the outbox and dispatcher, real python-telegram-bot against the emulator."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from jobdiagd.alerts.messages import MessageStore
+from jobdiagd.alerts.pipeline import AlertPipeline
+from jobdiagd.chat.routes import Route, parse_quiet_hours
+from jobdiagd.config import IncidentsConfig
+from jobdiagd.model.alerts import Finding
+from jobdiagd.notifiers.dispatcher import Dispatcher, RetryPolicy
+from jobdiagd.notifiers.telegram import TelegramSettings, TelegramTransport
+from tests.helpers.chat import CHAT, OTHER_CHAT, until
+from tests.helpers.emulators.telegram import StoredMessage, TelegramEmulator
+
+T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC).timestamp()  # noon UTC
+
+
+@dataclass
+class Harness:
+    tg: TelegramEmulator
+    pipeline: AlertPipeline
+    transport: TelegramTransport
+    dispatcher: Dispatcher
+    clock: list[float]
+
+    @property
+    def now(self) -> float:
+        return self.clock[0]
+
+    async def deliver(self) -> tuple[int, int]:
+        r = await self.dispatcher.drain(self.now)
+        return r.sent, r.failed
+
+    def hang(
+        self,
+        job: str = "123",
+        *,
+        resolved: bool = False,
+        severity: str = "critical",
+        owner: str | None = None,
+    ) -> Finding:
+        return Finding(
+            "hang",
+            job,
+            "hang",
+            severity,  # type: ignore[arg-type]
+            "steps resumed" if resolved else "no training step for 5 min",
+            {"last step": 41},
+            ("last line read: step 41",),
+            at_step=41,
+            resolved=resolved,
+            owner=owner,
+        )
+
+
+def body(m: StoredMessage) -> str:
+    return m.text or m.caption or ""
+
+
+async def make(tg: TelegramEmulator, tmp: Path, **kw: object) -> Harness:
+    clock = [T0]
+    pipeline = AlertPipeline.open(tmp, IncidentsConfig(reminder_interval_seconds=600), ["telegram"])
+    settings = TelegramSettings(
+        token=tg.token,
+        chat_ids=(CHAT, OTHER_CHAT),
+        default_chat=CHAT,
+        api_base_url=tg.base_url,
+        commands=False,
+        **kw,  # type: ignore[arg-type]
+    )
+    transport = TelegramTransport(settings, MessageStore(pipeline.store), now=lambda: clock[0])
+    await transport.start()
+    await until(lambda: transport._ready.is_set(), "bot connected")
+    policy = RetryPolicy(initial=0.01, maximum=0.05, send_timeout=20)
+    dispatcher = Dispatcher(pipeline.outbox, [transport], policy=policy, now=lambda: clock[0])
+    return Harness(tg, pipeline, transport, dispatcher, clock)
+
+
+@pytest.fixture
+async def h(tg: TelegramEmulator, tmp_path: Path) -> AsyncIterator[Harness]:
+    harness = await make(tg, tmp_path)
+    try:
+        yield harness
+    finally:
+        await harness.transport.stop()
+        harness.pipeline.close()
+
+
+async def test_reminders_reply_under_the_page_and_keep_it_current(h: Harness) -> None:
+    h.pipeline.observe([h.hang()], h.now)
+    assert await h.deliver() == (1, 0)
+    (page,) = h.tg.bot_messages(CHAT)
+    assert "OPEN since 12:00" in body(page) and not page.silent
+    h.clock[0] += 600
+    h.pipeline.observe([h.hang()], h.now)  # a reminder
+    h.clock[0] += 60
+    h.pipeline.observe([h.hang(severity="critical")], h.now)  # nothing new
+    assert await h.deliver() == (1, 0)
+    replies = [m for m in h.tg.bot_messages(CHAT) if m.reply_to == page.message_id]
+    assert len(replies) == 1 and body(replies[0]).startswith("still open: hang on job 123")
+    assert "reminders: 1" in body(h.tg.messages[(CHAT, page.message_id)])
+    h.pipeline.mute("123", "*", h.now + 3600, h.now, by="bob")
+    await h.deliver()
+    assert "muted until 13:11 UTC by bob" in body(h.tg.messages[(CHAT, page.message_id)])
+    assert [b for row in h.tg.messages[(CHAT, page.message_id)].buttons for b, _ in row][0] == "✔ Ack"
+    assert "🔔 Unmute" in [b for row in h.tg.messages[(CHAT, page.message_id)].buttons for b, _ in row]
+    h.clock[0] += 60
+    h.pipeline.observe([h.hang(resolved=True)], h.now)  # resolved while muted: a silent edit only
+    await h.deliver()
+    final = h.tg.messages[(CHAT, page.message_id)]
+    assert "RESOLVED after 12 min" in body(final) and final.buttons == []
+    assert (
+        len([m for m in h.tg.bot_messages(CHAT) if m.reply_to == page.message_id]) == 1
+    )  # no reply while muted
+
+
+async def test_the_job_end_report_replies_as_a_document_with_a_summary(h: Harness) -> None:
+    h.pipeline.observe([h.hang()], h.now)
+    await h.deliver()
+    (page,) = h.tg.bot_messages(CHAT)
+    report = "## Job triage: x.log\n\n**Status:** cancelled\n**Primary failure:** hang\n\n### Evidence\n" + (
+        "| step | seconds |\n|---|---|\n" + "| 1 | 2.0 |\n" * 600
+    )
+    h.pipeline.report("123", "job-end", "end", "job 123 ended: cancelled", report, h.now)
+    await h.deliver()
+    replies = [m for m in h.tg.bot_messages(CHAT) if m.reply_to == page.message_id]
+    summary, doc = replies
+    assert "Status: cancelled" in body(summary) and "Full report attached" in body(summary)
+    assert (
+        doc.document is not None
+        and doc.document[0] == "123-job-end.md"
+        and doc.document[1].decode() == report
+    )
+    assert all(m.silent for m in replies)  # reports are info: silent
+
+
+async def test_routes_by_owner_and_quiet_hours(tg: TelegramEmulator, tmp_path: Path) -> None:
+    quiet = parse_quiet_hours("11:00-13:00", "UTC")
+    h = await make(tg, tmp_path, routes=(Route(str(OTHER_CHAT), owners=frozenset({"alice"})),), quiet=quiet)
+    try:
+        h.pipeline.observe([h.hang("1", owner="alice"), h.hang("2", owner="bob", severity="warning")], h.now)
+        h.pipeline.observe(
+            [Finding("tgs", "3", "tgs-degradation", "critical", "TGS -30%", owner="bob")], h.now
+        )
+        await h.deliver()
+        (alice,) = tg.bot_messages(OTHER_CHAT)
+        assert "job 1 (alice)" in body(alice) and not alice.silent  # critical rings in quiet hours
+        warn, crit = tg.bot_messages(CHAT)
+        assert "job 2 (bob)" in body(warn) and warn.silent  # below critical: silent in quiet hours
+        assert "job 3" in body(crit) and not crit.silent
+        h.clock[0] += 900
+        h.pipeline.observe([h.hang("1", owner="alice", resolved=True)], h.now)
+        await h.deliver()
+        assert [m for m in tg.bot_messages(OTHER_CHAT) if m.reply_to == alice.message_id]  # follows the page
+    finally:
+        await h.transport.stop()
+        h.pipeline.close()
+
+
+async def test_retries_never_duplicate_and_server_errors_back_off(h: Harness) -> None:
+    h.pipeline.observe([h.hang()], h.now)
+    (n,) = [d.notification for d in h.pipeline.outbox.due("telegram", h.now)]
+    await h.transport.send(n)  # sent, then "crash" before the outbox marked it
+    assert await h.deliver() == (1, 0)  # the retry finds the recorded message
+    assert len(h.tg.bot_messages(CHAT)) == 1
+    h.tg.fail("sendMessage", 502, "Bad Gateway")
+    h.pipeline.notice("n1", "source down", "squeue failed", h.now, severity="warning")
+    assert await h.deliver() == (0, 1)
+    error = h.pipeline.store.conn.execute(
+        "SELECT last_error FROM deliveries WHERE notification_id = 'notice:n1'"
+    ).fetchone()[0]
+    assert error.startswith("NotifierError: telegram: NetworkError: Bad Gateway"), error
+    h.clock[0] += 1
+    assert await h.deliver() == (1, 0)
+    assert [body(m) for m in h.tg.bot_messages(CHAT)][1].startswith("source down")
+
+
+async def test_content_errors_drop_one_message_and_unknown_chats_wait(h: Harness) -> None:
+    h.tg.fail("sendMessage", 400, "Bad Request: can't parse entities: unsupported start tag")
+    h.pipeline.notice("bad", "first", "x", h.now)
+    h.pipeline.notice("good", "second", "y", h.now)
+    assert await h.deliver() == (1, 0)  # the bad one is dropped (dead), the queue goes on
+    assert h.pipeline.outbox.counts()["telegram"] == {"dead": 1, "sent": 1}
+    del h.tg.chats[CHAT]  # the bot was removed from the chat / wrong id
+    h.pipeline.notice("lost", "third", "z", h.now)
+    assert await h.deliver() == (0, 1)
+    assert (
+        "unknown chat"
+        in (
+            h.pipeline.store.conn.execute(
+                "SELECT last_error FROM deliveries WHERE notification_id = 'notice:lost'"
+            ).fetchone()[0]
+        )
+    )
+    assert h.pipeline.outbox.pending_count("telegram") == 1  # kept, not dropped
+
+
+async def test_a_deleted_incident_message_is_posted_again(h: Harness) -> None:
+    h.pipeline.observe([h.hang()], h.now)
+    await h.deliver()
+    (page,) = h.tg.bot_messages(CHAT)
+    del h.tg.messages[(CHAT, page.message_id)]  # someone deleted the page
+    h.clock[0] += 5
+    h.pipeline.ack("123", "hang", h.now, by="carol")
+    await h.deliver()
+    (again,) = h.tg.bot_messages(CHAT)
+    assert again.message_id != page.message_id and "acked by carol" in body(again)
+    h.clock[0] += 1
+    h.pipeline.mute("123", "hang", h.now + 600, h.now, by="carol")
+    await h.deliver()
+    assert "muted until" in body(h.tg.messages[(CHAT, again.message_id)])  # the new one is kept current
+    assert len(h.tg.bot_messages(CHAT)) == 1
+
+
+async def test_notify_test_names_each_problem(h: Harness, tmp_path: Path) -> None:
+    h.tg.forbidden[OTHER_CHAT] = "bot is not a member of the group chat"
+    results = await h.transport.check("hello")
+    assert [(r.what, r.ok) for r in results] == [
+        ("token", True),
+        (f"chat {CHAT}", True),
+        (f"chat {OTHER_CHAT}", False),
+    ]
+    assert "missing permission" in results[2].detail
+    del h.tg.chats[CHAT]
+    assert "unknown chat" in (await h.transport.check("x"))[1].detail
+
+    token = tmp_path / "tok"
+    token.write_text("123:wrong\n")
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text(
+        f'[daemon]\nstate_dir = "{tmp_path}/st"\n[notifiers.console]\nstream = "stdout"\n'
+        f'[notifiers.telegram]\nenabled = true\ntoken_file = "{token}"\nchat_ids = [{OTHER_CHAT}]\n'
+        f'api_base_url = "{h.tg.base_url}"\n'
+    )
+
+    async def cli() -> tuple[int, str]:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "jobdiagd.cli",
+            "notify-test",
+            "--config",
+            str(cfg),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        out, _ = await proc.communicate()
+        return proc.returncode or 0, out.decode()
+
+    rc, out = await cli()
+    assert rc == 1 and "telegram   token                  FAIL  bad token" in out
+    assert "console    send                   ok" in out
+    token.write_text(h.tg.token + "\n")
+    rc, out = await cli()
+    assert rc == 1 and f"chat {OTHER_CHAT}" in out and "missing permission" in out
+    del h.tg.forbidden[OTHER_CHAT]
+    rc, out = await cli()
+    assert rc == 0 and "notify-test: 3 ok, 0 failed" in out, out
+    assert h.tg.token not in out
+
+
+async def test_a_ray_hang_page_is_its_chart_with_the_power_strip_replied_under_it(h: Harness) -> None:
+    rendered: list[object] = []
+
+    async def render(payload: object) -> list[bytes]:
+        rendered.append(payload)
+        return [b"\x89PNG chart", b"\x89PNG strip"]
+
+    h.transport.render_plot = render  # type: ignore[assignment]
+    f = dataclasses.replace(
+        h.hang(), plot={"type": "step_chart/1", "spec": {}, "strip": {"type": "power_strip/1"}}
+    )
+    h.pipeline.observe([f], h.now)
+    (n,) = [d.notification for d in h.pipeline.outbox.due("telegram", h.now)]
+    await h.transport.send(n)
+    page, strip = h.tg.bot_messages(CHAT)
+    assert (
+        page.photo == b"\x89PNG chart"
+        and page.caption is not None
+        and page.caption.startswith("🔴 hang on job 123")
+    )
+    assert (
+        page.buttons
+        and strip.photo == b"\x89PNG strip"
+        and strip.reply_to == page.message_id
+        and strip.silent
+    )
+    assert "GPU power and utilization per host" in (strip.caption or "")
+    assert await h.deliver() == (1, 0)  # the outbox's retry of a delivered page posts nothing
+    assert len(h.tg.bot_messages(CHAT)) == 2 and len(rendered) == 1
+    h.clock[0] += 5
+    h.pipeline.ack("123", "hang", h.now, by="dan")
+    await h.deliver()
+    assert "acked by dan" in (
+        h.tg.messages[(CHAT, page.message_id)].caption or ""
+    )  # a photo's text is its caption

@@ -1,0 +1,43 @@
+"""Picture inputs travel through the outbox as bounded JSON and come back as the same chart."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from jobdiagd.chat.plot_inputs import hang_chart
+from jobdiagd.model.plotdata import StepPoint
+from jobdiagd.model.triage import CheckpointConfig
+from jobdiagd.service import plots_bridge
+
+
+def chart(n: int) -> object:
+    history = [StepPoint(k, 2.0 + (k % 7) * 0.01, 3000.0 - k % 5) for k in range(n)]
+    ckpt = CheckpointConfig(enabled=True, period=100, asynchronous=False, saves=frozenset({0, 100}))
+    return hang_chart(
+        history,
+        ckpt,
+        title="Hang · job 1",
+        last_step=n - 1,
+        projected=n + 30,
+        stalled_s=600.0,
+        step_time_s=2.0,
+    )
+
+
+def test_the_payload_round_trips_through_json() -> None:
+    c = chart(300)
+    payload = json.loads(json.dumps({"type": plots_bridge.PAYLOAD, "spec": dataclasses.asdict(c)}))
+    assert plots_bridge.chart_from_payload(payload) == c
+
+
+def test_a_long_history_is_thinned_but_keeps_its_newest_steps() -> None:
+    c = chart(100_000)
+    spec = dataclasses.asdict(c)
+    thinned = plots_bridge._thin(spec["points"])
+    assert len(thinned) <= plots_bridge.MAX_POINTS
+    assert [p["step"] for p in thinned[-plots_bridge.KEEP_RECENT :]] == list(
+        range(100_000 - plots_bridge.KEEP_RECENT, 100_000)
+    )
+    assert thinned[0]["step"] == 0  # the start of training stays in view
+    assert len(json.dumps(thinned)) < 200_000  # a small outbox row, whatever the job's length
