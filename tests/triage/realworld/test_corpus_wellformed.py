@@ -28,7 +28,7 @@ CORPUS = load_all()
 # Runbook status labels (status table; "unknown" is the report template's short form).
 STATUSES = {"completed", "failed", "cancelled", "running", "hanging", "unknown-death"}
 
-# The families issue 9 names (and the runbook failure classes it asks to cover), each of which
+# The families issue 9 names (and the failure classes of docs/rules.md §3 it asks to cover), each of which
 # must come with several distinct wordings.
 NAMED_FAMILIES = (
     "nccl-error",
