@@ -16,7 +16,7 @@ SUMMARY_STATUS_RE = re.compile(
     rb"  Status: (?:\x1b\[[\d;]*m|\x1b\(B)*(SUCCESS \(exit 0\)|FAILED \(exit (\d+)\))"
 )
 
-# Literal signatures from the runbook's classification table (a subset per class is enough to
+# Literal signatures from the classification table (docs/rules.md §3; a subset per class is enough to
 # prove the scenario exercises the class; the triage engine's own table lives elsewhere).
 SIGNATURES: dict[str, tuple[bytes, ...]] = {
     "container-pull-fail": (

@@ -1,4 +1,4 @@
-"""Failure classes, cancel kinds and cascades on hand-written logs: each test names the runbook rule it holds triage to.
+"""Failure classes, cancel kinds and cascades on hand-written logs: each test names the rule (docs/rules.md) it holds triage to.
 
 The wording families themselves are checked line by line in tests/rules/test_signatures.py and on real
 error text placed in realistic jobs by the corpus test (realworld/test_corpus_classes.py).
@@ -146,7 +146,7 @@ def test_nccl_error_is_described_as_an_error_not_a_collective_timeout(tmp_path: 
         *_summary(1, "6m 40s"),
     ]
     r = _triage(_job(tmp_path, body), "FAILED")
-    assert r.primary == "nccl-timeout"  # the runbook's class for NCCL errors
+    assert r.primary == "nccl-timeout"  # the class for NCCL errors (rule CL-NCCL-TIMEOUT)
     what = _section(render_markdown(r), "What happened")
     assert "NCCL/RCCL error" in what and "collective timeout" not in what
     assert r.cls.primary_rule == "NCCL-xla-op"
@@ -330,7 +330,7 @@ def test_an_empty_long_named_job_dir_is_a_prolog_kill(tmp_path: Path) -> None:
 
 
 HARMLESS_LINES = [
-    # The runbook's known-harmless table.
+    # The known-harmless table (rule HL-1).
     "E0612 10:01:00.000000 1001 cuda_driver.cc:152] Failed call to cuInit: UNKNOWN ERROR (303)",
     "I0612 10:01:00.000000 1001 xla_bridge.py:907] Unable to initialize backend 'cuda': INTERNAL: CUDA error: "
     "Failed call to cuInit: UNKNOWN ERROR (303)",

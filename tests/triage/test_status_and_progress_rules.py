@@ -1,8 +1,7 @@
 """Status, cancel cascades, soft success, heartbeat verdicts and progress rules on hand-written logs.
 
-Each case is one the engine once got wrong.
-
-Each test names the runbook rule it holds the engine to.
+Each case is one the engine once got wrong; each test names the rule (docs/rules.md) it holds
+the engine to.
 """
 
 from __future__ import annotations
@@ -131,7 +130,7 @@ def test_every_rank_segfaulting_after_the_last_step_is_not_a_soft_success(tmp_pa
     tail = [f"srun: error: node00{i + 1}: task {i}: Segmentation fault (core dumped)" for i in range(TASKS)]
     tail += [f"NODE_EXIT host=node00{i + 1} exit=139" for i in range(TASKS)]
     r = _final_step_then(tmp_path, [*tail, "== Training FAILED (exit=1, 520s) =="], 1)
-    # srun's "Segmentation fault" is the runbook's signal-kill ("killed by signal (SIGSEGV ...)"),
+    # srun's "Segmentation fault" is a signal-kill (rule CL-SIGNAL-KILL: "killed by signal (SIGSEGV ...)"),
     # which the table ranks above node-fail; the NODE_EXIT 139 lines are its carriers.
     assert (r.status, r.primary) == ("failed", "signal-kill")
     assert "node-fail" in r.cls.classes

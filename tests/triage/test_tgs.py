@@ -1,4 +1,4 @@
-"""TGS analysis on synthetic step series: the runbook's patterns and the configurable windows."""
+"""TGS analysis on synthetic step series: the patterns (rules TGS-3 to TGS-7) and the configurable windows."""
 
 from __future__ import annotations
 

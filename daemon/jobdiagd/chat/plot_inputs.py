@@ -8,7 +8,7 @@ Decisions where the issue is silent:
   first step and the projected step are produced, at most `MAX_MARKS` (the newest).
 - The projected step is the hang detector's: last step + (now - when it was read) // steady
   step time; the TGS slide starts at the analysis' low-episode range, the baseline window is
-  steps 5-15 after the first step (the runbook's), both in absolute step numbers.
+  steps 5-15 after the first step (rule TGS-1), both in absolute step numbers.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Hang detector: the runbook's progress projection on the daemon clock, with triage's phase-aware budget.
+"""Hang detector: the step projection on the daemon clock (rules PRJ-4, HANG-6), triage's phase-aware budget.
 
 Stalled when `now - (when the last step line was read) > stall_budget(...)` — the same
 `triage.stall.stall_budget` triage uses (startup/barrier, warmup after start or restore,

@@ -1,1 +1,1 @@
-"""The runbooks' knowledge as data: signature tables, Slurm states and syntax, MaxText settings (no I/O)."""
+"""Runbook knowledge as data (docs/rules.md): signatures, Slurm states and syntax, MaxText settings (no I/O)."""

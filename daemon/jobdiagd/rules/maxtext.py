@@ -1,4 +1,4 @@
-"""MaxText's settings as the runbooks read them: boolean syntax and the defaults a job inherits."""
+"""MaxText's settings as triage reads them (rule PRJ-5): boolean syntax and the defaults a job inherits."""
 
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
-"""The runbook's failure-signature and known-harmless tables, as wording families (data).
+"""Failure-signature and known-harmless tables as wording families (data; docs/rules.md §3-4).
 
-The runbook's signature strings are examples of families, not the only wordings. Each class
+The signature strings of job-log-triage are examples of families, not the only wordings. Each class
 row here is a small set of `Family` patterns written from the wording the projects print
 (their format strings and real bug reports: XLA's `NCCL operation %s failed: %s`, NCCL's
 ncclGetErrorString texts, TensorStore's `Failed to acquire lock on file ... [OS error: ...]`,
 Ray's memory monitor, LLVM's `LLVM ERROR: %s`, slurmstepd's `*** %s ON %s CANCELLED AT %s
-DUE TO TIME LIMIT ***`, ...). Every family carries a short `rule` id and the runbook rule it
+DUE TO TIME LIMIT ***`, ...). Every family carries a short `rule` id and the job-log-triage row it
 implements (`ref`); reports and evidence name the rule that matched.
 
 A family matches a (prefix-stripped) line when one of its `needles` occurs in it and, if
@@ -13,7 +13,7 @@ given, its `regex` also matches. Needles double as the fast pre-filter of the lo
 (`jobdiagd.logs.scan`), so a family must never rely on a regex alone, and a needle must be
 rare in healthy logs (every occurrence costs a callback on multi-GB logs).
 
-Decisions where the runbook is silent:
+Decisions (rules MATCH-1, MATCH-2, HL-1, HL-2, CL-HANG; docs/rules.md):
 - A line matches at most one family per class: the first in the class's order. The order
   puts specific wordings before generic ones (an NCCL error string before "NCCL WARN"), so
   the description of the match is the most specific one (`Family.description`: a non-timeout
@@ -28,7 +28,7 @@ Decisions where the runbook is silent:
 - Harmless families are checked after the signatures: a line that matches one is never
   evidence (runbook: "Do not classify them as failures"), whatever else it matches.
 
-Rows are in the runbook's priority order; `classify` decides the primary failure from them
+Rows are in the class table's priority order (rule MATCH-4); `classify` decides the primary failure from them
 (with the cascade rules documented there), the order here is the tie-breaker.
 """
 
@@ -63,7 +63,7 @@ class Family:
     """One wording family of a class."""
 
     rule: str  # short id, unique over the tables (reports and evidence name it)
-    ref: str  # the runbook rule (or source wording) it implements
+    ref: str  # the job-log-triage row (or source wording) it implements
     needles: tuple[str, ...]
     regex: re.Pattern[str] | None = None
     description: str = ""  # what happened, when it differs from the class's description
@@ -137,7 +137,7 @@ def _one(
     stage: str,
     regex: re.Pattern[str] | None = None,
 ) -> Signature:
-    """A class whose only family is the runbook's own literal(s)."""
+    """A class whose only family is its job-log-triage row's own literal(s)."""
     return Signature(
         cls, source, tier, (Family(rule, f"runbook {cls} row", needles, regex),), description, stage
     )
@@ -278,7 +278,7 @@ SIGNATURES: tuple[Signature, ...] = (
         (
             Family("TT-stage", "runbook train-timeout row: '== Training TIMEOUT'", ("== Training TIMEOUT",)),
             # slurmstepd/srun: `*** JOB|STEP %s [ON %s] CANCELLED AT %s DUE TO TIME LIMIT ***`; the job's
-            # wall-clock limit ran out, which is the runbook's train-timeout, not an operator scancel.
+            # wall-clock limit ran out, a train-timeout (rule CL-TRAIN-TIMEOUT), not an operator scancel.
             Family(
                 "TT-slurm",
                 "runbook train-timeout ('exceeded the configured wall-clock limit'); Slurm's time-limit cancel",
@@ -416,7 +416,7 @@ SIGNATURES: tuple[Signature, ...] = (
                 "runbook oom-gpu row: 'out of memory' (the BFC allocator; 'not a failure' ones are harmless)",
                 ("ran out of memory trying to allocate",),
             ),
-            # The runbook's bare "out of memory" in a GPU runtime's wording only: host OOM and
+            # The bare "out of memory" of rule CL-OOM-GPU, in a GPU runtime's wording only: host OOM and
             # Ray's memory monitor say it too (oom-host).
             Family(
                 "OOMG-device",
@@ -811,7 +811,7 @@ FAMILIES: dict[str, Family] = {f.rule: f for s in (*SIGNATURES, *EVIDENCE_SIGNAT
 # Classes decided from progress or job state rather than a line signature.
 DERIVED_CLASSES: tuple[str, ...] = ("hang", "cancelled", "unknown-death", "soft-success", "tgs-degradation")
 
-# Every class name the runbook defines, in its table order (hang sits before heartbeat).
+# Every class name job-log-triage defines (docs/rules.md §3), in its table order (hang sits before heartbeat).
 ALL_CLASSES: tuple[str, ...] = (
     *(s.cls for s in SIGNATURES if s.source in (SRC_INFRA, SRC_STAGE)),
     "hang",

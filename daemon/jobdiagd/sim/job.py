@@ -181,7 +181,7 @@ class JobSim:
     # ---------------------------------------------------------------- noise
 
     def noise(self, count: int, *, harmless_share: float = 0.3, ranks: Sequence[int] | None = None) -> None:
-        """Healthy chatter from random ranks; `harmless_share` of it from the runbook's harmless table."""
+        """Healthy chatter from random ranks; `harmless_share` of it from the harmless table (rule HL-1)."""
         for _ in range(count):
             rank = self.rng.choice(list(ranks) if ranks is not None else range(self.ntasks))
             host = self.hosts[rank]
@@ -482,7 +482,7 @@ class JobSim:
             self.advance(3)
             self.task(0, "[Ray] Stopping cluster")
         self.advance(5)
-        # Container teardown races (harmless per the runbook) on a node or two.
+        # Container teardown races (harmless, rule HL-1) on a node or two.
         for _ in range(self.rng.randrange(3)):
             r = self.rng.randrange(self.ntasks)
             groups = L.harmless_lines(self.t, self.tids[r], self.hosts[r], self.rng)

@@ -799,7 +799,7 @@ def checkout_failed(branch: str) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# Noise: lines healthy jobs print, including every known-harmless pattern of the runbook
+# Noise: lines healthy jobs print, including every known-harmless pattern (rule HL-1)
 # --------------------------------------------------------------------------------------------
 
 # Lines containing a byte that is not valid UTF-8 are built with surrogate escapes and written
@@ -819,7 +819,7 @@ def harmless_process_lines(t: float, tid: int, host: str, rng: random.Random) ->
 
 
 def harmless_lines(t: float, tid: int, host: str, rng: random.Random) -> list[list[str]]:
-    """Every known-harmless pattern of the runbook, each as one group of consecutive lines."""
+    """Every known-harmless pattern (rule HL-1), each as one group of consecutive lines."""
     core = rng.randint(96, 191)
     cid = "".join(rng.choice("0123456789abcdef") for _ in range(12))
     return [

@@ -24,8 +24,8 @@ from jobdiagd.sim.job import SIM_EPOCH, JobSim, JobSpec
 class Expectation:
     """What a runbook-faithful triage of one simulated job must conclude.
 
-    Status uses the labels of the runbook's status table (completed | failed | cancelled | running |
-    hanging | unknown-death); class names are the runbook's verbatim. Steps are 0-indexed.
+    Status uses the labels of the status table (rules ST-1, ST-5; completed | failed | cancelled | running |
+    hanging | unknown-death); class names are those of docs/rules.md §3 verbatim. Steps are 0-indexed.
     """
 
     scenario: str  # key in SCENARIOS
@@ -713,7 +713,7 @@ def sc_oom_gpu(root: Path, seed: int) -> Expectation:
         absent=["oom-host"],
         slurm_state="FAILED",
         notes="GPU OOM while compiling llama3.1-405b; env dump shows XLA_PYTHON_CLIENT_MEM_FRACTION=.85 "
-        "(the runbook's first fix: raise it to .93).",
+        "(rule NS-7, the first fix: raise it to .93).",
     )
 
 
@@ -849,7 +849,7 @@ def sc_actor_fail(root: Path, seed: int) -> Expectation:
         absent=["hang"],
         slurm_state="FAILED",
         notes="Ray actor on node003 died; '[Node 2] Actor failed:' followed by the driver's traceback "
-        "(the runbook's actor-fail 'includes traceback', so it outranks python-exception here).",
+        "(rule CL-ACTOR-FAIL: actor-fail 'includes traceback', so it outranks python-exception here).",
     )
 
 
@@ -1032,7 +1032,7 @@ def sc_oom_gpu_midtrain(root: Path, seed: int) -> Expectation:
         absent=["oom-host", "hang"],
         slurm_state="FAILED",
         notes="GPU OOM at step 61 on node004 (jax.errors.JaxRuntimeError, GiB size) with "
-        "XLA_PYTHON_CLIENT_MEM_FRACTION=.93 already: the runbook's fallback playbook applies.",
+        "XLA_PYTHON_CLIENT_MEM_FRACTION=.93 already: the fallback OOM playbook applies (rule NS-7).",
     )
 
 
@@ -1579,7 +1579,7 @@ def _stage_timeout_job(name: str, root: Path, seed: int, key: str, before: Seque
     sim.batch(*L.stage_timeout(desc, key, limit, limit))
     sim.batch(L.srun_terminating(sim.step_id))
     sim.summary(1, L.stage_timeout_text(desc, limit))
-    # A timeout is not a stage-fail: the runbook's stage-fail is "a non-timeout stage failure".
+    # A timeout is not a stage-fail: rule CL-STAGE-FAIL is "a non-timeout stage failure".
     return _infra(
         name,
         root,

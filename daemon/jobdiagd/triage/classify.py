@@ -1,6 +1,6 @@
 """Status and failure classification (runbook steps 3–4, hang/heartbeat/cascade rules), pure.
 
-Primary-failure rules, in order (decisions where the runbook leaves room are marked *):
+Primary-failure rules, in order (rules CL-1 to CL-9 of docs/rules.md; decisions are marked *):
 1. No log at all -> `prolog-kill-no-log`.
 2. JOB SUMMARY FAILED with exit 1/143 but `completed step: T-1` -> status completed,
    primary `soft-success`, only when the ranks' exits match a variant: (a) one rank exits 1,
@@ -11,7 +11,7 @@ Primary-failure rules, in order (decisions where the runbook leaves room are mar
 4. Candidates are signature hits *not followed by training progress* (*: more than 2
    distinct steps completed after a hit in the same file means the job survived it — it is
    reported, never primary; this drops e.g. autotuner OOM probes and transient NCCL warns).
-5. heartbeat-timeout runs the runbook's full checklist: an earlier real error (root-cause
+5. heartbeat-timeout runs the full checklist (rules HB-1 to HB-5): an earlier real error (root-cause
    or carrier class) -> that error is primary; training stalled before the error (gap
    between the last step and the heartbeat error beyond heartbeat timeout + stall budget,
    or, without timestamps, wall − summed step time beyond the 30-min setup budget) ->
@@ -26,7 +26,7 @@ Primary-failure rules, in order (decisions where the runbook leaves room are mar
 A cancelled job's NODE_EXIT/srun 143 cascade is the known-harmless scancel pattern, and
 *every hit logged after the Slurm cancel line (dated after it in other files) is a
 consequence of the cancel (ranks dying from SIGTERM print tracebacks, NCCL resets, actor
-deaths): the runbook asks for *preceding* errors.
+deaths): only *preceding* errors count (rule CAS-5).
 Heartbeat item 2 also counts srun's `task N: Killed` (or a 134/137/139 exit) of an accused
 task before the message, as node-fail evidence (runbook: "SIGKILL on the accused tasks").
 *The wall-time stall basis allows the measured start-up (first dated line to the first
@@ -34,12 +34,12 @@ dated step) when it is longer than the 20-min setup budget: a slow restore is no
 *A compiler fatal (xla-compile-fail) is followed by an abort (SIGABRT, "Aborted (core
 dumped)", "Fatal Python error: Aborted"): those signal-kill lines are its consequence and are
 dropped, not reported (issue 9: "the abort that follows is a consequence").
-*No JOB SUMMARY and srun's `task N: Killed`: the runbook's unknown-death checklist ("Killed")
+*No JOB SUMMARY and srun's `task N: Killed` (rule UD-2): the unknown-death checklist ("Killed")
 reads those lines as evidence of an external kill, not a node failure of its own; they are
 quoted as the unknown-death evidence (with a preemption cancel line, checklist item 3). With
 an OOM report (cgroup / kernel / Ray) they are the OOM kill itself, quoted as oom-host
 evidence. Otherwise, with a JOB SUMMARY, they are node-fail evidence (exit 137 = SIGKILL).
-*Slurm's `CANCELLED AT ... DUE TO TIME LIMIT` is the runbook's train-timeout (signature
+*Slurm's `CANCELLED AT ... DUE TO TIME LIMIT` is a train-timeout (rule CL-TRAIN-TIMEOUT, signature
 family TT-slurm); after a stall it is a hang killed by the time limit (rule 6).
 *The primary's description follows the wording family of its earliest evidence
 (`signatures.describe`): an NCCL error is described as an error, not a collective timeout.
@@ -71,7 +71,7 @@ from jobdiagd.triage.stall import StallPolicy, stall_budget
 
 # Runbook: "setup/compilation overhead of ~15-30 min"; unaccounted time beyond this (plus the
 # stall budget) is read as a stall when no dated line measures it directly. 20 min is the
-# middle of the runbook's range.
+# middle of that range (rule PRJ-7).
 SETUP_BUDGET_S = 1200.0
 PROGRESS_SLACK = 2
 DEFAULT_HEARTBEAT_TIMEOUT_S = 100.0
@@ -118,7 +118,7 @@ def _stall(
     setup_s: float | None = None,
 ) -> Stall:
     """`setup_s`: the measured time before the first step (first dated line to the first dated
-    step), which replaces the runbook's typical setup budget when it is longer: a slow
+    step), which replaces the typical setup budget (rule PRJ-7) when it is longer: a slow
     compile or restore is not a stall."""
     budget = stall_budget(steps, progress.step_time_s, ckpt, policy)
     limit = budget.seconds + extra_s
@@ -591,7 +591,7 @@ _SRUN_TASKS = re.compile(r": tasks? (\d+)(?:-(\d+))?: ")
 def _killed_before(main: LogState, first: Evidence, accused: set[int], nodes: list[str]) -> Evidence | None:
     """srun's report of an accused task killed by a signal before the heartbeat message
     (runbook: "SIGKILL on the accused tasks before the heartbeat message" is a real crash).
-    Returned as node-fail evidence: the runbook's class for a node whose task died (exit 137:
+    Returned as node-fail evidence (rule HB-3): the class for a node whose task died (exit 137:
     likely OOM; 134/139: core dump)."""
     if first.source != main.source:
         return None
@@ -612,7 +612,7 @@ def _killed_before(main: LogState, first: Evidence, accused: set[int], nodes: li
 
 
 def _soft_variant(main: LogState, exit_code: int, hits: dict[str, list[Evidence]]) -> str | None:
-    """The runbook's soft-success signature that matches, or None (then it is a failure).
+    """The soft-success variant that matches (rules SOFT-1, SOFT-2), or None (then it is a failure).
 
     (a) a single rank exits 1, the others 0; (b) every rank exits 143
     (a late post-training failure on one rank cascading); (c) every rank exits 143 at the

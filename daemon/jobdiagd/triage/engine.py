@@ -1,4 +1,4 @@
-"""The triage engine: resolve a job, read its logs, and run the runbook over them.
+"""The triage engine: resolve a job, read its logs, and apply the triage rules (docs/rules.md) to them.
 
 `analyze()` is pure (plain `JobLogs` + `now` in, `TriageResult` out) and is what the
 daemon and backtest call on their incrementally-built states; `triage()` adds the I/O
@@ -58,7 +58,7 @@ def analyze(
     ignore_steps: Mapping[int, str] | None = None,
 ) -> TriageResult:
     """`slurm_wall_s` (start to end, or to `now`, per Slurm) stands in for the JOB SUMMARY's
-    Wall when the log has no summary: a live or truncated job still gets the runbook's
+    Wall when the log has no summary: a live or truncated job still gets rule PRJ-7's
     "total training time vs wall time" check. Implausible step lines (`model.stepguard`: past
     the configured total, or far ahead of the step before) are left out of progress and named
     in the notes; `ignore_steps` adds those the daemon judged on its own clock."""

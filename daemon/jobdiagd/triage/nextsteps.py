@@ -168,7 +168,7 @@ def _applies(template: str, r: TriageResult) -> bool:
 
 
 def _fit(template: str, r: TriageResult) -> str:
-    """The runbook's hang advice speaks of init-phase hangs; a hang after step N is not one."""
+    """The hang template speaks of init-phase hangs; a hang after step N is not one (rule NS-4)."""
     phrase = "init-phase hangs (before step 0) are often transient RCCL race conditions"
     if r.steps and phrase in template:
         return template.replace(

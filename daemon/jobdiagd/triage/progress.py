@@ -1,6 +1,6 @@
 """Training progress projection (runbook workflow step 5), pure.
 
-Decisions where the runbook is silent:
+Decisions (rules PRJ-3, PRJ-4, PRJ-5, PRJ-6 of docs/rules.md):
 - checkpoint period: `Config param checkpoint_period`, else PASSTHROUGH_ARGS, else 200 when
   `enable_checkpointing=true`, else the spacing of the periodic saves seen in the log; None
   when nothing says checkpointing was on.
@@ -83,7 +83,7 @@ def checkpoint_config(
                 continue
     periodic = [s for s in saves if s > 0]
     if period is None and enabled is not False:
-        # *The saves the log shows beat the runbook's default of 200: the period may come from
+        # *The saves the log shows beat the default of 200 (rule PRJ-5): the period may come from
         # the model's config file without ever being printed.
         period = period_from_saves(periodic)
         if period is not None:
@@ -196,7 +196,7 @@ def compute_progress(
             last_time = dated[-1].time
     if steps and last_time is None and time_base is not None:
         # *Undated step lines (print-era MaxText): the last step completed at the dated start of
-        # training (BARRIER PASSED) plus the seconds of every step since -- the runbook's own sum.
+        # training (BARRIER PASSED) plus the seconds of every step since -- the sum of rule PRJ-7 (rule PRJ-11).
         done = summed_seconds if summed_seconds is not None else sum(s.seconds or 0.0 for s in steps)
         last_time = time_base + done
         estimated = True

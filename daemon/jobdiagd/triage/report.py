@@ -1,4 +1,4 @@
-"""Render a TriageResult as the runbook's Markdown report, JSON, or a one-line summary row."""
+"""Render a TriageResult as the Markdown triage report (rule RPT-1), JSON, or a one-line summary row."""
 
 from __future__ import annotations
 
@@ -252,7 +252,7 @@ def render_markdown(r: TriageResult) -> str:
         for e in c.evidence[:12]:
             src = e.source.rsplit("/", 2)
             short = "/".join(src[-2:]) if len(src) > 1 else e.source
-            out.append(f"{short}:{e.line}: {e.raw or e.text}")  # verbatim, as the runbook asks
+            out.append(f"{short}:{e.line}: {e.raw or e.text}")  # verbatim (rule RPT-1)
         out.append("```")
     else:
         p = r.progress

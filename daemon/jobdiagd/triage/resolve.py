@@ -13,7 +13,7 @@ directory (the batch script creates both). A link out of the roots (`log -> /etc
 to another user's file is refused by `logs.safeopen`, never read.
 
 A `.log` name longer than the filesystem allows (a job name near the 255-byte limit) cannot
-exist: it is treated as missing (`prolog-kill-no-log`, the runbook's "--output path exceeds
+exist: it is treated as missing (rule RES-4: `prolog-kill-no-log`, "--output path exceeds
 ext4's 255-byte per-path-segment limit"), with a note saying so, never a traceback.
 """
 

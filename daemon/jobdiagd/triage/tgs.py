@@ -1,11 +1,11 @@
-"""TGS (tokens/s/device) trend analysis: the runbook's proactive check and pattern table, pure.
+"""TGS (tokens/s/device) trend analysis: the proactive check and pattern table (rules TGS-1 to TGS-7), pure.
 
 Baseline = steps 5–15 after the first step, recent = the last 10 steps, both without
 checkpoint-adjacent steps; degraded when recent is more than `threshold_pct` below.
 When the step lines carry no `Tokens/s/device` (2023-era logs) the rate 1/seconds
 stands in for it, so percentages keep their meaning.
 
-Pattern rules (where the runbook's table leaves room, decided here). Real step times jitter by
+Pattern rules TGS-3 to TGS-7 (docs/rules.md, decisions marked there). Real step times jitter by
 a few percent and have one-off outliers, so every rule works on a rolling median whose width
 grows with the run (5–15 steps) and on least-squares fits, never on single steps:
 - low episodes: runs where the smoothed TGS is more than `threshold_pct` below baseline, with
@@ -62,7 +62,7 @@ def analyze_tgs(
     baseline_steps: tuple[int, int] = (BASELINE_FROM, BASELINE_TO),
     recent_steps: int = RECENT,
 ) -> TgsAnalysis:
-    """`baseline_steps` counts from the first step of the run; the runbook's defaults (5–15, 10)."""
+    """`baseline_steps` counts from the first step of the run; defaults per rule TGS-1 (5–15, 10)."""
     b_from, b_to = baseline_steps
     series, metric = _series(steps)
     none = TgsAnalysis(None, None, None, False, "none", None, None, None, metric, ())

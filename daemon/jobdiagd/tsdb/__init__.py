@@ -1,1 +1,1 @@
-"""TSDB diagnosis: query a job's Prometheus (live over ssh, or read-only on disk) and run the runbook's playbooks."""
+"""TSDB diagnosis: query a job's Prometheus (live over ssh, or read-only on disk) and run its playbooks (rule PB-MAP-1)."""

@@ -221,7 +221,7 @@ class LocalPrometheus:
                 # Retention counts from the newest block: a long value keeps every old block.
                 "--storage.tsdb.retention.time=100y",
                 # The lock makes a second Prometheus on this directory fail; a stale lock without a
-                # holder is simply re-acquired by Prometheus (flock), as the runbook's view mode relies on.
+                # holder is simply re-acquired by Prometheus (flock), as view mode relies on (rule TS-4).
                 "--storage.tsdb.use-lockfile",
                 f"--query.lookback-delta={self.settings.lookback_delta}",
                 f"--web.listen-address=127.0.0.1:{self.port}",
@@ -395,7 +395,7 @@ async def open_tsdb(
     tunnels: SshTunnelPool | None = None,
     allow_copy: bool = True,
 ) -> AsyncIterator[TsdbHandle]:
-    """Pick the runbook's access case for this job and yield a ready client; cleans up on exit.
+    """Pick the access case for this job (rules TS-1 to TS-4) and yield a ready client; cleans up on exit.
 
     `allow_copy=False` makes an unreachable live Prometheus an error instead of a block copy.
     """

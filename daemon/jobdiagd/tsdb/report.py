@@ -1,4 +1,4 @@
-"""Rendering of the runbook's "TSDB Diagnosis" report (markdown) and its JSON form.
+"""Rendering of the "TSDB Diagnosis" report (rule PB-MAP-2; markdown) and its JSON form.
 
 Without a usable TSDB the report is log-only. Its texts must fit the job: "re-run with RAY=1" only when it
 ran with RAY=0 (a RAY=1 job with an empty prometheus/ had a Prometheus that failed to start or never

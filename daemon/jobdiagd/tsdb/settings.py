@@ -1,4 +1,4 @@
-"""Diagnosis settings and per-GPU-model thresholds (defaults from the runbook; overridable from TOML).
+"""Diagnosis settings and per-GPU-model thresholds (defaults: rule PB-GPU-1, docs/rules.md; overridable from TOML).
 
 Example `[tsdb]` table (every key optional; unknown keys are errors that name the key):
 
@@ -52,7 +52,7 @@ DEFAULT_PROFILES: dict[str, GpuProfile] = {
 
 @dataclass(frozen=True)
 class Thresholds:
-    """Model-independent decision thresholds; each names the runbook rule it implements."""
+    """Model-independent decision thresholds; each names the rule it implements (docs/rules.md)."""
 
     busy_util_pct: float = 90.0  # "100% utilization + low watts" (Playbook 1)
     idle_util_pct: float = 10.0

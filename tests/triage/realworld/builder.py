@@ -3,7 +3,7 @@
 Each excerpt is placed into an otherwise normal MaxText job written with the simulator's line
 formatters (`jobdiagd.sim.lines`, `JobSim`): the header and stage markers, per-node env dumps,
 Ray start-up for RAY=1, JAX init and compile chatter, the barrier, every task's step lines with
-its `srun -l` prefix, checkpoints, healthy noise (including the runbook's harmless lines), and an
+its `srun -l` prefix, checkpoints, healthy noise (including the harmless lines of rule HL-1), and an
 ending consistent with what the excerpt implies: NODE_EXIT lines of the wrappers, srun's per-task
 exit lines, the Training stage marker and the JOB SUMMARY with its exit status (or no summary at
 all, for a job killed outright).
@@ -17,7 +17,7 @@ Decisions:
   Ray worker log, forwarded to the Slurm log with the actor prefix), `task` is the srun task's own
   output (the per-node wrapper, the Ray driver), `batch` is the batch script / srun / slurmstepd
   (no task prefix). The kernel's OOM report is the failing task's output: its wrapper prints the
-  node's dmesg before it exits. `job.forward_cutoff` reproduces the runbook's RAY=1 truncation: the
+  node's dmesg before it exits. `job.forward_cutoff` reproduces the RAY=1 truncation (rule ST-7): the
   excerpt and everything after it from the actors reach only the worker logs.
 - RAY=1 drivers exit with `sys.exit(-signal)` (256 - N) after an actor reports a signal, as the
   job scripts do; a failing stage always ends with `Status: FAILED (exit 1)`.

@@ -9,7 +9,7 @@ signature families were written and never used to tune them) are scored and prin
 
 For every excerpt the job is built by builder.py, then triaged in-process by the same code path
 as `jobdiagd triage DIR --json --now T --slurm-state S` (resolve -> read -> classify -> report).
-A case passes when status and primary failure are the runbook's (corpus `expect`) and no class
+A case passes when status and primary failure are those docs/rules.md gives (corpus `expect`) and no class
 listed in `absent` is reported. Reported separately: whether the markdown report's Evidence
 section quotes the excerpt's key line, and whether its "What happened" avoids the phrases in
 `report_must_not` (e.g. a non-timeout NCCL error described as a "collective timeout").

@@ -1,4 +1,4 @@
-"""Every real-world excerpt (development corpus and held-out group) gets the runbook's class.
+"""Every real-world excerpt (development corpus and held-out group) gets its class (docs/rules.md §3).
 
 For each excerpt of corpus.toml and heldout.toml, placed in a realistic job by builder.py and
 triaged end to end (resolve -> read -> classify -> report): status and primary failure are the
@@ -27,7 +27,7 @@ def test_excerpt_gets_the_runbook_class(tmp_path: Path, eid: str) -> None:
     assert (res.got_status, res.got_primary) == (ex.expect.status, ex.expect.primary), (
         f"{eid} ({ex.group}): {ex.expect.reason or 'see corpus'}; matched {res.matched}"
     )
-    assert not res.absent_hit, f"{eid}: reported {res.absent_hit}, which the runbook rules out"
+    assert not res.absent_hit, f"{eid}: reported {res.absent_hit}, which docs/rules.md rules out"
     if ex.key is not None:
         assert res.evidence_ok, f"{eid}: the Evidence section does not quote {ex.key!r}"
     if ex.expect.report_must_not:

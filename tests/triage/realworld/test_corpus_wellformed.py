@@ -28,7 +28,7 @@ CORPUS = load_all()
 # Runbook status labels (status table; "unknown" is the report template's short form).
 STATUSES = {"completed", "failed", "cancelled", "running", "hanging", "unknown-death"}
 
-# The error families the corpus covers (and the runbook failure classes among them), each of which
+# The error families the corpus covers (and the failure classes of docs/rules.md §3 among them), each of which
 # must come with several distinct wordings.
 NAMED_FAMILIES = (
     "nccl-error",

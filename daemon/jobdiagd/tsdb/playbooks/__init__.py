@@ -1,4 +1,4 @@
-"""The runbook's playbooks by name and the triage-class -> playbook mapping (the registry: `playbooks.registry`)."""
+"""The playbooks by name and the triage-class -> playbook mapping, rule PB-MAP-1 (the registry: `playbooks.registry`)."""
 
 from __future__ import annotations
 

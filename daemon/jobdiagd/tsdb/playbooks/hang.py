@@ -178,7 +178,7 @@ def judge_network(
             out.triggers[(host, dev)] = (min(old[0], onset), [*old[1], label]) if old else (onset, [label])
     out.standout_hosts = sorted(hosts)
     out.standout_parts = parts
-    # Report the trigger's parts in the runbook's order (retry exhaustion first: a hard link failure).
+    # Report the trigger's parts in rule PB-HANG-5's order (retry exhaustion first: a hard link failure).
     order = [label for _, label in RDMA_ERRORS]
     for key, (onset, labels) in out.triggers.items():
         out.triggers[key] = (

@@ -2,7 +2,7 @@
 
 checkpoint-oom needs the fatal excursion (the last one before each OOM kill) to line up with a checkpoint
 step, or the DP-replica-0-only pattern; earlier save spikes that recovered do not make a later OOM a
-checkpoint OOM. All nodes spiking together away from any checkpoint step is the runbook's "data pipeline
+checkpoint OOM. All nodes spiking together away from any checkpoint step is rule PB-OOM-4's "data pipeline
 issue or XLA recompilation event": reported in the host-OOM family (host-oom-ramp, the fixed set's only
 non-checkpoint host-OOM verdict) with a root cause that says it was a simultaneous spike, not a leak.
 """
