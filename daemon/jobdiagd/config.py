@@ -372,6 +372,14 @@ class DeliveryConfig:
     send_timeout_seconds: float = field(
         default=10.0, metadata=_v(Bounded(0.1, 600, "a stuck send holds its notifier's queue this long"))
     )
+    # Delivered notifications and the chat-message links of resolved incidents are history once
+    # nobody will press their buttons; kept this long, then pruned hourly so the store stays small.
+    keep_history_seconds: float = field(
+        default=30 * _DAY,
+        metadata=_v(
+            Bounded(_DAY, 365 * _DAY, "under a day loses buttons of fresh pages; over a year is a leak")
+        ),
+    )
 
 
 @dataclass(frozen=True)

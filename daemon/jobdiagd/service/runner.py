@@ -39,6 +39,7 @@ from jobdiagd.service.chat_backend import DaemonChatBackend
 from jobdiagd.service.discovery import Discovery, OutputsDiscovery, SlurmDiscovery
 from jobdiagd.service.engine import Engine, PlotInputs
 from jobdiagd.service.health import Health
+from jobdiagd.service.housekeeping import prune_loop
 from jobdiagd.service.jobs import JobView
 from jobdiagd.service.lifecycle import Lifecycle
 from jobdiagd.service.metrics import DaemonMetrics, MetricsServer
@@ -313,6 +314,13 @@ async def run_daemon(
     lc.add_step("final delivery", cleanup=dispatcher.drain)
     lc.add_task("dispatcher", dispatcher.run, drain=False)
     lc.add_task("file watcher", watcher.run, drain=False)
+    lc.add_task(
+        "history pruning",
+        lambda: prune_loop(
+            pipeline.outbox, messages, lambda: current["cfg"].delivery.keep_history_seconds, lc.sleep
+        ),
+        drain=False,
+    )
 
     async def engine_loop() -> None:
         await engine.run(lc.sleep, lambda: current["cfg"].daemon.tick_seconds)

@@ -7,6 +7,7 @@ Budget = max(stall_factor × steady step time, min_stall_s), phase-aware:
   it, or a save the log showed), an eval (`eval_interval`) or the profiler window: the
   slowest such step this run has already shown past its warmup × 1.5, else `checkpoint_s`;
   never less than the normal budget;
+- the wait for step 1 when checkpointing is on: the initial save at step 0, `checkpoint_s`;
 - the first steps after start/restore (warmup): learned from the run itself -- twice the
   first step (compilation) while waiting for the second, then the slowest step since the
   first × 1.5 (a recompilation), never less than the normal budget.
@@ -46,7 +47,15 @@ def stall_budget(
     first = steps[0].step
     last = steps[-1].step
     if last - first < WARMUP_STEPS - 1 or step_time is None:
-        return Budget(_warmup_budget(steps, normal, policy), "warmup")
+        warmup = _warmup_budget(steps, normal, policy)
+        if last == 0 and (ckpt.enabled or 0 in ckpt.saves):
+            # MaxText saves the initial state right after step 0 (orbax saves every step that
+            # is a multiple of the period, 0 included), so the wait for step 1 holds the first
+            # save -- the slowest one, nothing learned yet. Twice the compile step paged a
+            # healthy job whose initial save outlasted it. A run restored at step N > 0 makes
+            # no initial save, so this is only for a run that starts at step 0.
+            return Budget(max(warmup, policy.checkpoint_s), "checkpoint")
+        return Budget(warmup, "warmup")
     if ckpt.adjacent(last + 1):
         # Learned only from steps a save really slowed: past this run's warmup, or right after
         # a save the log showed (MaxText's initial save at step 0). Step 1 merely sitting on
