@@ -16,14 +16,15 @@ import itertools
 import os
 import re
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from jobdiagd.logs.body import BodyPiece, StepColumns, scan_buffer
 from jobdiagd.logs.safeopen import ANYWHERE, LogAccess
 from jobdiagd.logs.scan import HARMLESS_ONLY, HyperscanScanner, LineScanner, default_scanner
-from jobdiagd.logs.state import FastStep, LogState, parse_fast_step
+from jobdiagd.logs.state import LogState
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -33,10 +34,9 @@ if TYPE_CHECKING:
 
 CHUNK = 2 << 20
 PIECE = 32 << 20  # a worker's unit of work in a parallel read
-PARALLEL_MIN = 128 << 20
-SMALL_BUFFER = (
-    64 << 10
-)  # below this, pre-filter bookkeeping in plain Python (daemon polls)  # smaller bodies are read serially: forking costs more than it saves
+PARALLEL_MIN = 128 << 20  # smaller bodies are read serially: forking costs more than it saves
+SMALL_BUFFER = 64 << 10  # below this, `prefilter` does its bookkeeping in plain Python (daemon polls)
+FOLD_STEPS = 1 << 16  # fast step lines collected before they are folded into the state at once
 HEAD_FULL = 512 << 10
 TAIL_FULL = 128 << 10
 MAX_LINE = 64 << 10  # longer lines are cut: a runaway line must not blow memory
@@ -51,8 +51,9 @@ def scanner() -> LineScanner:
     return _scanner
 
 
-_SRUN_PREFIX = re.compile(rb"(?m)^( *(?:P\d+ +)?)(\d{1,6}): ")
-_NNODES = re.compile(rb"(?m)^NNODES=(\d{1,6})")
+# Matched from the newline before a line (a `(?m)^` pattern tries every byte of the head).
+_SRUN_PREFIX = re.compile(rb"\n( *(?:P\d+ +)?)(\d{1,6}): ")
+_NNODES = re.compile(rb"\nNNODES=(\d{1,6})")
 
 
 def task0_prefixes(head: bytes) -> tuple[bytes, ...]:
@@ -61,6 +62,7 @@ def task0_prefixes(head: bytes) -> tuple[bytes, ...]:
     Empty when the log has no multi-task srun prefixes (then every step line is read).
     The width srun pads to follows from the task count, so the NNODES width is added
     in case the training step's srun is not in the head yet."""
+    head = b"\n" + head
     tasks: set[bytes] = set()
     zero: set[bytes] = set()
     for m in _SRUN_PREFIX.finditer(head):
@@ -182,19 +184,6 @@ def _feed_lines(
         feed(raw, first_lineno + i, base_offset + start)
 
 
-def _feed_parsed(
-    state: LogState, lines: list[tuple[int, int, bytes, FastStep | None]], first_lineno: int
-) -> None:
-    feed = state.feed_bytes
-    seen = state.steps.seen
-    fast_step = state.fast_step
-    for i, offset, raw, fast in lines:
-        if fast is not None and not seen(fast[0]):
-            fast_step(fast, first_lineno + i)  # what feed_bytes would do, minus re-reading the line
-        else:
-            feed(raw, first_lineno + i, offset, fast)
-
-
 class _ReadBuffer:
     """One reusable read buffer: byte 0 is a sentinel newline, complete lines follow.
 
@@ -278,11 +267,9 @@ def set_default_workers(n: int) -> None:
     _default_workers = max(1, n)
 
 
-def _prefilter_range(
-    fd: int, start: int, stop: int, prefixes: tuple[bytes, ...]
-) -> tuple[int, list[tuple[int, int, bytes, FastStep | None]]]:
-    """Worker: the pre-filtered lines of [start, stop) with line indexes from `start`, file
-    offsets and the fast step parse (the parent's share of a step line shrinks to bookkeeping).
+def _scan_range(fd: int, start: int, stop: int, prefixes: tuple[bytes, ...]) -> BodyPiece:
+    """Worker: the body lines of [start, stop) worth parsing (`logs.body`), line indexes from
+    `start`. Its step lines come back as columns: the parent folds them without re-reading them.
 
     `fd` is the parent's checked descriptor, inherited through the fork: the worker reads the
     very file the parent opened, never a path that may have been swapped since."""
@@ -290,13 +277,11 @@ def _prefilter_range(
     if _worker_buffer is None:
         _worker_buffer = _ReadBuffer()
     rb = _worker_buffer
-    lines = 0
-    out: list[tuple[int, int, bytes, FastStep | None]] = []
+    piece = BodyPiece()
+    sc = _worker_scan or scanner()
     for n, offset in rb.chunks(fd, start, stop):
-        total, got = prefilter(rb.buf, prefixes, _worker_scan, end=1 + n, eq=rb.scratch(1 + n))
-        out.extend((lines + i, offset + o, raw, parse_fast_step(raw)) for i, o, raw in got)
-        lines += total
-    return lines, out
+        scan_buffer(rb.buf, n, offset, prefixes, sc, piece)
+    return piece
 
 
 def _line_boundary(fd: int, pos: int, limit: int) -> int:
@@ -335,6 +320,7 @@ def read_file(
     full: bool = False,
     workers: int | None = None,
     access: LogAccess = ANYWHERE,
+    batched: bool = True,
 ) -> LogState:
     """Parse a whole file into `state` (head and tail fully, body through the pre-filter).
 
@@ -344,7 +330,7 @@ def read_file(
     `access` (regular files only; RefusedFile otherwise)."""
     fd = access.open(path)
     try:
-        return read_fd(fd, state, scan=scan, full=full, workers=workers)
+        return read_fd(fd, state, scan=scan, full=full, workers=workers, batched=batched)
     finally:
         os.close(fd)
 
@@ -356,8 +342,12 @@ def read_fd(
     scan: LineScanner | None = None,
     full: bool = False,
     workers: int | None = None,
+    batched: bool = True,
 ) -> LogState:
-    """`read_file` on a descriptor already opened (and checked) by the caller."""
+    """`read_file` on a descriptor already opened (and checked) by the caller.
+
+    `batched=False` reads the body line by line through `prefilter` and `feed_bytes`: the
+    reference the batched read (`logs.body`, `LogState.add_fast_steps`) is tested against."""
     size = os.fstat(fd).st_size
     prefixes = task0_prefixes(os.pread(fd, 2 << 20, 0))
     head_end, tail_start = (size, size) if full else _regions(fd, size)
@@ -366,8 +356,17 @@ def read_fd(
     for n, offset in rb.chunks(fd, 0, head_end):
         lineno += rb.feed(state, n, offset, lineno, True, scan, prefixes)
     nworkers = _default_workers if workers is None else workers
-    if nworkers > 1 and tail_start - head_end >= PARALLEL_MIN:
-        lineno = _parallel_middle(state, fd, head_end, tail_start, lineno, nworkers, scan, prefixes)
+    if tail_start > head_end and batched:
+        body = _Body(state, fd, lineno)
+        if nworkers > 1 and tail_start - head_end >= PARALLEL_MIN:
+            _parallel_middle(body, fd, head_end, tail_start, nworkers, scan, prefixes)
+        else:
+            sc = scan or scanner()
+            for n, offset in rb.chunks(fd, head_end, tail_start):
+                piece = BodyPiece()
+                scan_buffer(rb.buf, n, offset, prefixes, sc, piece)
+                body.fold(piece)
+        lineno = body.finish()
     else:
         for n, offset in rb.chunks(fd, head_end, tail_start):
             lineno += rb.feed(state, n, offset, lineno, False, scan, prefixes)
@@ -379,18 +378,73 @@ def read_fd(
     return state
 
 
+class _Body:
+    """Folds the body's pieces into the state in file order: the candidate lines one by one
+    (`feed_bytes`), the fast step lines between them collected and folded in bulk."""
+
+    def __init__(self, state: LogState, fd: int, lineno: int) -> None:
+        self.state = state
+        self.lineno = lineno  # the line number of the next piece's first line
+        self.steps = StepColumns()  # collected, line numbers absolute
+        self._raw_of: Callable[[int], bytes] = self._read_line
+        self._fd = fd
+
+    def _read_line(self, j: int) -> bytes:
+        """Step line j's bytes, read back from the file (only the few records kept need it)."""
+        return os.pread(self._fd, self.steps.length[j], self.steps.offset[j])
+
+    def fold(self, piece: BodyPiece) -> None:
+        cols = piece.steps
+        done = 0
+        for i, offset, raw in piece.others:
+            upto = _first_at_or_after(cols.line, i, done)
+            if upto > done:
+                self.steps.extend(cols, self.lineno, done, upto)
+            self._flush()
+            done = upto
+            self.state.feed_bytes(raw, self.lineno + i, offset, None)
+        if len(cols) > done:
+            self.steps.extend(cols, self.lineno, done, len(cols))
+        if len(self.steps) >= FOLD_STEPS:
+            self._flush()
+        self.lineno += piece.lines
+
+    def _flush(self) -> None:
+        if len(self.steps):
+            self.state.add_fast_steps(self.steps, self._raw_of)
+            self.steps.clear()
+
+    def finish(self) -> int:
+        self._flush()
+        return self.lineno
+
+
+def _first_at_or_after(lines: Any, i: int, lo: int) -> int:
+    """The first index >= lo whose line is >= i (`lines` ascending)."""
+    hi = len(lines)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if lines[mid] < i:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
 def _parallel_middle(
-    state: LogState,
+    body: _Body,
     fd: int,
     start: int,
     stop: int,
-    lineno: int,
     workers: int,
     scan: LineScanner | None,
     prefixes: tuple[bytes, ...],
-) -> int:
-    """Pre-filter [start, stop) in forked workers, PIECE bytes at a time, feeding results in
-    order; at most 2 pieces per worker are in flight, so memory stays bounded."""
+) -> None:
+    """Scan [start, stop) in forked workers, PIECE bytes at a time, folding results in order;
+    at most 2 pieces per worker are in flight, so memory stays bounded."""
+    import multiprocessing  # here, not at import: only a big log forks
+    from concurrent.futures import ProcessPoolExecutor
+
     global _worker_scan
     sc = scan or scanner()
     if isinstance(sc, HyperscanScanner):
@@ -400,24 +454,18 @@ def _parallel_middle(
     while bounds[-1] < stop:
         bounds.append(_line_boundary(fd, min(bounds[-1] + PIECE, stop), stop))
     pieces = list(zip(bounds, bounds[1:], strict=False))
-    # Imported here: only a log over the pool threshold is read by workers.
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
     ctx = multiprocessing.get_context("fork")
     with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        pending: deque[Future[tuple[int, list[tuple[int, int, bytes, FastStep | None]]]]] = deque()
+        pending: deque[Future[BodyPiece]] = deque()
         it = iter(pieces)
         for a, b in itertools.islice(it, 2 * workers):
-            pending.append(pool.submit(_prefilter_range, fd, a, b, prefixes))
+            pending.append(pool.submit(_scan_range, fd, a, b, prefixes))
         while pending:
-            total, lines = pending.popleft().result()
+            piece = pending.popleft().result()
             nxt = next(it, None)
             if nxt is not None:
-                pending.append(pool.submit(_prefilter_range, fd, nxt[0], nxt[1], prefixes))
-            _feed_parsed(state, lines, lineno)
-            lineno += total
-    return lineno
+                pending.append(pool.submit(_scan_range, fd, nxt[0], nxt[1], prefixes))
+            body.fold(piece)
 
 
 def _pread_all(fd: int, n: int, offset: int) -> bytes:
