@@ -183,17 +183,21 @@ class HyperscanScanner:
         self._hs = hyperscan
         self._literals = [re.escape(t).encode() for t in triggers]
         self._dbs: dict[tuple[bytes, ...], tuple[Any, Any]] = {}
-        self._db(())  # fail early (ImportError / unsupported CPU) so default_scanner can fall back
+        # Fail early (ImportError / unsupported CPU) so default_scanner can fall back; the real
+        # databases are made on first use, per set of task-0 prefixes.
+        probe = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+        probe.compile(expressions=[b"probe"], ids=[0], elements=1)
 
     def _db(self, prefixes: tuple[bytes, ...]) -> tuple[Any, Any]:
         got = self._dbs.get(prefixes)
         if got is None:
+            from jobdiagd.logs.hscache import block_database
+
             if prefixes:
                 pats = self._literals + task0_step_patterns(prefixes)
             else:
                 pats = self._literals + [re.escape(t).encode() for t in STEP_NEEDLES]
-            db = self._hs.Database(mode=self._hs.HS_MODE_BLOCK)
-            db.compile(expressions=pats, ids=list(range(len(pats))), elements=len(pats))
+            db = block_database(self._hs, pats)
             got = self._dbs[prefixes] = (db, self._hs.Scratch(db))
         return got
 
