@@ -17,11 +17,12 @@ from hypothesis import strategies as st
 
 from jobdiagd.logs import body, reader
 from jobdiagd.logs.body import BodyPiece, StepColumns, scan_buffer
-from jobdiagd.logs.scan import HyperscanScanner, PythonScanner
+from jobdiagd.logs.scan import HyperscanScanner, NeedleGate, PythonScanner
 from jobdiagd.logs.state import LogState, StampClock, parse_fast_step
 from jobdiagd.logs.steps import TAIL, TRIAGE, Retention, StepSeries
 from jobdiagd.model.jobref import JobRef
 from jobdiagd.model.records import StepRecord
+from jobdiagd.rules.signatures import SIGNATURE_NEEDLES
 from jobdiagd.triage.engine import analyze
 from jobdiagd.triage.report import render_json, render_markdown
 
@@ -464,3 +465,25 @@ def test_columns_pickle_and_nan_means_no_seconds() -> None:
     assert list(cols.step) == [3, 4] and math.isnan(cols.seconds[0])
     assert cols.fast(0, b" 0: completed step: 3, x: 1")[5] is None
     assert body.NO_TASK == -1 and list(cols.task) == [0, 0]
+
+
+_needle_text = st.lists(
+    st.one_of(
+        st.sampled_from(SIGNATURE_NEEDLES),
+        st.text(max_size=20),
+        st.sampled_from(["\ud800", "é", "\x00", "NCCL", " WARN", "Error"]),
+    ),
+    max_size=6,
+).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_needle_text, min_size=1, max_size=8), st.sampled_from([0, 3, NeedleGate.WARM_UP]))
+def test_needle_gate_is_substring_search(texts: list[str], warm_up: int) -> None:
+    """The gate in front of `match_line` says yes exactly when a signature needle is in the line,
+    with hyperscan (after its warm-up) and with the regex alike."""
+    gate = NeedleGate(SIGNATURE_NEEDLES)
+    gate.WARM_UP = warm_up
+    for text in texts * 2:
+        assert gate(text) == any(n in text for n in SIGNATURE_NEEDLES), text
+    assert (gate._hs is not None) == (len(texts) * 2 > warm_up)

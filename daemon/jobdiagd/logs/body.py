@@ -103,9 +103,9 @@ def fast_step_line(prefixes: tuple[bytes, ...]) -> re.Pattern[bytes]:
     seconds: X` with X ending at a comma or the line end.
 
     Every line it matches, `parse_fast_step` parses the same (its prefix regex accepts all of
-    these and splits them the same way) once the caller checks what a regex cannot: the match
-    is at the line's first `completed step: `, the line is short enough and its field text has
-    no `\\r` or escape."""
+    these and splits them the same way) once the caller checks what the regex does not: the
+    match is at the line's first `completed step: `, the line is short enough and its field
+    text has no `\\r` or escape (two `find`s cost less than a character class to the end)."""
     lead = b"(?:" + b"|".join(re.escape(p) for p in prefixes) + b")" if prefixes else b""
     return re.compile(
         lead + rb"(?:\([\w.:-]+ pid=\d+[^)]*\) )?"
@@ -126,29 +126,26 @@ def scan_buffer(
     """Add the lines of `buf[1 : 1 + n]` (complete lines; `buf[0]` a sentinel newline) at file
     `offset` to `out`, their indexes counted from `out.lines`."""
     end = 1 + n
-    starts = scan.scan_lines(buf, prefixes, 0, end)
     count, find = buf.count, buf.find
+    spans = getattr(scan, "scan_spans", None)
+    if spans is not None:
+        starts, ends = spans(buf, prefixes, end)
+    else:
+        starts = scan.scan_lines(buf, prefixes, 0, end)
+        ends = [end if (nl := find(b"\n", s, end)) == -1 else nl for s in starts]
     match = fast_step_line(prefixes).match
     cols = out.steps
     others = out.others
-    line_of, offset_of, length_of = cols.line.append, cols.offset.append, cols.length.append
-    step_of, task_of, month_of, day_of = (
-        cols.step.append,
-        cols.task.append,
-        cols.month.append,
-        cols.day.append,
-    )
-    secs_of, seconds_of, rest_of = cols.secs.append, cols.seconds.append, cols.rest.append
-    task0 = 0 if prefixes else NO_TASK
     base = offset - 1  # file offset of buf[0]
+    task0 = 0 if prefixes else NO_TASK
+    # Lines the regex took: (line index, start, end, match), converted in bulk below (before the
+    # buffer is reused: a match refers to it).
+    fast: list[tuple[int, int, int, re.Match[bytes]]] = []
     index = out.lines
     prev = 1
-    for s in starts:
+    for s, e in zip(starts, ends, strict=True):
         index += count(b"\n", prev, s)
         prev = s
-        e = find(b"\n", s, end)
-        if e == -1:
-            e = end
         k = find(STEP_NEEDLE, s, e)
         if k == -1:
             if any(find(h, s, e) != -1 for h in HARMLESS_ONLY):
@@ -159,37 +156,65 @@ def scan_buffer(
         if m is not None and m.start(8) - 16 == k:
             rest = m.end(8) + 1
             if find(b"\r", rest, e) == -1 and find(b"\x1b", rest, e) == -1:
-                level, month, day, hh, mm, ss, us, num, seconds = m.groups()
-                line_of(index)
-                offset_of(base + s)
-                length_of(e - s)
-                step_of(int(num))
-                task_of(task0)
-                if level is None:
-                    month_of(0)
-                    day_of(0)
-                    secs_of(0.0)
-                else:
-                    month_of(int(month))
-                    day_of(int(day))
-                    secs_of(int(hh) * 3600 + int(mm) * 60 + int(ss) + int(us) / 10 ** len(us))
-                seconds_of(float(seconds))
-                rest_of(rest - s)
+                fast.append((index, s, e, m))
                 continue
         raw = bytes(buf[s:e])
-        fast = parse_fast_step(raw)
-        if fast is None:
+        parsed = parse_fast_step(raw)
+        if parsed is None:
             others.append((index, base + s, raw))
             continue
-        step, task, mon, dd, secs, secs_field, rest_bytes = fast
-        line_of(index)
-        offset_of(base + s)
-        length_of(e - s)
-        step_of(step)
-        task_of(NO_TASK if task is None else task)
-        month_of(mon)
-        day_of(dd)
-        secs_of(secs)
-        seconds_of(NO_SECONDS if secs_field is None else secs_field)
-        rest_of(len(raw) - len(rest_bytes))
+        _add_fast(cols, fast, base, task0)
+        fast.clear()
+        step, task, month, day, secs, seconds, fields = parsed
+        cols.line.append(index)
+        cols.offset.append(base + s)
+        cols.length.append(e - s)
+        cols.step.append(step)
+        cols.task.append(NO_TASK if task is None else task)
+        cols.month.append(month)
+        cols.day.append(day)
+        cols.secs.append(secs)
+        cols.seconds.append(NO_SECONDS if seconds is None else seconds)
+        cols.rest.append(len(raw) - len(fields))
+    _add_fast(cols, fast, base, task0)
     out.lines = index + count(b"\n", prev, end) + (1 if n and buf[n] != 10 else 0)
+
+
+def _add_fast(
+    cols: StepColumns, fast: list[tuple[int, int, int, re.Match[bytes]]], base: int, task0: int
+) -> None:
+    """Append the lines `fast_step_line` matched: C-level loops over columns, not one Python
+    statement per field per line (this is the inner loop of a multi-GB triage)."""
+    if not fast:
+        return
+    index, starts, ends, matches = zip(*fast, strict=True)
+    level, month, day, hh, mm, ss, us, num, seconds = zip(*[m.groups() for m in matches], strict=True)
+    cols.line.extend(index)
+    cols.offset.extend(map(base.__add__, starts))
+    cols.length.extend(map(int.__sub__, ends, starts))
+    cols.step.extend(map(int, num))
+    cols.task.extend([task0] * len(fast))
+    cols.seconds.extend(map(float, seconds))
+    cols.rest.extend([m.end(8) + 1 - s for m, s in zip(matches, starts, strict=True)])
+    if None not in level:
+        cols.month.extend(map(int, month))
+        cols.day.extend(map(int, day))
+        # As parse_fast_step computes it (int / int: the same rounding).
+        cols.secs.extend(
+            [
+                h * 3600 + m * 60 + s + u / 10 ** len(ub)
+                for h, m, s, u, ub in zip(
+                    map(int, hh), map(int, mm), map(int, ss), map(int, us), us, strict=True
+                )
+            ]
+        )
+        return
+    for lv, mo, d, h, mi, sec, u in zip(level, month, day, hh, mm, ss, us, strict=True):
+        if lv is None:
+            cols.month.append(0)
+            cols.day.append(0)
+            cols.secs.append(0.0)
+        else:
+            cols.month.append(int(mo))
+            cols.day.append(int(d))
+            cols.secs.append(int(h) * 3600 + int(mi) * 60 + int(sec) + int(u) / 10 ** len(u))

@@ -12,6 +12,7 @@ remembers its offset and feeds only new complete lines. Files are opened through
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import re
@@ -33,7 +34,8 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
 CHUNK = 2 << 20
-PIECE = 32 << 20  # a worker's unit of work in a parallel read
+PIECE = 32 << 20  # a worker's unit of work in a parallel read, at most
+MIN_PIECE = 4 << 20  # smaller pieces would cost more in start-up than they save in balance
 PARALLEL_MIN = 128 << 20  # smaller bodies are read serially: forking costs more than it saves
 SMALL_BUFFER = 64 << 10  # below this, `prefilter` does its bookkeeping in plain Python (daemon polls)
 FOLD_STEPS = 1 << 16  # fast step lines collected before they are folded into the state at once
@@ -349,27 +351,34 @@ def read_fd(
     `batched=False` reads the body line by line through `prefilter` and `feed_bytes`: the
     reference the batched read (`logs.body`, `LogState.add_fast_steps`) is tested against."""
     size = os.fstat(fd).st_size
-    prefixes = task0_prefixes(os.pread(fd, 2 << 20, 0))
     head_end, tail_start = (size, size) if full else _regions(fd, size)
-    rb = _ReadBuffer()
-    lineno = 1
-    for n, offset in rb.chunks(fd, 0, head_end):
-        lineno += rb.feed(state, n, offset, lineno, True, scan, prefixes)
+    prefixes = task0_prefixes(os.pread(fd, 2 << 20, 0))
     nworkers = _default_workers if workers is None else workers
-    if tail_start > head_end and batched:
-        body = _Body(state, fd, lineno)
-        if nworkers > 1 and tail_start - head_end >= PARALLEL_MIN:
-            _parallel_middle(body, fd, head_end, tail_start, nworkers, scan, prefixes)
+    body_read = batched and tail_start > head_end
+    with contextlib.ExitStack() as stack:
+        pieces: Iterator[BodyPiece] | None = None
+        if body_read and nworkers > 1 and tail_start - head_end >= PARALLEL_MIN:
+            # The workers start on the body while this process parses the head.
+            pieces = stack.enter_context(_parallel_middle(fd, head_end, tail_start, nworkers, scan, prefixes))
+        rb = _ReadBuffer()
+        lineno = 1
+        for n, offset in rb.chunks(fd, 0, head_end):
+            lineno += rb.feed(state, n, offset, lineno, True, scan, prefixes)
+        if body_read:
+            body = _Body(state, fd, lineno)
+            if pieces is None:
+                sc = scan or scanner()
+                for n, offset in rb.chunks(fd, head_end, tail_start):
+                    piece = BodyPiece()
+                    scan_buffer(rb.buf, n, offset, prefixes, sc, piece)
+                    body.fold(piece)
+            else:
+                for piece in pieces:
+                    body.fold(piece)
+            lineno = body.finish()
         else:
-            sc = scan or scanner()
             for n, offset in rb.chunks(fd, head_end, tail_start):
-                piece = BodyPiece()
-                scan_buffer(rb.buf, n, offset, prefixes, sc, piece)
-                body.fold(piece)
-        lineno = body.finish()
-    else:
-        for n, offset in rb.chunks(fd, head_end, tail_start):
-            lineno += rb.feed(state, n, offset, lineno, False, scan, prefixes)
+                lineno += rb.feed(state, n, offset, lineno, False, scan, prefixes)
     for n, offset in rb.chunks(fd, tail_start, size):
         lineno += rb.feed(state, n, offset, lineno, True, scan, prefixes)
     state.ends_with_newline = size == 0 or os.pread(fd, 1, size - 1) == b"\n"
@@ -431,28 +440,30 @@ def _first_at_or_after(lines: Any, i: int, lo: int) -> int:
     return lo
 
 
+@contextlib.contextmanager
 def _parallel_middle(
-    body: _Body,
     fd: int,
     start: int,
     stop: int,
     workers: int,
     scan: LineScanner | None,
     prefixes: tuple[bytes, ...],
-) -> None:
-    """Scan [start, stop) in forked workers, PIECE bytes at a time, folding results in order;
-    at most 2 pieces per worker are in flight, so memory stays bounded."""
+) -> Iterator[Iterator[BodyPiece]]:
+    """Scan [start, stop) in forked workers, a piece at a time (about 4 pieces per worker, so
+    they finish together; between MIN_PIECE and PIECE bytes); the pieces come out in file
+    order, at most 2 per worker in flight, so memory stays bounded. The workers start at once."""
     import multiprocessing  # here, not at import: only a big log forks
     from concurrent.futures import ProcessPoolExecutor
 
     global _worker_scan
     sc = scan or scanner()
     if isinstance(sc, HyperscanScanner):
-        sc.scan_lines(b"\n", prefixes)  # compile the database once, before the fork
+        sc.scan_lines(b"\n", prefixes)  # load the database once, before the fork
     _worker_scan = sc
+    step = min(PIECE, max((stop - start) // (4 * workers), MIN_PIECE))
     bounds = [start]
     while bounds[-1] < stop:
-        bounds.append(_line_boundary(fd, min(bounds[-1] + PIECE, stop), stop))
+        bounds.append(_line_boundary(fd, min(bounds[-1] + step, stop), stop))
     pieces = list(zip(bounds, bounds[1:], strict=False))
     ctx = multiprocessing.get_context("fork")
     with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
@@ -460,12 +471,16 @@ def _parallel_middle(
         it = iter(pieces)
         for a, b in itertools.islice(it, 2 * workers):
             pending.append(pool.submit(_scan_range, fd, a, b, prefixes))
-        while pending:
-            piece = pending.popleft().result()
-            nxt = next(it, None)
-            if nxt is not None:
-                pending.append(pool.submit(_scan_range, fd, nxt[0], nxt[1], prefixes))
-            body.fold(piece)
+
+        def results() -> Iterator[BodyPiece]:
+            while pending:
+                piece = pending.popleft().result()
+                nxt = next(it, None)
+                if nxt is not None:
+                    pending.append(pool.submit(_scan_range, fd, nxt[0], nxt[1], prefixes))
+                yield piece
+
+        yield results()
 
 
 def _pread_all(fd: int, n: int, offset: int) -> bytes:

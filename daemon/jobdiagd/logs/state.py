@@ -26,11 +26,16 @@ from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
 from jobdiagd.logs.prefixes import Stamp, strip, strip_ansi
-from jobdiagd.logs.scan import HARMLESS_ONLY
+from jobdiagd.logs.scan import HARMLESS_ONLY, NeedleGate
 from jobdiagd.logs.steps import TRIAGE, Retention, StepSeries, step_record
 from jobdiagd.model.records import ClassHits, Evidence, NodeExit, StageEvent, StepRecord, Summary
 from jobdiagd.rules.maxtext import DEFAULT_CHECKPOINT_PERIOD, truthy
-from jobdiagd.rules.signatures import EVIDENCE_CLASSES, is_exception_line, match_line
+from jobdiagd.rules.signatures import (
+    EVIDENCE_CLASSES,
+    SIGNATURE_NEEDLES,
+    is_exception_line,
+    match_line,
+)
 from jobdiagd.rules.slurm import CANCEL_EXITS, parse_slurm_duration
 
 # The number must end at a comma or the line end: with `srun -u` another task's prefix can
@@ -82,6 +87,8 @@ _SECONDS = re.compile(rb"seconds: (\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)")
 _TASK_BYTES = re.compile(rb"^\s*(?:P\d+\s+)?(\d{1,6}): ")
 MAX_LINE_BYTES = 64 << 10
 _SRUN_TASK = re.compile(r": task (\d+): ")
+# match_line finds nothing in a line without a signature needle: most fully parsed lines.
+_may_match = NeedleGate(SIGNATURE_NEEDLES)
 _T = TypeVar("_T")
 _V = TypeVar("_V")
 
@@ -721,7 +728,12 @@ class LogState:
         # Signatures first: a line can be both an event and evidence (e.g. NODE_EXIT).
         in_traceback = task in self._tracebacks
         carried: str | None = None
-        for hit in match_line(text, training_started=self.training_started, after_traceback=in_traceback):
+        hits = (
+            match_line(text, training_started=self.training_started, after_traceback=in_traceback)
+            if _may_match(text)
+            else ()
+        )
+        for hit in hits:
             ev = self._add_hit(hit.cls, text, task, when, lineno, offset, hit.rule)
             if hit.cls == "heartbeat-timeout":
                 self._on_heartbeat(ev, text, task)
