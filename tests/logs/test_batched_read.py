@@ -487,3 +487,18 @@ def test_needle_gate_is_substring_search(texts: list[str], warm_up: int) -> None
     for text in texts * 2:
         assert gate(text) == any(n in text for n in SIGNATURE_NEEDLES), text
     assert (gate._hs is not None) == (len(texts) * 2 > warm_up)
+
+
+_head_line = st.tuples(
+    st.sampled_from(
+        ["", " 0: ", "0: ", "  0: ", "P0 0: ", "P1  3: ", " 1: ", "12: ", "00: ", "1234567: ", " 7: "]
+    ),
+    st.sampled_from(["x", "NNODES=24", "NNODES=3", "NNODES=", "0: y", "", "completed step: 1"]),
+).map("".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_head_line, max_size=30))
+def test_task0_prefixes_equals_the_walk_over_every_line(lines: list[str]) -> None:
+    head = "\n".join(lines).encode()
+    assert reader.task0_prefixes(head) == reader._task0_reference(head)

@@ -55,6 +55,7 @@ def scanner() -> LineScanner:
 
 # Matched from the newline before a line (a `(?m)^` pattern tries every byte of the head).
 _SRUN_PREFIX = re.compile(rb"\n( *(?:P\d+ +)?)(\d{1,6}): ")
+_SRUN_TASK0 = re.compile(rb"\n( *(?:P\d+ +)?)0: ")  # the lines _SRUN_PREFIX reads as task 0
 _NNODES = re.compile(rb"\nNNODES=(\d{1,6})")
 
 
@@ -63,7 +64,42 @@ def task0_prefixes(head: bytes) -> tuple[bytes, ...]:
 
     Empty when the log has no multi-task srun prefixes (then every step line is read).
     The width srun pads to follows from the task count, so the NNODES width is added
-    in case the training step's srun is not in the head yet."""
+    in case the training step's srun is not in the head yet.
+
+    Reads the prefixed lines in order until it has seen two tasks and two forms of task 0's
+    prefix (or the end): without walking every prefixed line in Python (`_task0_reference`
+    is that walk, the definition; tested equal)."""
+    head = b"\n" + head
+    first = _SRUN_PREFIX.search(head)
+    if first is None:
+        return ()
+    # The first line of another task than the first line's.
+    other = re.compile(rb"\n( *(?:P\d+ +)?)(?!" + re.escape(first.group(2)) + rb": )(\d{1,6}): ")
+    second = other.search(head, first.end())
+    if second is None:
+        return ()  # one task
+    zero: set[bytes] = set()
+    if first.group(2) == b"0":  # every prefixed line before `second` is task 0's
+        for m in _SRUN_TASK0.finditer(head, first.start(), second.start()):
+            zero.add(m.group(1) + b"0: ")
+    if second.group(2) == b"0":
+        zero.add(second.group(1) + b"0: ")
+    if len(zero) < 2:  # two tasks seen: only task 0's lines can change the answer now
+        for m in _SRUN_TASK0.finditer(head, second.end()):
+            zero.add(m.group(1) + b"0: ")
+            if len(zero) >= 2:
+                break
+    if not zero:
+        return ()
+    n = _NNODES.search(head)
+    if n is not None:
+        width = len(str(max(int(n.group(1)) - 1, 0)))
+        zero.add(b" " * (width - 1) + b"0: ")
+    return tuple(sorted(zero))
+
+
+def _task0_reference(head: bytes) -> tuple[bytes, ...]:
+    """`task0_prefixes` as one walk over every prefixed line (slow on a big head)."""
     head = b"\n" + head
     tasks: set[bytes] = set()
     zero: set[bytes] = set()
