@@ -309,6 +309,10 @@ class StampClock:
         None, nothing changed, and the caller takes them one by one."""
         if not self._learned_year and any(months[lo:hi]):
             return None
+        if hi > lo and 0 not in months[lo:hi]:
+            got = self._epochs_plain(months, days, secs, lo, hi)
+            if got is not None:
+                return got
         out: list[float | None] = []
         append = out.append
         latest = self._latest
@@ -341,6 +345,26 @@ class StampClock:
             append(value)
         self._latest = latest
         return out
+
+    def _epochs_plain(
+        self, months: Sequence[int], days: Sequence[int], secs: Sequence[float], lo: int, hi: int
+    ) -> list[float | None] | None:
+        """`epochs_undated` of dated entries when none is special (no such day, last year's, New
+        Year) — the case of nearly every run — in a few C-level passes; None: ask one by one."""
+        keys = list(zip(months[lo:hi], days[lo:hi], strict=True))
+        midnights = {key: self._midnight(*key) for key in set(keys)}
+        if None in midnights.values():
+            return None
+        values = [midnights[key] + x for key, x in zip(keys, secs[lo:hi], strict=True)]  # type: ignore[operator]
+        top = max(values)
+        if top > self.ref_time + 2 * 86400:
+            return None
+        latest = top if self._latest is None else max(self._latest, top)
+        # Each value is checked against the latest before it, which is at most `latest`.
+        if min(values) < latest - 180 * 86400:
+            return None
+        self._latest = latest
+        return values  # type: ignore[return-value]
 
     def _at(self, year: int, stamp: Stamp) -> float | None:
         key = (year, stamp.month, stamp.day)
