@@ -1,12 +1,23 @@
-"""Benchmark: `jobdiagd triage` on a generated >= 1 GB realistic log vs `grep -c 'completed step:'`.
+"""Benchmark: `jobdiagd triage` on generated realistic logs (1 GiB and 150 MB) vs `grep -c 'completed step:'`.
 
-Not a test. Prints wall time of both on the same file in the same run, their ratio
-(target: triage within 3x of grep), for the default (body pre-filtered by two forked
-workers) and for `--workers 1`, and the peak memory (target: < 200 MB whatever the log
-size): the largest single process's RSS, and the summed PSS of triage's whole process tree
-(sampled every 20 ms; PSS splits the pages the forked workers share with the parent).
-For context it also times grep doing triage's own pre-filter job (`grep -c -F -f` with
-the trigger literals). Usage: .venv/bin/python bench/bench_triage.py [--size-gb 1] [--keep]
+Not a test. For each log size, in the same run and on the same file (page cache warm), it times
+grep and triage alternately, `--repeat` times, and prints min and median wall times and their
+ratio (target: triage within 3x of grep), for the default (a big body pre-filtered by two forked
+workers) and for `--workers 1`, with the load average around each size. Memory (target: no more
+than before; < 200 MB whatever the log size): the peak over the runs of the summed PSS of
+triage's whole process tree (sampled every 10 ms; PSS splits the pages forked workers share with
+the parent) and, for comparison with older figures, the summed RSS. For context it also times grep
+doing triage's own pre-filter job (`grep -c -F -f` with the trigger literals) on the big log.
+
+CPU seconds (user + system of the whole process tree) are printed beside: on a shared machine
+they move less than wall times.
+
+Triage runs as installed: with bytecode caches (pip compiles them at install). A development
+shell with PYTHONDONTWRITEBYTECODE=1 recompiles every module on every run (about 70 ms here), so
+the bench points PYTHONPYCACHEPREFIX at bench/out/pycache and warms it first.
+
+Usage: .venv/bin/python bench/bench_triage.py [--sizes-mb 1024,150] [--repeat 5] [--keep]
+(`PYTHONPATH=<other checkout>/daemon` benchmarks another version of the code on the same logs.)
 """
 
 from __future__ import annotations
@@ -14,128 +25,185 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
+import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 
 
-def timed(cmd: list[str]) -> tuple[float, str]:
+def _reap(proc: subprocess.Popen[bytes], cmd: list[str], flags: int = 0) -> float | None:
+    """CPU seconds (user + system, with the children it reaped) of a finished `proc`; None while
+    it runs (with os.WNOHANG)."""
+    pid, status, usage = os.wait4(proc.pid, flags)
+    if pid == 0:
+        return None
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode:
+        raise subprocess.CalledProcessError(proc.returncode, cmd)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, str, float]:
+    """Wall time, stdout and CPU seconds of a command."""
     t0 = time.perf_counter()
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    return time.perf_counter() - t0, out
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, env=env)
+    assert proc.stdout is not None
+    with proc.stdout:
+        out = proc.stdout.read()
+    cpu = _reap(proc, cmd)
+    assert cpu is not None
+    return time.perf_counter() - t0, out.decode(), cpu
 
 
-def _tree_pss_kb(pid: int) -> int:
-    """Summed PSS of a process and its descendants (pages shared after fork are split
-    between the processes sharing them, so the sum is the tree's real footprint)."""
-    total = 0
+def _tree_memory_kb(pid: int) -> tuple[int, int]:
+    """(summed PSS, summed RSS) of a process and its descendants, in KB."""
+    pss = rss = 0
     todo = [pid]
     while todo:
         p = todo.pop()
         try:
-            status = Path(f"/proc/{p}/status").read_text()
-            total += next(
-                (int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0
-            )
+            for line in Path(f"/proc/{p}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    pss += int(line.split()[1])
+                elif line.startswith("Rss:"):
+                    rss += int(line.split()[1])
             for task in Path(f"/proc/{p}/task").iterdir():
                 todo.extend(int(c) for c in (task / "children").read_text().split())
         except (OSError, ValueError):
             continue
-    return total
+    return pss, rss
 
 
-def timed_tree(cmd: list[str]) -> tuple[float, int]:
-    """Wall time and peak summed PSS (KB) of the command's process tree, sampled every 20 ms."""
+def timed_tree(cmd: list[str], env: dict[str, str]) -> tuple[float, float, int, int]:
+    """Wall time, CPU seconds and peak summed PSS and RSS (KB) of the command's process tree."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
-    peak = 0
-    while proc.poll() is None:
-        peak = max(peak, _tree_pss_kb(proc.pid))
-        time.sleep(0.02)
-    if proc.returncode != 0:
-        raise subprocess.CalledProcessError(proc.returncode, cmd)
-    return time.perf_counter() - t0, peak
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, env=env)
+    peak_pss = peak_rss = 0
+    while (cpu := _reap(proc, cmd, os.WNOHANG)) is None:
+        pss, rss = _tree_memory_kb(proc.pid)
+        peak_pss, peak_rss = max(peak_pss, pss), max(peak_rss, rss)
+        time.sleep(0.01)
+    return time.perf_counter() - t0, cpu, peak_pss, peak_rss
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--size-gb", type=float, default=1.0)
-    ap.add_argument("--nodes", type=int, default=24)
-    ap.add_argument("--keep", action="store_true")
-    ap.add_argument("--repeat", type=int, default=3)
-    args = ap.parse_args()
-    out_dir = HERE / "out" / "outputs"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    name = "990001-JAX-llama2-70b-bench"
+def make_log(out_dir: Path, size_mb: int, nodes: int, env: dict[str, str]) -> tuple[Path, Path]:
+    """The job directory and its log of about `size_mb` MiB (made once, kept with --keep)."""
+    name = f"99{size_mb:04d}-JAX-llama2-70b-bench"
     log = out_dir / f"{name}.log"
     job_dir = out_dir / name
     job_dir.mkdir(exist_ok=True)
     link = job_dir / "log"
     if not link.is_symlink():
         link.symlink_to(f"../{name}.log")
-    want = int(args.size_gb * (1 << 30))
+    want = size_mb << 20
     if not log.exists() or log.stat().st_size < want:
         t0 = time.perf_counter()
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "jobdiagd.sim.biglog",
-                str(log),
-                "--size-gb",
-                str(args.size_gb),
-                "--nodes",
-                str(args.nodes),
-            ],
-            check=True,
-        )
-        print(f"generated {log.stat().st_size / 2**30:.2f} GiB in {time.perf_counter() - t0:.1f}s")
-    size = log.stat().st_size
-    # Warm the page cache so both tools read from memory.
-    subprocess.run(["cat", str(log)], stdout=subprocess.DEVNULL, check=True)
+        cmd = [sys.executable, "-m", "jobdiagd.sim.biglog", str(log), "--size-mb", str(size_mb)]
+        subprocess.run([*cmd, "--nodes", str(nodes)], check=True, env=env, stdout=subprocess.DEVNULL)
+        print(f"generated {log.stat().st_size / 2**20:.0f} MiB in {time.perf_counter() - t0:.1f}s")
+    return job_dir, log
+
+
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def bench_size(job_dir: Path, log: Path, repeat: int, env: dict[str, str]) -> dict[str, Any]:
+    subprocess.run(["cat", str(log)], stdout=subprocess.DEVNULL, check=True)  # warm the page cache
     triage = [sys.executable, "-m", "jobdiagd.cli", "triage", str(job_dir), "--no-slurm"]
-    grep_t, par_t, ser_t, tree_kb = [], [], [], 0
+    timed(triage, env)  # warm the bytecode cache
+    load_before = _load()
+    grep_t: list[float] = []
+    par_t: list[float] = []
+    ser_t: list[float] = []
+    cpu: dict[str, list[float]] = {"grep": [], "triage": [], "serial": []}
+    pss_kb = rss_kb = 0
     grep_count = ""
-    for _ in range(args.repeat):
-        t, grep_count = timed(["grep", "-c", "completed step:", str(log)])
+    for _ in range(repeat):
+        t, grep_count, c = timed(["grep", "-c", "completed step:", str(log)], env)
         grep_t.append(t)
-        t, kb = timed_tree(triage)
+        cpu["grep"].append(c)
+        t, c, pss, rss = timed_tree(triage, env)
         par_t.append(t)
-        tree_kb = max(tree_kb, kb)
-        t, _ = timed([*triage, "--workers", "1"])
+        cpu["triage"].append(c)
+        pss_kb, rss_kb = max(pss_kb, pss), max(rss_kb, rss)
+        t, _, c = timed([*triage, "--workers", "1"], env)
         ser_t.append(t)
-    doc = json.loads(subprocess.run([*triage, "--json"], capture_output=True, text=True, check=True).stdout)
-    rss_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        cpu["serial"].append(c)
+    doc = json.loads(timed([*triage, "--json"], env)[1])
+    return {
+        "size": log.stat().st_size,
+        "step_lines": int(grep_count),
+        "grep": grep_t,
+        "triage": par_t,
+        "serial": ser_t,
+        "cpu": cpu,
+        "pss_kb": pss_kb,
+        "rss_kb": rss_kb,
+        "load": (load_before, _load()),
+        "status": doc["status"],
+        "last_step": doc["progress"]["last_step"],
+    }
+
+
+def _fmt(ts: list[float]) -> str:
+    return f"min {min(ts):.3f}s, median {statistics.median(ts):.3f}s"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes-mb", default="1024,150", help="log sizes in MiB, comma-separated")
+    ap.add_argument("--nodes", type=int, default=24)
+    ap.add_argument("--keep", action="store_true", help="keep the generated logs for the next run")
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args()
+    out_dir = HERE / "out" / "outputs"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env.setdefault("PYTHONPYCACHEPREFIX", str(HERE / "out" / "pycache"))
+    env.setdefault("PYTHONHASHSEED", "0")
+    sizes = [int(s) for s in args.sizes_mb.split(",") if s.strip()]
+    logs = [make_log(out_dir, size, args.nodes, env) for size in sizes]
+    print(f"{os.cpu_count()} CPUs; {args.repeat} runs per size, grep and triage alternating")
+    for (job_dir, log), size in zip(logs, sizes, strict=True):
+        r = bench_size(job_dir, log, args.repeat, env)
+        g, tp, ts, cpu = r["grep"], r["triage"], r["serial"], r["cpu"]
+        med = statistics.median
+        print(
+            f"\n{size} MiB log: {r['size'] / 2**20:.0f} MiB, {r['step_lines']} step lines; "
+            f"status={r['status']} last_step={r['last_step']}; load average {r['load'][0]} -> {r['load'][1]}"
+        )
+        print(f"  grep -c:             {_fmt(g)}")
+        print(f"  jobdiagd triage:     {_fmt(tp)} (default workers)")
+        print(f"    --workers 1:       {_fmt(ts)}")
+        print(
+            f"  ratio triage/grep:   min {min(tp) / min(g):.2f}x, median {med(tp) / med(g):.2f}x "
+            f"(target <= 3x); --workers 1: min {min(ts) / min(g):.2f}x, median {med(ts) / med(g):.2f}x"
+        )
+        print(
+            f"  CPU seconds (median): grep {med(cpu['grep']):.3f}, triage {med(cpu['triage']):.3f} "
+            f"({med(cpu['triage']) / med(cpu['grep']):.1f}x, all processes), --workers 1 {med(cpu['serial']):.3f}"
+        )
+        print(f"  peak memory, triage tree: PSS {r['pss_kb'] / 1024:.0f} MB, RSS {r['rss_kb'] / 1024:.0f} MB")
     from jobdiagd.logs.scan import TRIGGERS
 
     literals = out_dir / "triggers.txt"
     literals.write_text("\n".join(TRIGGERS) + "\n")
-    grep_f, _ = timed(["grep", "-c", "-F", "-f", str(literals), str(log)])
-    g, tp, ts = min(grep_t), min(par_t), min(ser_t)
-    progress = doc["progress"]
-    assert isinstance(progress, dict)
-    print(f"log size:              {size / 2**30:.2f} GiB ({int(grep_count)} step lines)")
-    print(f"grep -c:               {g:.2f}s (best of {args.repeat})")
+    grep_f, _, _ = timed(["grep", "-c", "-F", "-f", str(literals), str(logs[0][1])], env)
     print(
-        f"jobdiagd triage:       {tp:.2f}s (best of {args.repeat}, {os.cpu_count()} CPUs, default workers); "
-        f"status={doc['status']} last_step={progress['last_step']}"
-    )
-    print(f"  --workers 1:         {ts:.2f}s (best of {args.repeat})")
-    print(f"ratio triage/grep:     {tp / g:.2f}x   (target <= 3x); --workers 1: {ts / g:.2f}x")
-    print(f"peak RSS, one process: {rss_kb / 1024:.0f} MB (max over grep, cat, triage and its workers)")
-    print(f"peak PSS, triage tree: {tree_kb / 1024:.0f} MB (parent + workers, sampled; target < 200 MB)")
-    print(
-        f"context: grep -c -F -f <{len(TRIGGERS)} trigger literals> (triage's pre-filter done by grep): {grep_f:.2f}s"
+        f"\ncontext: grep -c -F -f <{len(TRIGGERS)} trigger literals> (triage's pre-filter done by grep) "
+        f"on the {sizes[0]} MiB log: {grep_f:.2f}s"
     )
     if not args.keep:
-        log.unlink()
+        for _, log in logs:
+            log.unlink()
     return 0
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("PYTHONHASHSEED", "0")
     sys.exit(main())

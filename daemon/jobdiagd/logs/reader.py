@@ -12,18 +12,20 @@ remembers its offset and feeds only new complete lines. Files are opened through
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import re
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from jobdiagd.logs.body import BodyPiece, StepColumns, scan_buffer
 from jobdiagd.logs.safeopen import ANYWHERE, LogAccess
 from jobdiagd.logs.scan import HARMLESS_ONLY, HyperscanScanner, LineScanner, default_scanner
-from jobdiagd.logs.state import FastStep, LogState, parse_fast_step
+from jobdiagd.logs.state import LogState
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -32,11 +34,11 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
 CHUNK = 2 << 20
-PIECE = 32 << 20  # a worker's unit of work in a parallel read
-PARALLEL_MIN = 128 << 20
-SMALL_BUFFER = (
-    64 << 10
-)  # below this, pre-filter bookkeeping in plain Python (daemon polls)  # smaller bodies are read serially: forking costs more than it saves
+PIECE = 32 << 20  # a worker's unit of work in a parallel read, at most
+MIN_PIECE = 4 << 20  # smaller pieces would cost more in start-up than they save in balance
+PARALLEL_MIN = 128 << 20  # smaller bodies are read serially: forking costs more than it saves
+SMALL_BUFFER = 64 << 10  # below this, `prefilter` does its bookkeeping in plain Python (daemon polls)
+FOLD_STEPS = 1 << 16  # fast step lines collected before they are folded into the state at once
 HEAD_FULL = 512 << 10
 TAIL_FULL = 128 << 10
 MAX_LINE = 64 << 10  # longer lines are cut: a runaway line must not blow memory
@@ -51,8 +53,10 @@ def scanner() -> LineScanner:
     return _scanner
 
 
-_SRUN_PREFIX = re.compile(rb"(?m)^( *(?:P\d+ +)?)(\d{1,6}): ")
-_NNODES = re.compile(rb"(?m)^NNODES=(\d{1,6})")
+# Matched from the newline before a line (a `(?m)^` pattern tries every byte of the head).
+_SRUN_PREFIX = re.compile(rb"\n( *(?:P\d+ +)?)(\d{1,6}): ")
+_SRUN_TASK0 = re.compile(rb"\n( *(?:P\d+ +)?)0: ")  # the lines _SRUN_PREFIX reads as task 0
+_NNODES = re.compile(rb"\nNNODES=(\d{1,6})")
 
 
 def task0_prefixes(head: bytes) -> tuple[bytes, ...]:
@@ -60,7 +64,43 @@ def task0_prefixes(head: bytes) -> tuple[bytes, ...]:
 
     Empty when the log has no multi-task srun prefixes (then every step line is read).
     The width srun pads to follows from the task count, so the NNODES width is added
-    in case the training step's srun is not in the head yet."""
+    in case the training step's srun is not in the head yet.
+
+    Reads the prefixed lines in order until it has seen two tasks and two forms of task 0's
+    prefix (or the end): without walking every prefixed line in Python (`_task0_reference`
+    is that walk, the definition; tested equal)."""
+    head = b"\n" + head
+    first = _SRUN_PREFIX.search(head)
+    if first is None:
+        return ()
+    # The first line of another task than the first line's.
+    other = re.compile(rb"\n( *(?:P\d+ +)?)(?!" + re.escape(first.group(2)) + rb": )(\d{1,6}): ")
+    second = other.search(head, first.end())
+    if second is None:
+        return ()  # one task
+    zero: set[bytes] = set()
+    if first.group(2) == b"0":  # every prefixed line before `second` is task 0's
+        for m in _SRUN_TASK0.finditer(head, first.start(), second.start()):
+            zero.add(m.group(1) + b"0: ")
+    if second.group(2) == b"0":
+        zero.add(second.group(1) + b"0: ")
+    if len(zero) < 2:  # two tasks seen: only task 0's lines can change the answer now
+        for m in _SRUN_TASK0.finditer(head, second.end()):
+            zero.add(m.group(1) + b"0: ")
+            if len(zero) >= 2:
+                break
+    if not zero:
+        return ()
+    n = _NNODES.search(head)
+    if n is not None:
+        width = len(str(max(int(n.group(1)) - 1, 0)))
+        zero.add(b" " * (width - 1) + b"0: ")
+    return tuple(sorted(zero))
+
+
+def _task0_reference(head: bytes) -> tuple[bytes, ...]:
+    """`task0_prefixes` as one walk over every prefixed line (slow on a big head)."""
+    head = b"\n" + head
     tasks: set[bytes] = set()
     zero: set[bytes] = set()
     for m in _SRUN_PREFIX.finditer(head):
@@ -182,19 +222,6 @@ def _feed_lines(
         feed(raw, first_lineno + i, base_offset + start)
 
 
-def _feed_parsed(
-    state: LogState, lines: list[tuple[int, int, bytes, FastStep | None]], first_lineno: int
-) -> None:
-    feed = state.feed_bytes
-    seen = state.steps.seen
-    fast_step = state.fast_step
-    for i, offset, raw, fast in lines:
-        if fast is not None and not seen(fast[0]):
-            fast_step(fast, first_lineno + i)  # what feed_bytes would do, minus re-reading the line
-        else:
-            feed(raw, first_lineno + i, offset, fast)
-
-
 class _ReadBuffer:
     """One reusable read buffer: byte 0 is a sentinel newline, complete lines follow.
 
@@ -278,11 +305,9 @@ def set_default_workers(n: int) -> None:
     _default_workers = max(1, n)
 
 
-def _prefilter_range(
-    fd: int, start: int, stop: int, prefixes: tuple[bytes, ...]
-) -> tuple[int, list[tuple[int, int, bytes, FastStep | None]]]:
-    """Worker: the pre-filtered lines of [start, stop) with line indexes from `start`, file
-    offsets and the fast step parse (the parent's share of a step line shrinks to bookkeeping).
+def _scan_range(fd: int, start: int, stop: int, prefixes: tuple[bytes, ...]) -> BodyPiece:
+    """Worker: the body lines of [start, stop) worth parsing (`logs.body`), line indexes from
+    `start`. Its step lines come back as columns: the parent folds them without re-reading them.
 
     `fd` is the parent's checked descriptor, inherited through the fork: the worker reads the
     very file the parent opened, never a path that may have been swapped since."""
@@ -290,13 +315,11 @@ def _prefilter_range(
     if _worker_buffer is None:
         _worker_buffer = _ReadBuffer()
     rb = _worker_buffer
-    lines = 0
-    out: list[tuple[int, int, bytes, FastStep | None]] = []
+    piece = BodyPiece()
+    sc = _worker_scan or scanner()
     for n, offset in rb.chunks(fd, start, stop):
-        total, got = prefilter(rb.buf, prefixes, _worker_scan, end=1 + n, eq=rb.scratch(1 + n))
-        out.extend((lines + i, offset + o, raw, parse_fast_step(raw)) for i, o, raw in got)
-        lines += total
-    return lines, out
+        scan_buffer(rb.buf, n, offset, prefixes, sc, piece)
+    return piece
 
 
 def _line_boundary(fd: int, pos: int, limit: int) -> int:
@@ -335,6 +358,7 @@ def read_file(
     full: bool = False,
     workers: int | None = None,
     access: LogAccess = ANYWHERE,
+    batched: bool = True,
 ) -> LogState:
     """Parse a whole file into `state` (head and tail fully, body through the pre-filter).
 
@@ -344,7 +368,7 @@ def read_file(
     `access` (regular files only; RefusedFile otherwise)."""
     fd = access.open(path)
     try:
-        return read_fd(fd, state, scan=scan, full=full, workers=workers)
+        return read_fd(fd, state, scan=scan, full=full, workers=workers, batched=batched)
     finally:
         os.close(fd)
 
@@ -356,21 +380,41 @@ def read_fd(
     scan: LineScanner | None = None,
     full: bool = False,
     workers: int | None = None,
+    batched: bool = True,
 ) -> LogState:
-    """`read_file` on a descriptor already opened (and checked) by the caller."""
+    """`read_file` on a descriptor already opened (and checked) by the caller.
+
+    `batched=False` reads the body line by line through `prefilter` and `feed_bytes`: the
+    reference the batched read (`logs.body`, `LogState.add_fast_steps`) is tested against."""
     size = os.fstat(fd).st_size
-    prefixes = task0_prefixes(os.pread(fd, 2 << 20, 0))
     head_end, tail_start = (size, size) if full else _regions(fd, size)
-    rb = _ReadBuffer()
-    lineno = 1
-    for n, offset in rb.chunks(fd, 0, head_end):
-        lineno += rb.feed(state, n, offset, lineno, True, scan, prefixes)
+    prefixes = task0_prefixes(os.pread(fd, 2 << 20, 0))
     nworkers = _default_workers if workers is None else workers
-    if nworkers > 1 and tail_start - head_end >= PARALLEL_MIN:
-        lineno = _parallel_middle(state, fd, head_end, tail_start, lineno, nworkers, scan, prefixes)
-    else:
-        for n, offset in rb.chunks(fd, head_end, tail_start):
-            lineno += rb.feed(state, n, offset, lineno, False, scan, prefixes)
+    body_read = batched and tail_start > head_end
+    with contextlib.ExitStack() as stack:
+        pieces: Iterator[BodyPiece] | None = None
+        if body_read and nworkers > 1 and tail_start - head_end >= PARALLEL_MIN:
+            # The workers start on the body while this process parses the head.
+            pieces = stack.enter_context(_parallel_middle(fd, head_end, tail_start, nworkers, scan, prefixes))
+        rb = _ReadBuffer()
+        lineno = 1
+        for n, offset in rb.chunks(fd, 0, head_end):
+            lineno += rb.feed(state, n, offset, lineno, True, scan, prefixes)
+        if body_read:
+            body = _Body(state, fd, lineno)
+            if pieces is None:
+                sc = scan or scanner()
+                for n, offset in rb.chunks(fd, head_end, tail_start):
+                    piece = BodyPiece()
+                    scan_buffer(rb.buf, n, offset, prefixes, sc, piece)
+                    body.fold(piece)
+            else:
+                for piece in pieces:
+                    body.fold(piece)
+            lineno = body.finish()
+        else:
+            for n, offset in rb.chunks(fd, head_end, tail_start):
+                lineno += rb.feed(state, n, offset, lineno, False, scan, prefixes)
     for n, offset in rb.chunks(fd, tail_start, size):
         lineno += rb.feed(state, n, offset, lineno, True, scan, prefixes)
     state.ends_with_newline = size == 0 or os.pread(fd, 1, size - 1) == b"\n"
@@ -379,45 +423,100 @@ def read_fd(
     return state
 
 
+class _Body:
+    """Folds the body's pieces into the state in file order: the candidate lines one by one
+    (`feed_bytes`), the fast step lines between them collected and folded in bulk."""
+
+    def __init__(self, state: LogState, fd: int, lineno: int) -> None:
+        self.state = state
+        self.lineno = lineno  # the line number of the next piece's first line
+        self.steps = StepColumns()  # collected, line numbers absolute
+        self._raw_of: Callable[[int], bytes] = self._read_line
+        self._fd = fd
+
+    def _read_line(self, j: int) -> bytes:
+        """Step line j's bytes, read back from the file (only the few records kept need it)."""
+        return os.pread(self._fd, self.steps.length[j], self.steps.offset[j])
+
+    def fold(self, piece: BodyPiece) -> None:
+        cols = piece.steps
+        done = 0
+        for i, offset, raw in piece.others:
+            upto = _first_at_or_after(cols.line, i, done)
+            if upto > done:
+                self.steps.extend(cols, self.lineno, done, upto)
+            self._flush()
+            done = upto
+            self.state.feed_bytes(raw, self.lineno + i, offset, None)
+        if len(cols) > done:
+            self.steps.extend(cols, self.lineno, done, len(cols))
+        if len(self.steps) >= FOLD_STEPS:
+            self._flush()
+        self.lineno += piece.lines
+
+    def _flush(self) -> None:
+        if len(self.steps):
+            self.state.add_fast_steps(self.steps, self._raw_of)
+            self.steps.clear()
+
+    def finish(self) -> int:
+        self._flush()
+        return self.lineno
+
+
+def _first_at_or_after(lines: Any, i: int, lo: int) -> int:
+    """The first index >= lo whose line is >= i (`lines` ascending)."""
+    hi = len(lines)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if lines[mid] < i:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@contextlib.contextmanager
 def _parallel_middle(
-    state: LogState,
     fd: int,
     start: int,
     stop: int,
-    lineno: int,
     workers: int,
     scan: LineScanner | None,
     prefixes: tuple[bytes, ...],
-) -> int:
-    """Pre-filter [start, stop) in forked workers, PIECE bytes at a time, feeding results in
-    order; at most 2 pieces per worker are in flight, so memory stays bounded."""
+) -> Iterator[Iterator[BodyPiece]]:
+    """Scan [start, stop) in forked workers, a piece at a time (about 4 pieces per worker, so
+    they finish together; between MIN_PIECE and PIECE bytes); the pieces come out in file
+    order, at most 2 per worker in flight, so memory stays bounded. The workers start at once."""
+    import multiprocessing  # here, not at import: only a big log forks
+    from concurrent.futures import ProcessPoolExecutor
+
     global _worker_scan
     sc = scan or scanner()
     if isinstance(sc, HyperscanScanner):
-        sc.scan_lines(b"\n", prefixes)  # compile the database once, before the fork
+        sc.scan_lines(b"\n", prefixes)  # load the database once, before the fork
     _worker_scan = sc
+    step = min(PIECE, max((stop - start) // (4 * workers), MIN_PIECE))
     bounds = [start]
     while bounds[-1] < stop:
-        bounds.append(_line_boundary(fd, min(bounds[-1] + PIECE, stop), stop))
+        bounds.append(_line_boundary(fd, min(bounds[-1] + step, stop), stop))
     pieces = list(zip(bounds, bounds[1:], strict=False))
-    # Imported here: only a log over the pool threshold is read by workers.
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
     ctx = multiprocessing.get_context("fork")
     with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        pending: deque[Future[tuple[int, list[tuple[int, int, bytes, FastStep | None]]]]] = deque()
+        pending: deque[Future[BodyPiece]] = deque()
         it = iter(pieces)
         for a, b in itertools.islice(it, 2 * workers):
-            pending.append(pool.submit(_prefilter_range, fd, a, b, prefixes))
-        while pending:
-            total, lines = pending.popleft().result()
-            nxt = next(it, None)
-            if nxt is not None:
-                pending.append(pool.submit(_prefilter_range, fd, nxt[0], nxt[1], prefixes))
-            _feed_parsed(state, lines, lineno)
-            lineno += total
-    return lineno
+            pending.append(pool.submit(_scan_range, fd, a, b, prefixes))
+
+        def results() -> Iterator[BodyPiece]:
+            while pending:
+                piece = pending.popleft().result()
+                nxt = next(it, None)
+                if nxt is not None:
+                    pending.append(pool.submit(_scan_range, fd, nxt[0], nxt[1], prefixes))
+                yield piece
+
+        yield results()
 
 
 def _pread_all(fd: int, n: int, offset: int) -> bytes:

@@ -183,17 +183,21 @@ class HyperscanScanner:
         self._hs = hyperscan
         self._literals = [re.escape(t).encode() for t in triggers]
         self._dbs: dict[tuple[bytes, ...], tuple[Any, Any]] = {}
-        self._db(())  # fail early (ImportError / unsupported CPU) so default_scanner can fall back
+        # Fail early (ImportError / unsupported CPU) so default_scanner can fall back; the real
+        # databases are made on first use, per set of task-0 prefixes.
+        probe = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+        probe.compile(expressions=[b"probe"], ids=[0], elements=1)
 
     def _db(self, prefixes: tuple[bytes, ...]) -> tuple[Any, Any]:
         got = self._dbs.get(prefixes)
         if got is None:
+            from jobdiagd.logs.hscache import block_database
+
             if prefixes:
                 pats = self._literals + task0_step_patterns(prefixes)
             else:
                 pats = self._literals + [re.escape(t).encode() for t in STEP_NEEDLES]
-            db = self._hs.Database(mode=self._hs.HS_MODE_BLOCK)
-            db.compile(expressions=pats, ids=list(range(len(pats))), elements=len(pats))
+            db = block_database(self._hs, pats)
             got = self._dbs[prefixes] = (db, self._hs.Scratch(db))
         return got
 
@@ -221,6 +225,87 @@ class HyperscanScanner:
         with memoryview(buf) as view, view[start:n] as region:
             db.scan(region, match_event_handler=on_match, scratch=scratch)
         return starts
+
+    def scan_spans(
+        self, buf: Buffer, task0_prefixes: tuple[bytes, ...], end: int
+    ) -> tuple[list[int], list[int]]:
+        """`scan_lines(buf, task0_prefixes, 0, end)` with each line's end (its newline, or
+        `end`), less lines a reader drops anyway: a trigger followed by a known-harmless literal
+        in a line without `completed step: ` (a big RCCL log's NCCL WARN lines are mostly
+        `NCCL WARN MSCCL++: Feature not enabled`)."""
+        db, scratch = self._db(task0_prefixes)
+        starts: list[int] = []
+        ends: list[int] = []
+        rfind, find, startswith = buf.rfind, buf.find, buf.startswith
+        harmless = tuple(b" " + h for h in HARMLESS_ONLY)
+        line_end = -1
+
+        def on_match(_id: int, _frm: int, to: int, _flags: int, _ctx: object) -> None:
+            nonlocal line_end
+            if to <= line_end:
+                return
+            s = rfind(b"\n", 0, to) + 1
+            nl = find(b"\n", to, end)
+            line_end = e = end if nl == -1 else nl
+            if startswith(harmless, to) and find(b"completed step: ", s, e) == -1:
+                return
+            starts.append(s)
+            ends.append(e)
+
+        with memoryview(buf) as view, view[:end] as region:
+            db.scan(region, match_event_handler=on_match, scratch=scratch)
+        return starts, ends
+
+
+class NeedleGate:
+    """`any(n in text for n in needles)` for one decoded line at a time, fast: the gate in front
+    of `signatures.match_line` (a 128-literal `re` alternation costs ~15 us a line; the head and
+    tail of every log, and every line of a small one, are parsed in full).
+
+    Hyperscan once a log has given it `WARM_UP` lines (compiling its database costs more than a
+    short log's lines), the same `re` alternation before that and without hyperscan. The answer
+    is the same: a literal occurs in a string exactly when its UTF-8 bytes occur in the string's
+    UTF-8 bytes (lone surrogates pass through as bytes no literal contains)."""
+
+    WARM_UP = 256
+
+    def __init__(self, needles: Iterable[str]) -> None:
+        # Longest first, as signatures.py writes the same alternation: `re` then reuses it.
+        self._needles = tuple(sorted(dict.fromkeys(needles), key=len, reverse=True))
+        self._regex = re.compile("|".join(re.escape(n) for n in self._needles))
+        self._calls = 0
+        self._hs: tuple[Any, Any, list[int]] | None = None
+
+    def __call__(self, text: str) -> bool:
+        hs = self._hs
+        if hs is None:
+            self._calls += 1
+            if self._calls <= self.WARM_UP or not self._compile():
+                return self._regex.search(text) is not None
+            hs = self._hs
+            assert hs is not None
+        db, scratch, found = hs
+        found.clear()
+        db.scan(text.encode("utf-8", "surrogatepass"), match_event_handler=self._on_match, scratch=scratch)
+        return bool(found)
+
+    def _on_match(self, _id: int, _frm: int, _to: int, _flags: int, _ctx: object) -> None:
+        assert self._hs is not None
+        self._hs[2].append(_id)
+
+    def _compile(self) -> bool:
+        try:
+            import hyperscan
+
+            from jobdiagd.logs.hscache import block_database
+
+            pats = [re.escape(n).encode() for n in self._needles]
+            db = block_database(hyperscan, pats, [hyperscan.HS_FLAG_SINGLEMATCH] * len(pats))
+            self._hs = (db, hyperscan.Scratch(db), [])
+        except Exception:  # no hyperscan (or a CPU it does not support): the regex answers
+            self._calls = -(1 << 62)
+            return False
+        return True
 
 
 def default_scanner() -> LineScanner:

@@ -21,16 +21,21 @@ import contextlib
 import re
 import shlex
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from jobdiagd.logs.prefixes import Stamp, strip, strip_ansi
-from jobdiagd.logs.scan import HARMLESS_ONLY
+from jobdiagd.logs.scan import HARMLESS_ONLY, NeedleGate
 from jobdiagd.logs.steps import TRIAGE, Retention, StepSeries, step_record
 from jobdiagd.model.records import ClassHits, Evidence, NodeExit, StageEvent, StepRecord, Summary
 from jobdiagd.rules.maxtext import DEFAULT_CHECKPOINT_PERIOD, truthy
-from jobdiagd.rules.signatures import EVIDENCE_CLASSES, is_exception_line, match_line
+from jobdiagd.rules.signatures import (
+    EVIDENCE_CLASSES,
+    SIGNATURE_NEEDLES,
+    is_exception_line,
+    match_line,
+)
 from jobdiagd.rules.slurm import CANCEL_EXITS, parse_slurm_duration
 
 # The number must end at a comma or the line end: with `srun -u` another task's prefix can
@@ -82,6 +87,8 @@ _SECONDS = re.compile(rb"seconds: (\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)")
 _TASK_BYTES = re.compile(rb"^\s*(?:P\d+\s+)?(\d{1,6}): ")
 MAX_LINE_BYTES = 64 << 10
 _SRUN_TASK = re.compile(r": task (\d+): ")
+# match_line finds nothing in a line without a signature needle: most fully parsed lines.
+_may_match = NeedleGate(SIGNATURE_NEEDLES)
 _T = TypeVar("_T")
 _V = TypeVar("_V")
 
@@ -156,6 +163,35 @@ def parse_passthrough(value: str) -> dict[str, str]:
 FastStep = tuple[int, int | None, int, int, float, float | None, bytes]
 
 
+class FastColumns(Protocol):
+    """Fast-parsed step lines as columns, entry j per line in file order (`logs.body.StepColumns`
+    makes them): what `LogState.add_fast_steps` reads. Declared here, so the parser does not
+    import the body reader that feeds it."""
+
+    @property
+    def line(self) -> Sequence[int]: ...  # line number
+    @property
+    def offset(self) -> Sequence[int]: ...  # file offset of the line
+    @property
+    def step(self) -> Sequence[int]: ...
+    @property
+    def task(self) -> Sequence[int]: ...  # -1: no srun prefix
+    @property
+    def month(self) -> Sequence[int]: ...  # 0: no absl stamp
+    @property
+    def day(self) -> Sequence[int]: ...
+    @property
+    def secs(self) -> Sequence[float]: ...  # seconds since midnight of the stamp
+    @property
+    def seconds(self) -> Sequence[float]: ...  # NaN: no `seconds:` field
+    @property
+    def rest(self) -> Sequence[int]: ...  # where the field text starts in the line
+
+    def fast(self, j: int, raw: bytes) -> FastStep:
+        """Entry j as `parse_fast_step(raw)` returns it (`raw`: the line's bytes)."""
+        ...
+
+
 def parse_fast_step(raw: bytes) -> FastStep | None:
     """The facts of a `completed step: N, ...` line in the common shapes, or None.
 
@@ -210,6 +246,11 @@ class StampClock:
         self._undated: dict[tuple[int, int], float | None] = {}
         self._latest: float | None = None  # latest epoch produced, for the New Year rollover
 
+    @property
+    def learned_year(self) -> bool:
+        """Has a stamp been read yet (the first one may set the log's year)?"""
+        return self._learned_year
+
     def epoch(self, stamp: Stamp) -> float | None:
         if not self._learned_year:
             # If the log's first stamp is dated (NCCL, Ray), it tells the log's year, so an old
@@ -239,11 +280,7 @@ class StampClock:
         day's midnight cached: the per-step-line form of `epoch`."""
         if not self._learned_year:
             return self.epoch(Stamp(month, day, seconds))
-        midnight = self._undated.get((month, day), -1.0)
-        if midnight == -1.0:
-            if len(self._undated) >= _MAX_CACHED_DAYS:
-                self._undated.clear()  # a cache: a log stamped on ever more days costs recomputing
-            midnight = self._undated[(month, day)] = self._at(self.ref_year, Stamp(month, day, 0.0))
+        midnight = self._midnight(month, day)
         if midnight is None:
             return None
         value = midnight + seconds
@@ -254,6 +291,80 @@ class StampClock:
         if self._latest is None or value > self._latest:
             self._latest = value
         return value
+
+    def _midnight(self, month: int, day: int) -> float | None:
+        """Midnight of (month, day) in the reference year (None: no such day), cached."""
+        midnight = self._undated.get((month, day), -1.0)
+        if midnight == -1.0:
+            if len(self._undated) >= _MAX_CACHED_DAYS:
+                self._undated.clear()  # a cache: a log stamped on ever more days costs recomputing
+            midnight = self._undated[(month, day)] = self._at(self.ref_year, Stamp(month, day, 0.0))
+        return midnight
+
+    def epochs_undated(
+        self, months: Sequence[int], days: Sequence[int], secs: Sequence[float], lo: int, hi: int
+    ) -> list[float | None] | None:
+        """`epoch_undated` of entries [lo, hi) in order (month 0: no stamp, None) — unless the
+        year is not learned yet or a stamp is half a year before the latest (New Year): then
+        None, nothing changed, and the caller takes them one by one."""
+        if not self._learned_year and any(months[lo:hi]):
+            return None
+        if hi > lo and 0 not in months[lo:hi]:
+            got = self._epochs_plain(months, days, secs, lo, hi)
+            if got is not None:
+                return got
+        out: list[float | None] = []
+        append = out.append
+        latest = self._latest
+        future = self.ref_time + 2 * 86400
+        key = (-1, -1)
+        midnight: float | None = None
+        last_year: float | None | bool = False  # False: not looked up for this day yet
+        for i in range(lo, hi):
+            month = months[i]
+            if not month:
+                append(None)
+                continue
+            if (month, days[i]) != key:
+                key = (month, days[i])
+                midnight = self._midnight(month, days[i])
+                last_year = False
+            if midnight is None:
+                append(None)
+                continue
+            value = midnight + secs[i]
+            if value > future:  # as `epoch_undated`: last year's, and not the latest
+                if last_year is False:
+                    last_year = self._at(self.ref_year - 1, Stamp(month, days[i], 0.0))
+                append(None if last_year is None else last_year + secs[i])
+                continue
+            if latest is not None and value < latest - 180 * 86400:
+                return None
+            if latest is None or value > latest:
+                latest = value
+            append(value)
+        self._latest = latest
+        return out
+
+    def _epochs_plain(
+        self, months: Sequence[int], days: Sequence[int], secs: Sequence[float], lo: int, hi: int
+    ) -> list[float | None] | None:
+        """`epochs_undated` of dated entries when none is special (no such day, last year's, New
+        Year) — the case of nearly every run — in a few C-level passes; None: ask one by one."""
+        keys = list(zip(months[lo:hi], days[lo:hi], strict=True))
+        midnights = {key: self._midnight(*key) for key in set(keys)}
+        if None in midnights.values():
+            return None
+        values = [midnights[key] + x for key, x in zip(keys, secs[lo:hi], strict=True)]  # type: ignore[operator]
+        top = max(values)
+        if top > self.ref_time + 2 * 86400:
+            return None
+        latest = top if self._latest is None else max(self._latest, top)
+        # Each value is checked against the latest before it, which is at most `latest`.
+        if min(values) < latest - 180 * 86400:
+            return None
+        self._latest = latest
+        return values  # type: ignore[return-value]
 
     def _at(self, year: int, stamp: Stamp) -> float | None:
         key = (year, stamp.month, stamp.day)
@@ -409,6 +520,90 @@ class LogState:
             known[task] = step
         self.steps.add(StepRecord(step, seconds, None, None, None, when, lineno, task, self.source, rest))
 
+    def add_fast_steps(self, cols: FastColumns, raw_of: Callable[[int], bytes]) -> None:
+        """Fold fast-parsed step lines (`logs.body`; `cols.line`: line numbers) in file order,
+        exactly as feeding them one by one would (`reader._feed_parsed`): a run of new steps in
+        increasing order at once (`StepSeries.add_run`, the clock over the run at once), any
+        other (a step seen before, a step going back, a clock rolling over, a `TAIL` store)
+        one by one. `raw_of(j)` is line j's bytes (read back only for the records kept)."""
+        steps = cols.step
+        n = len(steps)
+        bulk = self.steps.takes_runs
+        j = 0
+        while j < n:
+            if bulk and steps[j] > self.steps.max_step:
+                if cols.month[j] and not self.clock.learned_year:
+                    self._one_fast_step(cols, j, raw_of)  # the first stamp sets the log's year
+                    j += 1
+                    continue
+                r = j + 1
+                while r < n and steps[r] > steps[r - 1]:
+                    r += 1
+                if not self._fast_run(cols, j, r, raw_of):
+                    for i in range(j, r):
+                        self._one_fast_step(cols, i, raw_of)
+                j = r
+                continue
+            self._one_fast_step(cols, j, raw_of)
+            j += 1
+
+    def _one_fast_step(self, cols: FastColumns, j: int, raw_of: Callable[[int], bytes]) -> None:
+        raw = raw_of(j)
+        fast = cols.fast(j, raw)
+        if not self.steps.seen(fast[0]):
+            self.fast_step(fast, cols.line[j])
+        else:
+            self.feed_bytes(raw, cols.line[j], cols.offset[j], fast)
+
+    def _fast_run(self, cols: FastColumns, lo: int, hi: int, raw_of: Callable[[int], bytes]) -> bool:
+        """`fast_step` for entries [lo, hi) (new steps, increasing) at once; False (nothing
+        done) when the clock needs them one by one."""
+        whens = self.clock.epochs_undated(cols.month, cols.day, cols.secs, lo, hi)
+        if whens is None:
+            return False
+        steps = cols.step
+        dated = [w for w in whens if w is not None]
+        if dated:
+            if self.first_stamp is None:
+                self.first_stamp = dated[0]
+            top = max(dated)
+            if self.last_stamp is None or top > self.last_stamp:
+                self.last_stamp = top
+        last = steps[hi - 1]
+        self.last_text = f"completed step: {last}"
+        self.step_lines += hi - lo
+        known = self.task_last_step
+        tasks = cols.task
+        for i in (hi - 1,) if tasks[lo:hi].count(tasks[lo]) == hi - lo else range(lo, hi):
+            task = tasks[i]
+            if (
+                task >= 0
+                and steps[i] > known.get(task, -1)
+                and (not self._capped or task in known or len(known) < MAX_TASKS)
+            ):
+                known[task] = steps[i]
+        secs_field = [None if x != x else x for x in cols.seconds[lo:hi]]  # NaN: no field
+        source = self.source
+
+        def make(i: int) -> StepRecord:
+            raw = raw_of(i)
+            task = tasks[i]
+            return StepRecord(
+                steps[i],
+                secs_field[i - lo],
+                None,
+                None,
+                None,
+                whens[i - lo],
+                cols.line[i],
+                task if task >= 0 else None,
+                source,
+                raw[cols.rest[i] :],
+            )
+
+        self.steps.add_run(steps, secs_field, lo, hi, make)
+        return True
+
     def feed(self, raw: str, lineno: int, offset: int = 0) -> None:
         """Fold one line (without its newline) into the state."""
         self._raw_line = raw
@@ -557,7 +752,12 @@ class LogState:
         # Signatures first: a line can be both an event and evidence (e.g. NODE_EXIT).
         in_traceback = task in self._tracebacks
         carried: str | None = None
-        for hit in match_line(text, training_started=self.training_started, after_traceback=in_traceback):
+        hits = (
+            match_line(text, training_started=self.training_started, after_traceback=in_traceback)
+            if _may_match(text)
+            else ()
+        )
+        for hit in hits:
             ev = self._add_hit(hit.cls, text, task, when, lineno, offset, hit.rule)
             if hit.cls == "heartbeat-timeout":
                 self._on_heartbeat(ev, text, task)
