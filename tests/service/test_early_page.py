@@ -11,6 +11,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from jobdiagd.alerts.pipeline import AlertPipeline
 from jobdiagd.alerts.store import DB_NAME
 from jobdiagd.config import Config, loads
@@ -110,8 +112,11 @@ def stalled_view(key: str, cfg: Config, *, ray: bool = True) -> tuple[JobView, f
 class Stub:
     """The query: records calls, can hold them until released, answers a fixed verdict."""
 
-    def __init__(self, verdict: EarlyVerdict, *, hold: bool = False) -> None:
+    def __init__(
+        self, verdict: EarlyVerdict, *, hold: bool = False, first: EarlyVerdict | None = None
+    ) -> None:
         self.verdict = verdict
+        self.first = first  # the answer to the first query, when it differs
         self.calls: list[tuple[str | None, float]] = []
         self.release = asyncio.Event()
         if not hold:
@@ -127,7 +132,7 @@ class Stub:
             await self.release.wait()
         finally:
             self.running -= 1
-        return self.verdict
+        return self.first if self.first is not None and len(self.calls) == 1 else self.verdict
 
 
 def confirmer(cfg: Config, stub: Stub) -> EarlyConfirmer:
@@ -296,13 +301,15 @@ async def test_the_engine_pages_a_gpu_confirmed_hang_at_once(tmp_path: Path) -> 
     d.close()
 
 
-async def test_the_daemon_loop_pages_between_full_ticks(tmp_path: Path) -> None:
+@pytest.mark.parametrize("first", [None, EarlyVerdict("not-a-hang", "one scrape of busy-wait so far", T0)])
+async def test_the_daemon_loop_pages_between_full_ticks(tmp_path: Path, first: EarlyVerdict | None) -> None:
     """Engine.run on the real clock: once the steps stop, the next full tick is 30 s away and the
-    step budget 120 s; the GPU-confirmed page comes from the loop's early poll and partial tick."""
+    step budget 120 s; the GPU-confirmed page comes from the loop's early polls (again one scrape
+    interval after an unconfirmed answer) and its partial tick."""
     state, outputs = tmp_path / "state", tmp_path / "outputs"
     log = write_job(outputs, "7212")
-    stub = Stub(BUSY)
-    d = Daemon(state, outputs, stub, early_overdue_slack_s=0.5)
+    stub = Stub(BUSY, first=first)
+    d = Daemon(state, outputs, stub, early_overdue_slack_s=0.5, early_scrape_interval_s=1.0)
     period = {"s": 0.05}
     stop = asyncio.Event()
 
@@ -327,7 +334,7 @@ async def test_the_daemon_loop_pages_between_full_ticks(tmp_path: Path) -> None:
         (opened,) = [n for n in outbox(state) if n["event"] == "open"]
         assert "GPU-confirmed hang (busy-wait)" in opened["body"]
         assert len(d.engine.durations["full"]) == full_before  # no full tick in between
-        assert len(d.engine.durations["partial"]) >= 1 and len(stub.calls) == 1
+        assert len(d.engine.durations["partial"]) >= 1 and len(stub.calls) == (1 if first is None else 2)
     finally:
         stop.set()
         await loop

@@ -1,7 +1,7 @@
 """The early page's edge: ask overdue live RAY=1 jobs' Prometheus off the tick, bounded, and hand back confirmations.
 
-Scheduling (decided here): `poll(views, now)` is called by the engine's loop after every tick
-and whenever `next_poll_at()` comes; it never waits on the network. For each job whose step is
+Scheduling (decided here): `poll(views, now)` is called by the engine's loop after every full
+tick and whenever `next_poll_at()` comes; it never waits on the network. For each job whose step is
 overdue (`detectors.hang.early_due_at`) and not yet confirmed for that step, it starts one
 query task per `early_scrape_interval_s` (a job with a query in flight is skipped, so a slow
 Prometheus costs one query at a time, never a queue), through the ssh tunnel pool the hang
@@ -110,8 +110,8 @@ class EarlyConfirmer:
             if job.task is None and now >= job.next_at:
                 job.next_at = now + self.interval
                 job.task = asyncio.get_running_loop().create_task(self._ask(key, view, job, now))
-            if job.task is None:
-                nxt = job.next_at if nxt is None else min(nxt, job.next_at)
+            # In flight past its next slot: the loop looks again shortly (at most every MIN_EARLY_GAP_S).
+            nxt = job.next_at if nxt is None else min(nxt, job.next_at)
         self._next = nxt
 
     def _due(self, view: JobView, now: float) -> float | None:

@@ -765,9 +765,14 @@ class Engine:
         early = self.enricher.early if self.enricher is not None else None
         while True:
             now = clock.wall()
+            # The early page is polled after full ticks and when a poll is due, not after every
+            # file event: its due times are at least the slack (20 s) after a step's read.
+            due_poll = early.next_poll_at() if early is not None else None
+            poll_early = due_poll is not None and now >= due_poll
             if now >= next_full:
                 await self._safe_tick(now, None)
                 next_full = now + period()
+                poll_early = True
                 if clock.monotonic() - last_gc >= GC_EVERY_S:
                     last_gc = self._collect()
             elif early is not None and early.wake.is_set():
@@ -787,7 +792,8 @@ class Engine:
                         await self._safe_tick(now, keys)
             wake_at = next_full
             if early is not None:
-                self._early_poll(early, clock.wall())
+                if poll_early:
+                    self._early_poll(early, clock.wall())
                 due = early.next_poll_at()
                 if due is not None:
                     wake_at = min(wake_at, max(due, clock.wall() + MIN_EARLY_GAP_S))
