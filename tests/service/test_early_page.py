@@ -291,6 +291,8 @@ async def test_the_engine_pages_a_gpu_confirmed_hang_at_once(tmp_path: Path) -> 
     (opened,) = [n for n in outbox(state) if n["event"] == "open"]
     assert opened["kind"] == "hang" and "GPU-confirmed hang (busy-wait)" in opened["body"]
     assert "every GPU of all 2 host(s) busy-waits" in opened["body"]
+    (snap,) = d.engine.snapshot_jobs(last + EARLY_AT)
+    assert snap["gpu_check"]["state"] == "busy-wait" and snap["open_incidents"] == ["hang"]
     # Later full ticks (past the step budget too) keep the one incident, without a second verdict query.
     for now in (last + 60, last + 135, last + 150):
         await d.engine.tick(now)

@@ -35,8 +35,8 @@ from jobdiagd import clock
 from jobdiagd.alerts.pipeline import AlertPipeline
 from jobdiagd.config import Config
 from jobdiagd.detectors import Detector, NoData, Report, keep_resolution
+from jobdiagd.detectors.hang import EARLY, BudgetMemo, EarlyMemo, policy_from_config
 from jobdiagd.detectors.hang import NAME as HANG
-from jobdiagd.detectors.hang import BudgetMemo, policy_from_config
 from jobdiagd.detectors.tgs import NAME as TGS
 from jobdiagd.durations import rounded_duration
 from jobdiagd.logs.job import load_job
@@ -99,6 +99,15 @@ def _followed(ref: JobRef) -> JobRef:
 def _summary_state(view: JobView) -> str:
     s = view.main.summary if view.main is not None else None
     return end_state(s.exit_code if s is not None else None)
+
+
+def _gpu_check(view: JobView) -> dict[str, Any] | None:
+    """The early page's last GPU verdict for the job's current step, for `jobdiagd status`."""
+    memo = view.memo.get(EARLY)
+    if not isinstance(memo, EarlyMemo) or memo.last_step != view.last_step:
+        return None
+    v = memo.verdict
+    return {"state": v.state, "at": v.at, "summary": v.summary, "suspects": list(v.suspects)}
 
 
 @dataclass
@@ -729,6 +738,7 @@ class Engine:
                     else {"degraded": tgs.episode, "pattern": ta.pattern, "change_pct": ta.change_pct},
                     "open_incidents": open_by_job.get(key, []),
                     "blind": sorted(v.blind),
+                    "gpu_check": _gpu_check(v),
                 }
             )
         return out
