@@ -149,3 +149,14 @@ def test_disabled_early_page_ignores_the_memo() -> None:
     job, last = steady(det)
     job.view.memo[EARLY] = EarlyMemo(29, BUSY)
     assert one(det.check(job.view, last + EARLY_AT + 5)).resolved
+
+
+def test_a_page_is_not_taken_back_when_the_rule_changes() -> None:
+    """A reload that moves the early point later must not resolve a paged hang as 'steps resumed'."""
+    det = HangDetector(POLICY, RULE)
+    job, last = steady(det)
+    job.view.memo[EARLY] = EarlyMemo(29, BUSY)
+    assert not one(det.check(job.view, last + EARLY_AT)).resolved
+    reloaded = HangDetector(POLICY, EarlyRule(factor=1.5, slack_s=60.0))
+    f = one(reloaded.check(job.view, last + EARLY_AT + 15))
+    assert not f.resolved and EARLY_DETAIL in f.details

@@ -60,6 +60,7 @@ class BudgetMemo:
 _CASCADE_TIERS = (Tier.ROOT, Tier.SYMPTOM, Tier.CARRIER, Tier.INFRA)
 
 EARLY = "early_hang"  # view.memo key of the service's GPU confirmation (an `EarlyMemo`)
+EARLY_PAGED = "hang_early_paged"  # view.memo key: the step an early page was emitted for
 EARLY_PHASES = ("steady", "checkpoint")
 EARLY_DETAIL = "GPU-confirmed"  # a finding carrying it already has its GPU evidence
 
@@ -205,11 +206,16 @@ class HangDetector:
         early = (
             early_confirmed(view, self.early, now) if self.early is not None and last is not None else None
         )
-        if early is None and self.early is not None and last is not None:
-            # Sticky once paged: the step budget's stall keeps the GPU evidence it was paged with.
-            memo = view.memo.get(EARLY)
-            if isinstance(memo, EarlyMemo) and memo.last_step == last and memo.verdict.confirmed:
-                early = memo.verdict if gap > budget.seconds else None
+        memo = view.memo.get(EARLY)
+        confirmed = isinstance(memo, EarlyMemo) and memo.last_step == last and memo.verdict.confirmed
+        # Sticky once paged (whatever the budget memo says later): the stall stays open with the
+        # GPU evidence it was paged with until a newer step is read; past the budget it keeps it too.
+        sticky = view.memo.get(EARLY_PAGED) == last or (self.early is not None and gap > budget.seconds)
+        if early is None and confirmed and sticky:
+            assert isinstance(memo, EarlyMemo)
+            early = memo.verdict
+        if early is not None:
+            view.memo[EARLY_PAGED] = last
         if gap <= budget.seconds and early is None:
             if last is None:
                 return []
