@@ -82,7 +82,7 @@ def test_a_confirmed_verdict_pages_at_the_early_point_not_before() -> None:
     det = HangDetector(POLICY, RULE)
     job, last = steady(det)
     assert early_due_at(job.view, RULE) == last + EARLY_AT
-    job.view.memo[EARLY] = EarlyMemo(29, BUSY)
+    job.view.memo[EARLY] = EarlyMemo(29, BUSY, job.view.last_step_at)
     assert one(det.check(job.view, last + EARLY_AT - 1)).resolved
     f = one(det.check(job.view, last + EARLY_AT))
     assert not f.resolved and f.severity == "critical" and f.at_step == 29
@@ -94,7 +94,7 @@ def test_a_confirmed_verdict_pages_at_the_early_point_not_before() -> None:
 def test_a_dead_node_page_names_the_suspect_host() -> None:
     det = HangDetector(POLICY, RULE)
     job, last = steady(det)
-    job.view.memo[EARLY] = EarlyMemo(29, DEAD)
+    job.view.memo[EARLY] = EarlyMemo(29, DEAD, job.view.last_step_at)
     f = one(det.check(job.view, last + EARLY_AT + 1))
     assert not f.resolved and "Suspect host: node002" in f.summary
     assert f.details["suspect host"] == "node002" and f.details["GPU state per host"] == "node002: dead"
@@ -103,25 +103,25 @@ def test_a_dead_node_page_names_the_suspect_host() -> None:
 def test_without_confirmation_the_step_budget_decides() -> None:
     det = HangDetector(POLICY, RULE)
     job, last = steady(det)
-    job.view.memo[EARLY] = EarlyMemo(29, EarlyVerdict("not-a-hang", "eval", T0))
+    job.view.memo[EARLY] = EarlyMemo(29, EarlyVerdict("not-a-hang", "eval", T0), job.view.last_step_at)
     assert one(det.check(job.view, last + 100.0)).resolved
     f = one(det.check(job.view, last + 121.0))
     assert not f.resolved and EARLY_DETAIL not in f.details
-    job.view.memo[EARLY] = EarlyMemo(29, EarlyVerdict("no-data", "metrics stale", T0))
+    job.view.memo[EARLY] = EarlyMemo(29, EarlyVerdict("no-data", "metrics stale", T0), job.view.last_step_at)
     assert one(det.check(job.view, last + 100.0)).resolved
 
 
 def test_a_verdict_of_an_older_step_is_not_evidence() -> None:
     det = HangDetector(POLICY, RULE)
     job, last = steady(det)
-    job.view.memo[EARLY] = EarlyMemo(28, BUSY)
+    job.view.memo[EARLY] = EarlyMemo(28, BUSY, job.view.last_step_at)
     assert one(det.check(job.view, last + EARLY_AT + 5)).resolved
 
 
 def test_a_confirmed_page_stays_until_a_new_step() -> None:
     det = HangDetector(POLICY, RULE)
     job, last = steady(det)
-    job.view.memo[EARLY] = EarlyMemo(29, BUSY)
+    job.view.memo[EARLY] = EarlyMemo(29, BUSY, job.view.last_step_at)
     for dt in (EARLY_AT, 90.0, 130.0, 600.0):  # before and after the step budget
         f = one(det.check(job.view, last + dt))
         assert not f.resolved and EARLY_DETAIL in f.details, dt
@@ -134,7 +134,7 @@ def test_not_armed_during_warmup() -> None:
     det = HangDetector(POLICY, RULE)
     job, last = steady(det, steps=3)  # compilation and the first steps: no steady step time yet
     assert early_due_at(job.view, RULE) is None
-    job.view.memo[EARLY] = EarlyMemo(2, BUSY)
+    job.view.memo[EARLY] = EarlyMemo(2, BUSY, job.view.last_step_at)
     assert one(det.check(job.view, last + 60.0)).resolved
 
 
@@ -147,7 +147,7 @@ def test_not_armed_when_the_step_budget_comes_first() -> None:
 def test_disabled_early_page_ignores_the_memo() -> None:
     det = HangDetector(POLICY, None)
     job, last = steady(det)
-    job.view.memo[EARLY] = EarlyMemo(29, BUSY)
+    job.view.memo[EARLY] = EarlyMemo(29, BUSY, job.view.last_step_at)
     assert one(det.check(job.view, last + EARLY_AT + 5)).resolved
 
 
@@ -155,8 +155,17 @@ def test_a_page_is_not_taken_back_when_the_rule_changes() -> None:
     """A reload that moves the early point later must not resolve a paged hang as 'steps resumed'."""
     det = HangDetector(POLICY, RULE)
     job, last = steady(det)
-    job.view.memo[EARLY] = EarlyMemo(29, BUSY)
+    job.view.memo[EARLY] = EarlyMemo(29, BUSY, job.view.last_step_at)
     assert not one(det.check(job.view, last + EARLY_AT)).resolved
     reloaded = HangDetector(POLICY, EarlyRule(factor=1.5, slack_s=60.0))
     f = one(reloaded.check(job.view, last + EARLY_AT + 15))
     assert not f.resolved and EARLY_DETAIL in f.details
+
+
+def test_a_verdict_of_a_replaced_log_is_not_evidence() -> None:
+    """The log was replaced (a restart) and the new run reached the same step number: the old
+    run's verdict is about another step."""
+    det = HangDetector(POLICY, RULE)
+    job, last = steady(det)
+    job.view.memo[EARLY] = EarlyMemo(29, BUSY, job.view.last_step_at - 3600.0)
+    assert one(det.check(job.view, last + EARLY_AT + 5)).resolved

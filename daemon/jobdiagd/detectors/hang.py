@@ -75,10 +75,21 @@ class EarlyRule:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class EarlyMemo:
-    """The GPU verdict the service obtained while `last_step` was the newest step."""
+    """The GPU verdict the service obtained while `last_step` (read at `step_at`) was the newest step.
+
+    The read time tells a step apart from the same step number of a replaced log (a restart)."""
 
     last_step: int
     verdict: EarlyVerdict
+    step_at: float | None
+
+
+def early_memo(view: WatchedJob) -> EarlyMemo | None:
+    """The service's GPU verdict for the job's current last step, if it has one."""
+    memo = view.memo.get(EARLY)
+    if isinstance(memo, EarlyMemo) and memo.last_step == view.last_step and memo.step_at == view.last_step_at:
+        return memo
+    return None
 
 
 def early_window(view: WatchedJob, rule: EarlyRule) -> tuple[float, float] | None:
@@ -111,8 +122,8 @@ def early_due_at(view: WatchedJob, rule: EarlyRule) -> float | None:
 
 def early_confirmed(view: WatchedJob, rule: EarlyRule, now: float) -> EarlyVerdict | None:
     """The confirmed GPU verdict of the current last step, once its early point is reached."""
-    memo = view.memo.get(EARLY)
-    if not isinstance(memo, EarlyMemo) or memo.last_step != view.last_step or not memo.verdict.confirmed:
+    memo = early_memo(view)
+    if memo is None or not memo.verdict.confirmed:
         return None
     due = early_due_at(view, rule)
     return memo.verdict if due is not None and now >= due else None
@@ -206,16 +217,15 @@ class HangDetector:
         early = (
             early_confirmed(view, self.early, now) if self.early is not None and last is not None else None
         )
-        memo = view.memo.get(EARLY)
-        confirmed = isinstance(memo, EarlyMemo) and memo.last_step == last and memo.verdict.confirmed
+        memo = early_memo(view)
+        step_key = (last, view.last_step_at)
         # Sticky once paged (whatever the budget memo says later): the stall stays open with the
         # GPU evidence it was paged with until a newer step is read; past the budget it keeps it too.
-        sticky = view.memo.get(EARLY_PAGED) == last or (self.early is not None and gap > budget.seconds)
-        if early is None and confirmed and sticky:
-            assert isinstance(memo, EarlyMemo)
+        sticky = view.memo.get(EARLY_PAGED) == step_key or (self.early is not None and gap > budget.seconds)
+        if early is None and memo is not None and memo.verdict.confirmed and sticky:
             early = memo.verdict
         if early is not None:
-            view.memo[EARLY_PAGED] = last
+            view.memo[EARLY_PAGED] = step_key
         if gap <= budget.seconds and early is None:
             if last is None:
                 return []

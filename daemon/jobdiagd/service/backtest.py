@@ -82,6 +82,7 @@ from jobdiagd.detectors.hang import (
     BudgetMemo,
     EarlyMemo,
     EarlyRule,
+    early_memo,
     early_window,
     policy_from_config,
 )
@@ -787,8 +788,8 @@ class _EarlyReplay:
     def next_poll(self, view: JobView) -> float | None:
         if self.failed:
             return None
-        memo = view.memo.get(EARLY)
-        if isinstance(memo, EarlyMemo) and memo.last_step == view.last_step and memo.verdict.confirmed:
+        memo = early_memo(view)
+        if memo is not None and memo.verdict.confirmed:
             return None
         window = early_window(view, self.rule)
         if window is None:
@@ -829,7 +830,7 @@ class _EarlyReplay:
         )
         self.verdicts.append(verdict)
         self.out.early_states[verdict.state] = self.out.early_states.get(verdict.state, 0) + 1
-        view.memo[EARLY] = EarlyMemo(last, verdict)
+        view.memo[EARLY] = EarlyMemo(last, verdict, view.last_step_at)
         return verdict.confirmed
 
     def close(self) -> None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobdiagd import clock
-from jobdiagd.detectors.hang import EARLY, EarlyMemo, EarlyRule, early_window
+from jobdiagd.detectors.hang import EARLY, EarlyMemo, EarlyRule, early_memo, early_window
 from jobdiagd.logsetup import get_logger
 from jobdiagd.service.jobs import JobView
 from jobdiagd.tsdb.access import AccessError, NoTsdb, SshTunnelPool, open_tsdb
@@ -35,6 +35,7 @@ QueryFn = Callable[[DiagnosisContext, float], Coroutine[Any, Any, EarlyVerdict]]
 @dataclass
 class _Job:
     step: int
+    step_at: float | None
     ctx: DiagnosisContext | None
     next_at: float = float("-inf")
     task: asyncio.Task[EarlyVerdict] | None = None
@@ -102,9 +103,9 @@ class EarlyConfirmer:
                 continue
             last = view.last_step
             assert last is not None
-            if job is None or job.step != last:
+            if job is None or (job.step, job.step_at) != (last, view.last_step_at):
                 self._drop(key)
-                job = self._jobs[key] = _Job(last, _context(view, now))
+                job = self._jobs[key] = _Job(last, view.last_step_at, _context(view, now))
             if job.ctx is None:
                 continue  # not RAY=1, or no head node/port in the log: nothing to ask
             if job.task is None and now >= job.next_at:
@@ -117,8 +118,8 @@ class EarlyConfirmer:
     def _due(self, view: JobView, now: float) -> float | None:
         if view.ended or view.main is None or (view.slurm is not None and view.slurm.state != "RUNNING"):
             return None
-        memo = view.memo.get(EARLY)
-        if isinstance(memo, EarlyMemo) and memo.last_step == view.last_step and memo.verdict.confirmed:
+        memo = early_memo(view)
+        if memo is not None and memo.verdict.confirmed:
             return None  # confirmed for this step: nothing more to ask
         window = early_window(view, self.rule)
         if window is None or now > window[1]:
@@ -135,8 +136,8 @@ class EarlyConfirmer:
             verdict = EarlyVerdict("no-data", f"early query failed: {type(exc).__name__}: {exc}", now)
         finally:
             job.task = None
-        if view.last_step == job.step:
-            view.memo[EARLY] = EarlyMemo(job.step, verdict)
+        if (view.last_step, view.last_step_at) == (job.step, job.step_at):
+            view.memo[EARLY] = EarlyMemo(job.step, verdict, job.step_at)
             if verdict.confirmed:
                 self._log.info("early_confirmed", job_id=key, state=verdict.state, suspects=verdict.suspects)
                 self._confirmed.add(key)

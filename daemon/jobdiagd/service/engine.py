@@ -35,8 +35,8 @@ from jobdiagd import clock
 from jobdiagd.alerts.pipeline import AlertPipeline
 from jobdiagd.config import Config
 from jobdiagd.detectors import Detector, NoData, Report, keep_resolution
-from jobdiagd.detectors.hang import EARLY, BudgetMemo, EarlyMemo, policy_from_config
 from jobdiagd.detectors.hang import NAME as HANG
+from jobdiagd.detectors.hang import BudgetMemo, early_memo, policy_from_config
 from jobdiagd.detectors.tgs import NAME as TGS
 from jobdiagd.durations import rounded_duration
 from jobdiagd.logs.job import load_job
@@ -103,8 +103,8 @@ def _summary_state(view: JobView) -> str:
 
 def _gpu_check(view: JobView) -> dict[str, Any] | None:
     """The early page's last GPU verdict for the job's current step, for `jobdiagd status`."""
-    memo = view.memo.get(EARLY)
-    if not isinstance(memo, EarlyMemo) or memo.last_step != view.last_step:
+    memo = early_memo(view)
+    if memo is None:
         return None
     v = memo.verdict
     return {"state": v.state, "at": v.at, "summary": v.summary, "suspects": list(v.suspects)}
