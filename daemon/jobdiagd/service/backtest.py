@@ -919,8 +919,9 @@ def main(args: argparse.Namespace) -> int:
     import structlog
 
     if not structlog.is_configured():
-        # The replay prints its report (or JSON) to stdout; the early page's Prometheus logs go to stderr.
-        structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+        # The replay prints its report (or JSON) to stdout; the early page's Prometheus logs go to
+        # stderr -- whatever sys.stderr is when a line is logged (a caller may swap it, as pytest does).
+        structlog.configure(logger_factory=lambda *_args: structlog.PrintLogger(sys.stderr))
     cfg = load_for_command(args.config, "backtest")
     if cfg is None:
         return 2
