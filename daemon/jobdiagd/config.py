@@ -583,6 +583,12 @@ RESTART_KEYS: tuple[tuple[str, str], ...] = (
     ("chat", "command_timeout_seconds"),
     ("chat", "max_running_commands"),
     ("chat", "max_queued_commands"),
+    # The early page's confirmer (service.early_page) is built once, with the TSDB enricher.
+    ("tsdb", "early_page"),
+    ("tsdb", "early_overdue_factor"),
+    ("tsdb", "early_overdue_slack_s"),
+    ("tsdb", "early_scrape_interval_s"),
+    ("tsdb", "early_max_concurrent"),
 )
 
 

@@ -12,6 +12,15 @@ newer step is read it is resolved ("steps resumed at step N"). A stall that tria
 explains by a failure signature (the cascade's root cause) is left to the
 failure-signature incident — a hang incident opened before the error was logged is
 resolved as superseded — so one cascade is one open incident.
+
+Early page (RAY=1 live jobs, `[tsdb] early_page`): once the expected step is overdue by
+`early_overdue_factor` x steady step time + `early_overdue_slack_s` (`early_due_at`; armed only
+in the steady and checkpoint phases, i.e. once this run's steady step time is known, and only
+when that comes before the step budget), the service asks the job's Prometheus and leaves an
+`EarlyMemo` with the `tsdb.early_hang` verdict for the current last step. A confirmed verdict
+makes the stall a page now, as a GPU-confirmed hang naming the mechanism and the suspect
+host(s); it stays confirmed for that step (no flapping back to "resumed" while no step came)
+until a newer step is read. Without a confirmed verdict nothing changes: the step budget pages.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from jobdiagd.triage.nextsteps import next_steps
 from jobdiagd.triage.progress import steady_step_time
 from jobdiagd.triage.report import what_happened
 from jobdiagd.triage.stall import Budget, StallPolicy, stall_budget
+from jobdiagd.tsdb.early_hang import EarlyVerdict
 
 NAME = "hang"
 KIND = "hang"
@@ -49,6 +59,75 @@ class BudgetMemo:
 
 _CASCADE_TIERS = (Tier.ROOT, Tier.SYMPTOM, Tier.CARRIER, Tier.INFRA)
 
+EARLY = "early_hang"  # view.memo key of the service's GPU confirmation (an `EarlyMemo`)
+EARLY_PAGED = "hang_early_paged"  # view.memo key: the step an early page was emitted for
+EARLY_PHASES = ("steady", "checkpoint")
+EARLY_DETAIL = "GPU-confirmed"  # a finding carrying it already has its GPU evidence
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EarlyRule:
+    """When a step is overdue enough to ask the GPUs: `factor` x steady step time + `slack_s`."""
+
+    factor: float = 1.5
+    slack_s: float = 20.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EarlyMemo:
+    """The GPU verdict the service obtained while `last_step` (read at `step_at`) was the newest step.
+
+    The read time tells a step apart from the same step number of a replaced log (a restart)."""
+
+    last_step: int
+    verdict: EarlyVerdict
+    step_at: float | None
+
+
+def early_memo(view: WatchedJob) -> EarlyMemo | None:
+    """The service's GPU verdict for the job's current last step, if it has one."""
+    memo = view.memo.get(EARLY)
+    if isinstance(memo, EarlyMemo) and memo.last_step == view.last_step and memo.step_at == view.last_step_at:
+        return memo
+    return None
+
+
+def early_window(view: WatchedJob, rule: EarlyRule) -> tuple[float, float] | None:
+    """(when the early check of the current last step is due, when the step budget pages), or
+    None when not armed.
+
+    Armed once this job's steady step time is known and the budget phase is steady or
+    checkpoint (startup and warmup -- compilation, restore -- never), and only when the early
+    point comes before the step budget's. After the step budget there is nothing to ask early.
+    """
+    memo = view.memo.get(NAME)
+    last, at = view.last_step, view.last_step_at
+    # The memo is the budget the detector applies to the current step (it keeps one across
+    # steady steps that cannot change it), whatever step it was computed at.
+    if not isinstance(memo, BudgetMemo) or last is None or at is None:
+        return None
+    st = memo.step_time
+    if not st or memo.budget.phase not in EARLY_PHASES:
+        return None
+    due = at + st + rule.factor * st + rule.slack_s
+    budget_at = at + memo.budget.seconds
+    return (due, budget_at) if due < budget_at else None
+
+
+def early_due_at(view: WatchedJob, rule: EarlyRule) -> float | None:
+    """When the early check of the current last step is due (None: not armed; see `early_window`)."""
+    w = early_window(view, rule)
+    return w[0] if w is not None else None
+
+
+def early_confirmed(view: WatchedJob, rule: EarlyRule, now: float) -> EarlyVerdict | None:
+    """The confirmed GPU verdict of the current last step, once its early point is reached."""
+    memo = early_memo(view)
+    if memo is None or not memo.verdict.confirmed:
+        return None
+    due = early_due_at(view, rule)
+    return memo.verdict if due is not None and now >= due else None
+
 
 def policy_from_config(cfg: Config) -> StallPolicy:
     h = cfg.detectors.hang
@@ -60,11 +139,17 @@ def policy_from_config(cfg: Config) -> StallPolicy:
     )
 
 
+def early_rule_from_config(cfg: Config) -> EarlyRule | None:
+    t = cfg.tsdb
+    return EarlyRule(t.early_overdue_factor, t.early_overdue_slack_s) if t.early_page else None
+
+
 class HangDetector:
     name = NAME
 
-    def __init__(self, policy: StallPolicy) -> None:
+    def __init__(self, policy: StallPolicy, early: EarlyRule | None = None) -> None:
         self.policy = policy
+        self.early = early
         self._tick: float | None = None
         self._spent = 0
 
@@ -129,7 +214,19 @@ class HangDetector:
             since = at if at is not None else view.first_seen
             what = f"step {last} was read"
         gap = now - since
-        if gap <= budget.seconds:
+        early = (
+            early_confirmed(view, self.early, now) if self.early is not None and last is not None else None
+        )
+        memo = early_memo(view)
+        step_key = (last, view.last_step_at)
+        # Sticky once paged (whatever the budget memo says later): the stall stays open with the
+        # GPU evidence it was paged with until a newer step is read; past the budget it keeps it too.
+        sticky = view.memo.get(EARLY_PAGED) == step_key or (self.early is not None and gap > budget.seconds)
+        if early is None and memo is not None and memo.verdict.confirmed and sticky:
+            early = memo.verdict
+        if early is not None:
+            view.memo[EARLY_PAGED] = step_key
+        if gap <= budget.seconds and early is None:
             if last is None:
                 return []
             return [
@@ -163,7 +260,13 @@ class HangDetector:
         expected: int | None = None
         if last is not None and step_time:
             expected = last + int(gap // step_time)
-        if last is None:
+        if early is not None:
+            suspects = ", ".join(early.suspects) or "none singled out (every host spins)"
+            summary = (
+                f"GPU-confirmed hang ({early.state}): no training step for {exact_duration(gap)} since {what}; "
+                f"expected ≈ step {expected} by now. {early.summary}. Suspect host: {suspects}"
+            )
+        elif last is None:
             summary = (
                 f"no training step {exact_duration(gap)} after {what} "
                 f"(budget {exact_duration(budget.seconds)}, phase {budget.phase})"
@@ -195,6 +298,15 @@ class HangDetector:
         }
         if res.live.head_node:
             details["head node"] = res.live.head_node
+        if early is not None:
+            details[EARLY_DETAIL] = f"yes, before the step budget ({exact_duration(budget.seconds)})"
+            details["mechanism"] = early.mechanism
+            details["suspect host"] = ", ".join(early.suspects) or "none singled out"
+            details["GPU verdict"] = early.summary
+            if early.per_host:
+                details["GPU state per host"] = "; ".join(
+                    f"{h}: {s}" for h, s in sorted(early.per_host.items())
+                )
         for i, step in enumerate(res.next_steps[:3], 1):
             details[f"next step {i}"] = step
         evidence = tuple(f"{e.source.rsplit('/', 1)[-1]}:{e.line}: {e.text}" for e in res.cls.evidence[:5])
@@ -206,6 +318,6 @@ class HangDetector:
 register(
     NAME,
     True,
-    lambda cfg: HangDetector(policy_from_config(cfg)),
+    lambda cfg: HangDetector(policy_from_config(cfg), early_rule_from_config(cfg)),
     "training steps stopped: last step vs projection, phase-aware budget (triage.stall)",
 )

@@ -40,11 +40,22 @@ SUMMARY state, or UNKNOWN) and the job-end report runs on a fresh `load_job` of 
 like the daemon's. The states keep the daemon's `TAIL` step retention, as a tailed job's do.
 Files are opened as `jobdiagd triage` opens them (`triage.resolve.job_access`): one that is no
 regular file, leaves the job's outputs root or belongs to another user is left out.
+
+Early page (`[tsdb] early_page`, RAY=1 jobs with a `prometheus/` holding data): the replay asks
+the job's own TSDB what the live daemon asks its Prometheus (`tsdb.early_hang.early_query`,
+evaluated at the virtual time) whenever `detectors.hang.early_due_at` says a step is overdue,
+once per `early_scrape_interval_s` of virtual time, as `service.early_page` does live, and a
+confirmation runs the detectors at that virtual time (the live daemon's immediate partial
+tick). The TSDB is served read-only by a local Prometheus over a private copy of the directory
+(WAL included, lock excluded), started only when a first query is due: the job's own directory
+is never opened for writing and its lock never touched. Without a Prometheus binary, or with
+no TSDB data, the replay goes on without the early page and says so in `early_note`.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
 import heapq
 import math
@@ -52,6 +63,7 @@ import multiprocessing
 import os
 import re
 import sys
+import tempfile
 from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -64,8 +76,17 @@ from jobdiagd.alerts.incidents import IncidentBook
 from jobdiagd.config import Config, load_for_command
 from jobdiagd.detectors import Detector, NoData, Report, keep_resolution
 from jobdiagd.detectors import build as build_detectors
+from jobdiagd.detectors.hang import (
+    EARLY,
+    EARLY_DETAIL,
+    BudgetMemo,
+    EarlyMemo,
+    EarlyRule,
+    early_memo,
+    early_window,
+    policy_from_config,
+)
 from jobdiagd.detectors.hang import NAME as HANG
-from jobdiagd.detectors.hang import BudgetMemo, policy_from_config
 from jobdiagd.logs.job import load_job
 from jobdiagd.logs.prefixes import strip
 from jobdiagd.logs.reader import HEAD_FULL, MAX_LINE, _ReadBuffer, prefilter, set_default_workers
@@ -80,6 +101,10 @@ from jobdiagd.rules.slurm import end_state
 from jobdiagd.service.jobs import JobView
 from jobdiagd.triage.engine import analyze
 from jobdiagd.triage.resolve import ResolveError, job_access, list_jobs, resolve
+from jobdiagd.tsdb.access import FULL_COPY_EXCLUDES, AccessError, LocalPrometheus, copy_tsdb, tsdb_has_data
+from jobdiagd.tsdb.client import PromClient, PromError, Series
+from jobdiagd.tsdb.early_hang import EarlyVerdict, early_query, judge, profile_for
+from jobdiagd.tsdb.settings import TsdbSettings
 
 MAX_TICKS = 200_000  # a guard against a log whose clock jumps by years
 
@@ -512,10 +537,12 @@ class Alert:
     budget_s: float | None = None  # hang alerts: the stall budget the detector applied
     phase: str | None = None  # hang alerts: its phase (startup | warmup | checkpoint | steady)
     at: float | None = None  # the tick's time on the virtual clock (epoch seconds when dated)
+    gpu_confirmed: bool = False  # hang alerts: paged early on the GPUs' evidence
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "kind": self.kind,
+            "gpu_confirmed": self.gpu_confirmed,
             "event": self.event,
             "at_step": self.at_step,
             "at_s": round(self.at_s, 1),
@@ -539,6 +566,9 @@ class JobReplay:
     barrier_at_s: float | None = None  # when the pre-training barrier line was read
     final_status: str | None = None
     final_primary: str | None = None
+    early_queries: int = 0  # early-page queries answered from the job's TSDB
+    early_note: str | None = None  # why the early page could not be replayed, if it could not
+    early_states: dict[str, int] = field(default_factory=dict)  # early verdicts by state
     # What the replay fed, one state per file (main log first): the daemon's view at the end.
     states: list[LogState] = field(default_factory=list, repr=False)
 
@@ -554,6 +584,9 @@ class JobReplay:
             "barrier_at_s": None if self.barrier_at_s is None else round(self.barrier_at_s, 1),
             "final_status": self.final_status,
             "final_primary": self.final_primary,
+            "early_queries": self.early_queries,
+            "early_note": self.early_note,
+            "early_states": dict(self.early_states),
         }
 
 
@@ -620,38 +653,57 @@ def replay(ref: JobRef, cfg: Config, *, tick: float, ref_time: float, workers: i
     next_tick = first + tick
     ticks = 0
     fed_at: float | None = None  # the last fed line's time, until the view has taken it in
-    for t, order, lineno, offset, raw, head_line, cand in events:
-        while next_tick <= t and ticks < MAX_TICKS:
+    early = _EarlyReplay.for_job(ref, cfg, result) if cfg.tsdb.early_page and head is not None else None
+
+    def run_until(t: float, *, inclusive: bool) -> None:
+        """Ticks (and early polls) due before `t` (at `t` too when `inclusive`), in time order."""
+        nonlocal next_tick, ticks, fed_at
+        while ticks < MAX_TICKS:
+            poll = early.next_poll(view) if early is not None else None
+            if poll is not None and poll < next_tick and (poll < t or (inclusive and poll == t)):
+                if fed_at is not None:
+                    view.note_read(fed_at)
+                    fed_at = None
+                if early is not None and early.ask(view, poll):
+                    _tick(view, detectors, book, poll, result, t0)  # the live daemon's early partial tick
+                continue
+            if not (next_tick < t or (inclusive and next_tick == t)):
+                return
             if fed_at is not None:
                 view.note_read(fed_at)  # as the engine does after every read, before detectors
                 fed_at = None
             _tick(view, detectors, book, next_tick, result, t0)
             next_tick += tick
             ticks += 1
-        st = states[order]
-        # What PrefilterTailReader feeds: the head in full until training starts, then candidates.
-        if not cand and not (head_line and not st.training_started):
-            continue
-        before = (len(st.steps), st.barrier_passed is None)
-        st.feed_bytes(raw, lineno, offset)
-        st.lines, st.bytes = lineno, offset + len(raw) + 1
-        fed_at = t
-        if (len(st.steps), st.barrier_passed is None) != before:
-            # A new step or the barrier: its arrival is this line's time. (Other tasks' copies
-            # change nothing the view needs before the next tick.)
-            view.note_read(t)
+
+    try:
+        for t, order, lineno, offset, raw, head_line, cand in events:
+            run_until(t, inclusive=True)
+            st = states[order]
+            # What PrefilterTailReader feeds: the head in full until training starts, then candidates.
+            if not cand and not (head_line and not st.training_started):
+                continue
+            before = (len(st.steps), st.barrier_passed is None)
+            st.feed_bytes(raw, lineno, offset)
+            st.lines, st.bytes = lineno, offset + len(raw) + 1
+            fed_at = t
+            if (len(st.steps), st.barrier_passed is None) != before:
+                # A new step or the barrier: its arrival is this line's time. (Other tasks' copies
+                # change nothing the view needs before the next tick.)
+                view.note_read(t)
+                fed_at = None
+                if t0 is None and view.last_step is not None:
+                    t0 = t
+                    result.first_step_at = t
+        end = max(first, *(fc.end for fc in clocks))
+        if fed_at is not None:
+            view.note_read(fed_at)
             fed_at = None
-            if t0 is None and view.last_step is not None:
-                t0 = t
-                result.first_step_at = t
-    end = max(first, *(fc.end for fc in clocks))
-    if fed_at is not None:
-        view.note_read(fed_at)
-    while next_tick < end and ticks < MAX_TICKS:
         # Trailing lines that only moved the clock (chatter after the last fed line).
-        _tick(view, detectors, book, next_tick, result, t0)
-        next_tick += tick
-        ticks += 1
+        run_until(end, inclusive=False)
+    finally:
+        if early is not None:
+            early.close()
     view.note_read(end)
     view.ended = True
     s = view.main.summary if view.main is not None else None
@@ -670,6 +722,121 @@ def replay(ref: JobRef, cfg: Config, *, tick: float, ref_time: float, workers: i
     result.final_status = view.final.status
     result.final_primary = view.final.primary
     return result
+
+
+class ReplayTsdb:
+    """A read-only Prometheus over a private copy of a finished job's TSDB, queried synchronously.
+
+    The copy holds everything but the lock (WAL included: a job's last samples, its hang, are
+    often not compacted yet); the job's own directory is only read."""
+
+    def __init__(self, pdir: Path, settings: TsdbSettings, label: str) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._tmp = tempfile.TemporaryDirectory(prefix="jobdiagd-backtest-tsdb-", dir=settings.work_dir)
+        self._prom: LocalPrometheus | None = None
+        self._client: PromClient | None = None
+        try:
+            copy_tsdb(pdir, Path(self._tmp.name), FULL_COPY_EXCLUDES)
+            prom = LocalPrometheus(Path(self._tmp.name), settings, label=label)
+            self._loop.run_until_complete(prom.start())
+            self._prom = prom
+            self._client = PromClient(
+                prom.base_url, label=f"read-only copy of {pdir}", timeout_s=settings.query_timeout_s
+            )
+        except BaseException:
+            self.close()
+            raise
+
+    def query_matrix(self, promql: str, at: float) -> list[Series]:
+        assert self._client is not None
+        return self._loop.run_until_complete(self._client.query_matrix(promql, at))
+
+    def close(self) -> None:
+        try:
+            if self._client is not None:
+                self._loop.run_until_complete(self._client.close())
+            if self._prom is not None:
+                self._loop.run_until_complete(self._prom.stop())
+        finally:
+            self._client = self._prom = None
+            self._loop.close()
+            self._tmp.cleanup()
+
+
+class _EarlyReplay:
+    """The live `service.early_page` on the virtual clock: when a step is overdue, one query per
+    scrape interval against the job's TSDB, judged by `tsdb.early_hang.judge`."""
+
+    def __init__(self, pdir: Path, settings: TsdbSettings, label: str, out: JobReplay) -> None:
+        self.pdir, self.settings, self.label, self.out = pdir, settings, label, out
+        self.rule = EarlyRule(settings.early_overdue_factor, settings.early_overdue_slack_s)
+        self.interval = settings.early_scrape_interval_s
+        self.step: int | None = None
+        self.next_at = float("-inf")
+        self.tsdb: ReplayTsdb | None = None
+        self.failed = False
+        self.verdicts: list[EarlyVerdict] = []
+
+    @classmethod
+    def for_job(cls, ref: JobRef, cfg: Config, out: JobReplay) -> _EarlyReplay | None:
+        pdir = ref.job_dir / "prometheus" if ref.job_dir is not None else None
+        if pdir is None or not tsdb_has_data(pdir):
+            out.early_note = "no TSDB data in the job's prometheus/: early page not replayed"
+            return None
+        return cls(pdir, cfg.tsdb, ref.job_id or ref.name or str(pdir), out)
+
+    def next_poll(self, view: JobView) -> float | None:
+        if self.failed:
+            return None
+        memo = early_memo(view)
+        if memo is not None and memo.verdict.confirmed:
+            return None
+        window = early_window(view, self.rule)
+        if window is None:
+            return None
+        due, budget_at = window
+        if view.last_step != self.step:
+            self.step, self.next_at = view.last_step, due
+        at = max(due, self.next_at)
+        return at if at <= budget_at else None  # past the step budget, the budget pages
+
+    def ask(self, view: JobView, at: float) -> bool:
+        """Query at virtual time `at`; True when the GPUs confirm the hang."""
+        self.next_at = at + self.interval
+        last = view.last_step
+        assert last is not None
+        try:
+            if self.tsdb is None:
+                self.tsdb = ReplayTsdb(self.pdir, self.settings, self.label)
+            series = self.tsdb.query_matrix(early_query(self.interval), at)
+        except (AccessError, PromError, OSError) as exc:
+            self.failed = True
+            self.out.early_note = f"early page not replayed: {exc}"
+            return False
+        self.out.early_queries += 1
+        main = view.main
+        nodes = (
+            expand_hostlist(main.header["JOB_NODELIST"])
+            if main is not None and main.header.get("JOB_NODELIST")
+            else []
+        )
+        verdict = judge(
+            series,
+            at=at,
+            nodes=nodes,
+            profile=profile_for(series, self.settings),
+            thresholds=self.settings.thresholds,
+            scrape_interval_s=self.interval,
+        )
+        self.verdicts.append(verdict)
+        self.out.early_states[verdict.state] = self.out.early_states.get(verdict.state, 0) + 1
+        view.memo[EARLY] = EarlyMemo(last, verdict, view.last_step_at)
+        return verdict.confirmed
+
+    def close(self) -> None:
+        if self.tsdb is not None:
+            self.tsdb.close()
+            self.tsdb = None
 
 
 def _tick(
@@ -705,6 +872,7 @@ def _tick(
             f.summary if f else n.title,
         )
         alert.at = now
+        alert.gpu_confirmed = f is not None and EARLY_DETAIL in f.details
         memo = view.memo.get(HANG)
         if n.kind == "hang" and isinstance(memo, BudgetMemo):
             alert.budget_s, alert.phase = memo.budget.seconds, memo.budget.phase
@@ -748,6 +916,12 @@ def refs_for(paths: Sequence[str]) -> list[JobRef]:
 
 
 def main(args: argparse.Namespace) -> int:
+    import structlog
+
+    if not structlog.is_configured():
+        # The replay prints its report (or JSON) to stdout; the early page's Prometheus logs go to
+        # stderr -- whatever sys.stderr is when a line is logged (a caller may swap it, as pytest does).
+        structlog.configure(logger_factory=lambda *_args: structlog.PrintLogger(sys.stderr))
     cfg = load_for_command(args.config, "backtest")
     if cfg is None:
         return 2
@@ -784,4 +958,9 @@ def main(args: argparse.Namespace) -> int:
         for a in r.alerts:
             step = f"step {a.at_step}" if a.at_step is not None else "no step"
             print(f"    +{a.at_s:9.1f}s  {step:<10} {a.event.upper():<7} {a.kind:<16} [{a.cls}] {a.summary}")
+        if r.early_queries:
+            states = ", ".join(f"{n} {s}" for s, n in sorted(r.early_states.items()))
+            print(f"    early page: {r.early_queries} TSDB queries ({states})")
+        elif r.early_note:
+            print(f"    {r.early_note}")
     return 1 if failed else 0

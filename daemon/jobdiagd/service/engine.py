@@ -36,7 +36,7 @@ from jobdiagd.alerts.pipeline import AlertPipeline
 from jobdiagd.config import Config
 from jobdiagd.detectors import Detector, NoData, Report, keep_resolution
 from jobdiagd.detectors.hang import NAME as HANG
-from jobdiagd.detectors.hang import BudgetMemo, policy_from_config
+from jobdiagd.detectors.hang import BudgetMemo, early_memo, policy_from_config
 from jobdiagd.detectors.tgs import NAME as TGS
 from jobdiagd.durations import rounded_duration
 from jobdiagd.logs.job import load_job
@@ -47,6 +47,7 @@ from jobdiagd.model.jobref import JobRef
 from jobdiagd.rules.hostlist import expand_hostlist
 from jobdiagd.rules.slurm import FINISHED_STATES, end_state
 from jobdiagd.service.discovery import Discovered, Discovery, NewJob, SlurmDiscovery
+from jobdiagd.service.early_page import EarlyConfirmer
 from jobdiagd.service.health import Health
 from jobdiagd.service.jobs import JobView
 from jobdiagd.service.metrics import DaemonMetrics
@@ -64,6 +65,8 @@ PLOTTED_KINDS = frozenset({HANG, "tgs-degradation"})
 # Detectors that react to new lines run on partial (event-driven) ticks too.
 ON_DATA = frozenset({"failure_signature", "job_end"})
 MIN_PARTIAL_GAP_S = 2.5
+# The early page's polls are at least this far apart (its own cadence is the scrape interval).
+MIN_EARLY_GAP_S = 0.5
 # A full tick waits at most this long (and at most half a tick) for a discovery poll it started.
 DISCOVERY_WAIT_S = 1.0
 # A source's "degraded" notice goes out after this many failures in a row (one blip is not news).
@@ -96,6 +99,15 @@ def _followed(ref: JobRef) -> JobRef:
 def _summary_state(view: JobView) -> str:
     s = view.main.summary if view.main is not None else None
     return end_state(s.exit_code if s is not None else None)
+
+
+def _gpu_check(view: JobView) -> dict[str, Any] | None:
+    """The early page's last GPU verdict for the job's current step, for `jobdiagd status`."""
+    memo = early_memo(view)
+    if memo is None:
+        return None
+    v = memo.verdict
+    return {"state": v.state, "at": v.at, "summary": v.summary, "suspects": list(v.suspects)}
 
 
 @dataclass
@@ -237,8 +249,10 @@ class Engine:
 
     # -- the tick ------------------------------------------------------------
 
-    async def tick(self, now: float, only: set[str] | None = None) -> TickStats:
-        """One pass. `only`: a partial tick for these jobs (file events); None: a full tick."""
+    async def tick(self, now: float, only: set[str] | None = None, *, early: bool = False) -> TickStats:
+        """One pass. `only`: a partial tick for these jobs (file events); None: a full tick.
+
+        `early`: a partial tick for jobs whose hang the GPUs just confirmed (the hang detector runs too)."""
         started = clock.monotonic()
         stats = TickStats()
         full = only is None
@@ -270,7 +284,12 @@ class Engine:
         for key in keys:
             w = self.jobs[key]
             for det in self.detectors:
-                if not full and det.name not in ON_DATA and key not in ending:
+                if (
+                    not full
+                    and det.name not in ON_DATA
+                    and key not in ending
+                    and not (early and det.name == HANG)
+                ):
                     continue
                 t0 = time.perf_counter()
                 try:
@@ -719,6 +738,7 @@ class Engine:
                     else {"degraded": tgs.episode, "pattern": ta.pattern, "change_pct": ta.change_pct},
                     "open_incidents": open_by_job.get(key, []),
                     "blind": sorted(v.blind),
+                    "gpu_check": _gpu_check(v),
                 }
             )
         return out
@@ -752,13 +772,24 @@ class Engine:
 
         next_full = clock.wall()
         last_gc = clock.monotonic()
+        early = self.enricher.early if self.enricher is not None else None
         while True:
             now = clock.wall()
+            # The early page is polled after full ticks and when a poll is due, not after every
+            # file event: its due times are at least the slack (20 s) after a step's read.
+            due_poll = early.next_poll_at() if early is not None else None
+            poll_early = due_poll is not None and now >= due_poll
             if now >= next_full:
                 await self._safe_tick(now, None)
                 next_full = now + period()
+                poll_early = True
                 if clock.monotonic() - last_gc >= GC_EVERY_S:
                     last_gc = self._collect()
+            elif early is not None and early.wake.is_set():
+                # GPU-confirmed hangs page now, not at the next full tick.
+                keys = {k for k in early.take_confirmed() if k in self.jobs}
+                if keys:
+                    await self._safe_tick(now, keys, early=True)
             elif self.watcher is not None:
                 changed, added = self.watcher.take()
                 roots = {str(d) for d in self.discovery.dirs()} if self.discovery is not None else set()
@@ -769,17 +800,34 @@ class Engine:
                     keys = self.jobs_for_paths(changed)
                     if keys:
                         await self._safe_tick(now, keys)
-            timeout = max(0.0, next_full - clock.wall())
-            if self.watcher is None:
+            wake_at = next_full
+            if early is not None:
+                if poll_early:
+                    self._early_poll(early, clock.wall())
+                due = early.next_poll_at()
+                if due is not None:
+                    wake_at = min(wake_at, max(due, clock.wall() + MIN_EARLY_GAP_S))
+            timeout = max(0.0, wake_at - clock.wall())
+            events = [e for e in (self.watcher.wake if self.watcher is not None else None,) if e is not None]
+            if early is not None:
+                events.append(early.wake)
+            if not events:
                 if await sleep(timeout):
                     return
                 continue
-            if await self._wait(sleep, timeout):
+            if await self._wait(sleep, timeout, events):
                 return
-            # Woken by a file event: let a burst of writes settle into one partial tick.
-            rest = next_full - clock.wall()
-            if rest > 0 and await sleep(min(MIN_PARTIAL_GAP_S, rest)):
-                return
+            if self.watcher is not None and self.watcher.wake.is_set():
+                # Woken by a file event: let a burst of writes settle into one partial tick.
+                rest = next_full - clock.wall()
+                if rest > 0 and await sleep(min(MIN_PARTIAL_GAP_S, rest)):
+                    return
+
+    def _early_poll(self, early: EarlyConfirmer, now: float) -> None:
+        try:
+            early.poll({k: w.view for k, w in self.jobs.items()}, now)
+        except Exception as exc:  # the early page is an extra: the step budget still pages
+            self._edge("early page", "early_page").failure(exc, now)
 
     def _collect(self) -> float:
         """A full garbage collection between ticks, on our schedule (the runner turns off the
@@ -790,22 +838,23 @@ class Engine:
         self.durations["gc"].append(done - started)
         return done
 
-    async def _wait(self, sleep: Callable[[float], Awaitable[bool]], seconds: float) -> bool:
-        assert self.watcher is not None
+    async def _wait(
+        self, sleep: Callable[[float], Awaitable[bool]], seconds: float, events: Sequence[asyncio.Event]
+    ) -> bool:
         sleeper = asyncio.ensure_future(sleep(seconds))
-        waker = asyncio.ensure_future(self.watcher.wake.wait())
+        wakers = [asyncio.ensure_future(e.wait()) for e in events]
         try:
-            done, _ = await asyncio.wait({sleeper, waker}, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait({sleeper, *wakers}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for t in (sleeper, waker):
+            for t in (sleeper, *wakers):
                 if not t.done():
                     t.cancel()
-            await asyncio.gather(sleeper, waker, return_exceptions=True)
+            await asyncio.gather(sleeper, *wakers, return_exceptions=True)
         return sleeper in done and not sleeper.cancelled() and bool(sleeper.result())
 
-    async def _safe_tick(self, now: float, only: set[str] | None) -> None:
+    async def _safe_tick(self, now: float, only: set[str] | None, *, early: bool = False) -> None:
         try:
-            await self.tick(now, only)
+            await self.tick(now, only, early=early)
         except Exception as exc:
             self._log.exception("tick_failed", error=f"{type(exc).__name__}: {exc}")
             if only is None:

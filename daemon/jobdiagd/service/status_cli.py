@@ -90,6 +90,9 @@ def format_status(status: Mapping[str, Any], now: float) -> str:
         if isinstance(tgs, Mapping) and tgs.get("change_pct") is not None:
             flag = f" DEGRADED ({tgs.get('pattern')})" if tgs.get("degraded") else ""
             parts.append(f"TGS {float(tgs['change_pct']):+.0f}%{flag}")
+        gpu = j.get("gpu_check")
+        if isinstance(gpu, Mapping) and gpu.get("state"):
+            parts.append(f"GPUs: {gpu['state']}")
         if j.get("open_incidents"):
             parts.append("open: " + ", ".join(map(str, j["open_incidents"])))
         if j.get("blind"):

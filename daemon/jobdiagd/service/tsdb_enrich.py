@@ -9,6 +9,11 @@ that shows working GPUs (training power) keeps the hang from paging; a verdict t
 be obtained (`unknown`: no Prometheus, ssh down) never suppresses a page — lack of data is not
 evidence of health. A failed RAY=1 job's end report is likewise held until its playbook ran
 (bounded by `report_timeout_s`), then sent as one message.
+
+A hang finding that the early page already confirmed from the GPUs (`detectors.hang`
+`EARLY_DETAIL`, evidence from `service.early_page`, which shares this ssh tunnel pool) goes
+out at once with the evidence it carries: holding it for a second verdict would undo the
+early page.
 """
 
 from __future__ import annotations
@@ -21,8 +26,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobdiagd.detectors import Report
+from jobdiagd.detectors.hang import EARLY_DETAIL
 from jobdiagd.logsetup import get_logger
 from jobdiagd.model.alerts import Finding
+from jobdiagd.service.early_page import EarlyConfirmer, QueryFn
 from jobdiagd.service.jobs import JobView
 from jobdiagd.service.plots_bridge import strip_payload
 from jobdiagd.tsdb.access import SshTunnelPool
@@ -58,9 +65,14 @@ class TsdbEnricher:
         verdict_fn: VerdictFn | None = None,
         diagnosis_fn: DiagnosisFn | None = None,
         report_timeout_s: float = 120.0,
+        early_fn: QueryFn | None = None,
     ) -> None:
         self.settings = settings
         self.tunnels = SshTunnelPool(settings.ssh)
+        # The early page shares the tunnel pool: one ssh connection per head node for both.
+        self.early: EarlyConfirmer | None = (
+            EarlyConfirmer(settings, self.tunnels, query_fn=early_fn) if settings.early_page else None
+        )
         # The verdict must be back before the next tick, so a held hang alert waits one tick at most.
         timeout = max(1.0, min(20.0, tick_s * 0.8))
         self._verdict_fn: VerdictFn = verdict_fn or (
@@ -88,6 +100,9 @@ class TsdbEnricher:
             if f.resolved:
                 self._forget(f.job_id)
                 out.append(f)
+                continue
+            if EARLY_DETAIL in f.details:
+                out.append(f)  # GPU-confirmed already: page now
                 continue
             res = view.analysis(now)
             if not (res.ray and res.live.head_node):
@@ -162,6 +177,8 @@ class TsdbEnricher:
             pending.task.cancel()
 
     async def close(self) -> None:
+        if self.early is not None:
+            await self.early.close()
         for pending in self._verdicts.values():
             pending.task.cancel()
         for held in self._reports.values():

@@ -6,6 +6,7 @@ import datetime as _dt
 import math
 import os
 import random
+import re
 import subprocess
 import threading
 import zlib
@@ -31,6 +32,8 @@ SCENARIOS = (
     "hang-then-heartbeat",
     "rdma-background",
     "rdma-trigger",
+    "healthy-evals",
+    "heartbeat-false-positive",
 )
 
 GIB = 2**30
@@ -100,6 +103,21 @@ def scenario(name: str, **kw: Any) -> Scenario:
             "bad_host": "node005",
             "extra": {"rdma_background": True, "rdma_burst_before_s": 90.0},
         }
+    elif name == "healthy-evals":
+        # A healthy run with long checkpoint saves, evals and a mid-run recompilation: pauses
+        # between step lines where the GPUs do something other than spin (no hang to page).
+        base |= {
+            "checkpoint_extra_s": 60.0,
+            "extra": {"pauses": ((50, 60.0, "eval"), (120, 45.0, "compile"), (150, 60.0, "eval"))},
+        }
+    elif name == "heartbeat-false-positive":
+        # Training runs right up to the heartbeat error that kills the job (gRPC false positive).
+        base |= {
+            "hang_after_steps": 180,
+            "hang_s": 0.0,
+            "tail_s": 20.0,
+            "extra": {"heartbeat_kill": True, "heartbeat_timeout_s": 100.0, "accused_task": 2},
+        }
     elif name == "rdma-degraded":
         base |= {"tgs_factor": 0.92}
     elif name == "host-oom-ramp":
@@ -151,6 +169,9 @@ class JobSim:
         self.steps: list[StepRec] = []
         t = self.train_start
         last = sc.steps if sc.hang_after_steps is None else min(sc.steps, sc.first_step + sc.hang_after_steps)
+        # Pauses after a step (eval, recompilation): (after step, seconds, kind), no step line meanwhile.
+        pauses = {int(k): (float(secs), str(kind)) for k, secs, kind in sc.extra.get("pauses", ())}
+        self.pause_windows: list[tuple[float, float, str]] = []
         for k in range(sc.first_step, last):
             extra = sc.checkpoint_extra_s if (k > 0 and k % sc.checkpoint_period == 0) else 0.0
             first = 30.0 if k == sc.first_step else 0.0  # first step includes compilation
@@ -178,6 +199,10 @@ class JobSim:
                     lr,
                 )
             )
+            if k in pauses and k < last - 1:
+                secs, kind = pauses[k]
+                self.pause_windows.append((t, t + secs, kind))
+                t += secs
         self.train_end = self.steps[-1].t if self.steps else self.train_start
         self.hang = sc.hang_after_steps is not None and sc.hang_s > 0
         self.crash = sc.hang_after_steps is not None and sc.hang_s == 0
@@ -203,6 +228,9 @@ class JobSim:
         if t < self.train_start:
             return "init"
         if t <= self.train_end or not self.steps and t < self.train_start + 1:
+            for a, b, kind in self.pause_windows:
+                if a < t < b:
+                    return kind
             for a, b in self.ckpt_windows:
                 if a + sc.step_time <= t <= b:
                     return "ckpt"
@@ -253,6 +281,8 @@ class JobSim:
             return 100.0
         if ph == "ckpt":
             return 15.0
+        if ph == "eval":
+            return 98.0  # forward passes: the GPUs compute
         if ph == "busywait":
             return 100.0 if g in self.busy_gpus(host) else 0.0
         return 0.0
@@ -270,6 +300,10 @@ class JobSim:
             return p
         if ph == "ckpt":
             return 180.0 + self._n(key, t, 10)
+        if ph == "eval":
+            return 520.0 + self._n(key, t, 15)  # forward only: under training power, far above busy-wait
+        if ph == "compile":
+            return 130.0 + self._n(key, t, 10)  # XLA compiles on the host CPU: GPUs near idle
         if ph == "busywait":
             return (300.0 if g in self.busy_gpus(host) else 95.0) + self._n(key, t, 10)
         if ph == "init":
@@ -307,8 +341,8 @@ class JobSim:
     # -- host -----------------------------------------------------------------------------------
     def procs_running(self, host: str, t: float) -> float:
         ph = self.phase(host, t)
-        base = 12.0 if ph in ("train", "ckpt", "busywait") else 3.0
-        if ph in ("train", "ckpt", "busywait"):
+        base = 12.0 if ph in ("train", "ckpt", "busywait", "eval", "compile") else 3.0
+        if ph in ("train", "ckpt", "busywait", "eval", "compile"):
             base += self.sc.procs_extra
         return round(base + self._n(f"pr{host}", t, 1.0))
 
@@ -475,7 +509,10 @@ class JobSim:
             yield "ray_node_cpu_utilization", lab, h, lambda t, h=h: self.cpu_util(h, t)
 
     def cpu_util(self, host: str, t: float) -> float:
-        return 35.0 if self.phase(host, t) in ("train", "busywait") else 5.0
+        ph = self.phase(host, t)
+        if ph == "compile":
+            return 90.0  # XLA compilation is host CPU work
+        return 35.0 if ph in ("train", "busywait", "eval") else 5.0
 
     @staticmethod
     def _const(v: float) -> Callable[[float], float]:
@@ -594,6 +631,24 @@ def _absl(t: float) -> str:
     return f"I{d:%m%d %H:%M:%S}.{d.microsecond:06d} 139872 metric_logger.py:232] "
 
 
+_RAY_STAMP = re.compile(r"\(raylet\) \[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) ")
+_ABSL_STAMP = re.compile(r"[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{6}) ")
+
+
+def _line_time(line: str) -> float:
+    """Sort key of a line of `write_job`'s log: its stamp (undated header lines first; stable)."""
+    m = _RAY_STAMP.search(line)
+    if m is not None:
+        d = _dt.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=_dt.UTC)
+        return d.timestamp() + int(m.group(2)) / 1000
+    a = _ABSL_STAMP.search(line)
+    if a is not None:
+        mon, day, hh, mm, ss, us = (int(x) for x in a.groups())
+        year = _dt.datetime.fromtimestamp(BASE_TIME, tz=_dt.UTC).year
+        return _dt.datetime(year, mon, day, hh, mm, ss, us, tzinfo=_dt.UTC).timestamp()
+    return float("-inf")
+
+
 def _nodelist(nodes: tuple[str, ...]) -> str:
     nums = [n[4:] for n in nodes]
     if all(n.startswith("node") for n in nodes) and nums == [
@@ -622,8 +677,12 @@ def write_job(
     finished: bool = True,
     with_tsdb: bool = True,
     ray: bool = True,
+    hang_chatter_s: float | None = None,
 ) -> JobFiles:
-    """Write `<id>-<name>.log` and `<id>-<name>/` (log link, ray_logs, prometheus blocks)."""
+    """Write `<id>-<name>.log` and `<id>-<name>/` (log link, ray_logs, prometheus blocks).
+
+    `hang_chatter_s`: during a hang (and a pause), the head's raylet prints a dated state dump this
+    often, as real hung RAY=1 jobs do; a replay's clock (`jobdiagd backtest`) then sees the hang last."""
     sc = sim.sc
     stem = f"{sc.job_id}-{job_name(sc)}"
     job_dir = outputs / stem
@@ -704,13 +763,26 @@ def write_job(
         worker.append(f"{_absl(s.t)}{text}")
         if s.step > 0 and s.step % sc.checkpoint_period == 0:
             lines.append(f"0: {prefix}{_absl(s.t + 0.5)}Saved a checkpoint at step {s.step}.")
+    if hang_chatter_s and ray:
+        quiet = [(sim.train_end, sim.train_end + sc.hang_s)] if sim.hang else []
+        for a, b in [*quiet, *((a, b) for a, b, _k in sim.pause_windows)]:
+            t = a + hang_chatter_s
+            while t < b:
+                d = _dt.datetime.fromtimestamp(t, tz=_dt.UTC)
+                ts = f"{d:%Y-%m-%d %H:%M:%S},{d.microsecond // 1000:03d}"
+                lines.append(
+                    f"0: (raylet) [{ts} I 4242 4242] (raylet) node_manager.cc:525: [state-dump] "
+                    "NodeManager: [state-dump] Node ID: 5f1e0a1b2c3d4e5f"
+                )
+                t += hang_chatter_s
+        lines.sort(key=_line_time)
     end_wall = sim.end - sc.start
     if sc.name == "host-oom-ramp":
         lines.append(
             f"{sc.nodes.index(sc.bad_host)}: Memory cgroup out of memory: Killed process 424242 (python3) total-vm:1kB, anon-rss:1kB"
         )
         lines.append(f"NODE_EXIT host={sc.bad_host} exit=137")
-    if sc.extra.get("heartbeat_kill") and sim.hang:
+    if sc.extra.get("heartbeat_kill") and (sim.hang or sim.crash):
         from jobdiagd.sim.lines import heartbeat_block
 
         crash = sim.train_end + sc.hang_s
@@ -725,7 +797,7 @@ def write_job(
         lines.append(f"NODE_EXIT host={sc.bad_host} exit=134")
     if finished:
         status = "SUCCESS (exit 0)"
-        if sc.extra.get("heartbeat_kill") and sim.hang:
+        if sc.extra.get("heartbeat_kill") and (sim.hang or sim.crash):
             status = "FAILED (exit 1) — Training FAILED (exit=1)"
         elif sim.hang or sc.name == "dead-node":
             status = "FAILED (exit 143) — CANCELLED (scancel / SIGTERM)"

@@ -28,6 +28,8 @@ log = structlog.get_logger(__name__)
 _HOST_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}))*$")
 _ULID_RE = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}$")
 COPY_EXCLUDES = frozenset({"wal", "chunks_head", "lock", "queries.active"})
+# A finished job's whole TSDB, WAL included (its newest samples: often the hang), never its lock.
+FULL_COPY_EXCLUDES = frozenset({"lock", "queries.active"})
 
 
 class AccessError(Exception):
@@ -109,11 +111,13 @@ def read_blocks(path: Path) -> list[BlockMeta]:
     return out
 
 
-def copy_tsdb(src: Path, dst: Path) -> None:
-    """Copy the immutable blocks only (what `rsync --exclude wal --exclude chunks_head --exclude lock` does)."""
+def copy_tsdb(src: Path, dst: Path, excludes: frozenset[str] = COPY_EXCLUDES) -> None:
+    """Copy the immutable blocks only (what `rsync --exclude wal --exclude chunks_head --exclude lock` does).
+
+    `excludes=FULL_COPY_EXCLUDES`: everything but the lock (a read-only replay of a finished job)."""
     dst.mkdir(parents=True, exist_ok=True)
     for child in src.iterdir():
-        if child.name in COPY_EXCLUDES:
+        if child.name in excludes:
             continue
         target = dst / child.name
         if child.is_dir():

@@ -6,6 +6,8 @@ Example `[tsdb]` table (every key optional; unknown keys are errors that name th
     prometheus_binary = "/usr/bin/prometheus"
     gpu_model = "MI355X"              # default: detected from VRAM size, else MI300X
     confirm_hang_with_power = true    # page a hang only once the power signature confirms it
+    early_page = true                 # GPU-confirmed early page of live RAY=1 hangs
+    early_max_concurrent = 8          # early-page queries in flight at once
     [tsdb.thresholds]
     warmup_steps = 10
     [tsdb.gpu_profiles.H100]
@@ -106,6 +108,16 @@ class TsdbSettings:
     lookback_delta: str = "5m"
     work_dir: str | None = None  # where temp copies and configs go (default: tempfile)
     confirm_hang_with_power: bool = False  # page on a hang only once the power signature confirms it
+    # Early page of live RAY=1 jobs (tsdb.early_hang): once the expected step is overdue by
+    # early_overdue_factor x steady step time + early_overdue_slack_s, the job's Prometheus is
+    # asked once per early_scrape_interval_s (the slowest exporter's scrape interval: node_hw
+    # 10 s in the job scripts), at most early_max_concurrent jobs at a time; two scrapes of
+    # the hang signature on every host page at once.
+    early_page: bool = True
+    early_overdue_factor: float = 1.5
+    early_overdue_slack_s: float = 20.0
+    early_scrape_interval_s: float = 10.0
+    early_max_concurrent: int = 8
     thresholds: Thresholds = field(default_factory=Thresholds)
     ssh: SshSettings = field(default_factory=SshSettings)
     gpu_profiles: Mapping[str, GpuProfile] = field(default_factory=lambda: dict(DEFAULT_PROFILES))
@@ -133,6 +145,10 @@ _NAMED_BOUNDS: dict[str, tuple[float, float, str]] = {
     "warmup_steps": (0, 1_000_000, "a step count of a real training run"),
     "ramp_min_r2": (0, 1, "a coefficient of determination"),
     "temp_limit_c": (0, 200, "degrees Celsius of a GPU"),
+    "early_overdue_factor": (0, 100, "steady step times before the GPUs are asked"),
+    "early_overdue_slack_s": (0, 86400, "at most a day"),
+    "early_scrape_interval_s": (1, 600, "a Prometheus scrape interval"),
+    "early_max_concurrent": (1, 256, "queries in flight at once; each holds an ssh channel"),
 }
 
 

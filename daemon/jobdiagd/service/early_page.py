@@ -1,0 +1,174 @@
+"""The early page's edge: ask overdue live RAY=1 jobs' Prometheus off the tick, bounded, and hand back confirmations.
+
+Scheduling (decided here): `poll(views, now)` is called by the engine's loop after every full
+tick and whenever `next_poll_at()` comes; it never waits on the network. For each job whose step is
+overdue (`detectors.hang.early_due_at`) and not yet confirmed for that step, it starts one
+query task per `early_scrape_interval_s` (a job with a query in flight is skipped, so a slow
+Prometheus costs one query at a time, never a queue), through the ssh tunnel pool the hang
+verdict uses (one connection per head node). At most `early_max_concurrent` queries run at
+once (a semaphore; the others wait their turn in it). The answer goes through the pure judge
+(`tsdb.early_hang.judge`) into the job's `EarlyMemo`; a confirmation sets `wake`, and the
+engine runs the hang detector for those jobs at once (`take_confirmed`), not at the next
+full tick. A failed query is `no-data` (never confirms); the step budget is untouched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from jobdiagd import clock
+from jobdiagd.detectors.hang import EARLY, EarlyMemo, EarlyRule, early_memo, early_window
+from jobdiagd.logsetup import get_logger
+from jobdiagd.service.jobs import JobView
+from jobdiagd.tsdb.access import AccessError, NoTsdb, SshTunnelPool, open_tsdb
+from jobdiagd.tsdb.client import PromError
+from jobdiagd.tsdb.context import DiagnosisContext, context_from_triage
+from jobdiagd.tsdb.early_hang import EarlyVerdict, early_query, judge, profile_for
+from jobdiagd.tsdb.settings import TsdbSettings
+
+QueryFn = Callable[[DiagnosisContext, float], Coroutine[Any, Any, EarlyVerdict]]
+
+
+@dataclass
+class _Job:
+    step: int
+    step_at: float | None
+    ctx: DiagnosisContext | None
+    next_at: float = float("-inf")
+    task: asyncio.Task[EarlyVerdict] | None = None
+
+
+async def live_early_verdict(
+    ctx: DiagnosisContext, now: float, *, settings: TsdbSettings, tunnels: SshTunnelPool, timeout_s: float
+) -> EarlyVerdict:
+    """One early query against the live job's Prometheus (ssh forward; never a block copy)."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            async with open_tsdb(ctx, settings, now=now, tunnels=tunnels, allow_copy=False) as handle:
+                series = await handle.client.query_matrix(early_query(settings.early_scrape_interval_s), None)
+                at = clock.wall()  # the server's "now" the samples are judged against
+    except (NoTsdb, AccessError, PromError) as exc:
+        return EarlyVerdict("no-data", f"TSDB query failed: {exc}", now)
+    except TimeoutError:
+        return EarlyVerdict("no-data", f"TSDB query timed out after {timeout_s:g}s", now)
+    return judge(
+        series,
+        at=at,
+        nodes=ctx.nodes,
+        profile=profile_for(series, settings),
+        thresholds=settings.thresholds,
+        scrape_interval_s=settings.early_scrape_interval_s,
+    )
+
+
+class EarlyConfirmer:
+    def __init__(
+        self, settings: TsdbSettings, tunnels: SshTunnelPool, *, query_fn: QueryFn | None = None
+    ) -> None:
+        self.settings = settings
+        self.rule = EarlyRule(settings.early_overdue_factor, settings.early_overdue_slack_s)
+        self.interval = settings.early_scrape_interval_s
+        timeout = max(1.0, min(settings.query_timeout_s, self.interval))
+        self._query: QueryFn = query_fn or (
+            lambda ctx, now: live_early_verdict(
+                ctx, now, settings=settings, tunnels=tunnels, timeout_s=timeout
+            )
+        )
+        self._sem = asyncio.Semaphore(settings.early_max_concurrent)
+        self._jobs: dict[str, _Job] = {}
+        self._confirmed: set[str] = set()
+        self._next: float | None = None
+        self.wake = asyncio.Event()
+        self.queries = 0
+        self._log = get_logger(component="early_page")
+
+    def poll(self, views: Mapping[str, JobView], now: float) -> None:
+        """Start the due queries (non-blocking); forget jobs that are no longer overdue."""
+        nxt: float | None = None
+        for key in list(self._jobs):
+            if key not in views:
+                self._drop(key)
+        for key, view in views.items():
+            due = self._due(view, now)
+            job = self._jobs.get(key)
+            if due is None:
+                if job is not None:
+                    self._drop(key)
+                continue
+            if due > now:
+                nxt = due if nxt is None else min(nxt, due)
+                continue
+            last = view.last_step
+            assert last is not None
+            if job is None or (job.step, job.step_at) != (last, view.last_step_at):
+                self._drop(key)
+                job = self._jobs[key] = _Job(last, view.last_step_at, _context(view, now))
+            if job.ctx is None:
+                continue  # not RAY=1, or no head node/port in the log: nothing to ask
+            if job.task is None and now >= job.next_at:
+                job.next_at = now + self.interval
+                job.task = asyncio.get_running_loop().create_task(self._ask(key, view, job, now))
+            # In flight past its next slot: the loop looks again shortly (at most every MIN_EARLY_GAP_S).
+            nxt = job.next_at if nxt is None else min(nxt, job.next_at)
+        self._next = nxt
+
+    def _due(self, view: JobView, now: float) -> float | None:
+        if view.ended or view.main is None or (view.slurm is not None and view.slurm.state != "RUNNING"):
+            return None
+        memo = early_memo(view)
+        if memo is not None and memo.verdict.confirmed:
+            return None  # confirmed for this step: nothing more to ask
+        window = early_window(view, self.rule)
+        if window is None or now > window[1]:
+            return None  # not armed, or past the step budget (which pages on its own)
+        return window[0]
+
+    async def _ask(self, key: str, view: JobView, job: _Job, now: float) -> EarlyVerdict:
+        assert job.ctx is not None
+        try:
+            async with self._sem:
+                self.queries += 1
+                verdict = await self._query(job.ctx, now)
+        except Exception as exc:  # a bug in one query must not stop the others
+            verdict = EarlyVerdict("no-data", f"early query failed: {type(exc).__name__}: {exc}", now)
+        finally:
+            job.task = None
+        if (view.last_step, view.last_step_at) == (job.step, job.step_at):
+            view.memo[EARLY] = EarlyMemo(job.step, verdict, job.step_at)
+            if verdict.confirmed:
+                self._log.info("early_confirmed", job_id=key, state=verdict.state, suspects=verdict.suspects)
+                self._confirmed.add(key)
+                self.wake.set()
+        return verdict
+
+    def next_poll_at(self) -> float | None:
+        return self._next
+
+    def take_confirmed(self) -> set[str]:
+        out, self._confirmed = self._confirmed, set()
+        self.wake.clear()
+        return out
+
+    def _drop(self, key: str) -> None:
+        job = self._jobs.pop(key, None)
+        if job is not None and job.task is not None:
+            job.task.cancel()
+
+    async def close(self) -> None:
+        tasks = [j.task for j in self._jobs.values() if j.task is not None]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._jobs.clear()
+
+
+def _context(view: JobView, now: float) -> DiagnosisContext | None:
+    """The job's TSDB coordinates, if it is a live RAY=1 job with a head node and port in its log."""
+    res = view.analysis(now)
+    if not (res.ray and res.live.head_node and res.live.prometheus_port):
+        return None
+    ctx = context_from_triage(res.to_dict())
+    return ctx if ctx.live else None

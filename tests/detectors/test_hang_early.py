@@ -1,0 +1,171 @@
+"""The hang detector's early page: a GPU-confirmed verdict turns an overdue step into a page before the budget."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from jobdiagd.detectors import NoData
+from jobdiagd.detectors.hang import (
+    EARLY,
+    EARLY_DETAIL,
+    EarlyMemo,
+    EarlyRule,
+    HangDetector,
+    early_due_at,
+)
+from jobdiagd.logs.state import LogState
+from jobdiagd.model.alerts import Finding
+from jobdiagd.model.jobref import JobRef
+from jobdiagd.service.jobs import JobView
+from jobdiagd.sim import lines as L
+from jobdiagd.triage.stall import StallPolicy
+from jobdiagd.tsdb.early_hang import EarlyVerdict
+
+POLICY = StallPolicy(stall_factor=3.0, min_stall_s=120.0, startup_s=1800.0, checkpoint_s=600.0)
+RULE = EarlyRule(factor=1.5, slack_s=20.0)
+T0 = 1_780_000_000.0
+STEP = 10.0
+# Steps of 10 s: the early point is 10 + 1.5 x 10 + 20 = 45 s after the last step's read, the budget 120 s.
+EARLY_AT = STEP + 1.5 * STEP + 20.0
+BUSY = EarlyVerdict("busy-wait", "every GPU busy-waits", T0)
+DEAD = EarlyVerdict("dead-node", "node002 dead", T0, suspects=("node002",), per_host={"node002": "dead"})
+
+
+class Job:
+    """A job view fed line by line, the daemon clock advanced by hand."""
+
+    def __init__(self) -> None:
+        self.state = LogState("/x/7001-JAX-t.log", ref_time=T0)
+        ref = JobRef("7001", "JAX-t", None, Path("/x/7001-JAX-t.log"), "slurm")
+        self.view = JobView(key="7001", ref=ref, first_seen=T0, main=self.state, policy=POLICY)
+        self.n = 0
+        for ln in L.header_lines(
+            job_id="7001",
+            name="JAX-t",
+            nnodes=2,
+            nodelist="node[001-002]",
+            jax_port=1,
+            ray_port=6379,
+            passthrough={"steps": 1000},
+            model="m",
+        ):
+            self.feed(ln, T0)
+
+    def feed(self, text: str, now: float) -> None:
+        self.n += 1
+        self.state.feed(text, self.n)
+        self.view.note_read(now)
+
+    def step(self, k: int, now: float) -> None:
+        f = L.StepFields(step=k, seconds=STEP, tflops=1.0, tokens=3000.0, total_weights=1, loss=1.0)
+        self.feed("0: " + L.absl_prefix(now, 4242, "metric_logger.py:232") + L.step_line(f), now)
+
+
+def steady(det: HangDetector, steps: int = 30) -> tuple[Job, float]:
+    job = Job()
+    t = T0
+    for k in range(steps):
+        t += STEP
+        job.step(k, t)
+        det.check(job.view, t)
+    return job, t
+
+
+def one(out: object) -> Finding:
+    assert not isinstance(out, NoData) and isinstance(out, list) and len(out) == 1
+    f = out[0]
+    assert isinstance(f, Finding)
+    return f
+
+
+def test_a_confirmed_verdict_pages_at_the_early_point_not_before() -> None:
+    det = HangDetector(POLICY, RULE)
+    job, last = steady(det)
+    assert early_due_at(job.view, RULE) == last + EARLY_AT
+    job.view.memo[EARLY] = EarlyMemo(29, BUSY, job.view.last_step_at)
+    assert one(det.check(job.view, last + EARLY_AT - 1)).resolved
+    f = one(det.check(job.view, last + EARLY_AT))
+    assert not f.resolved and f.severity == "critical" and f.at_step == 29
+    assert f.summary.startswith("GPU-confirmed hang (busy-wait)")
+    assert EARLY_DETAIL in f.details and "busy-wait" in str(f.details["mechanism"])
+    assert f.details["suspect host"] == "none singled out"
+
+
+def test_a_dead_node_page_names_the_suspect_host() -> None:
+    det = HangDetector(POLICY, RULE)
+    job, last = steady(det)
+    job.view.memo[EARLY] = EarlyMemo(29, DEAD, job.view.last_step_at)
+    f = one(det.check(job.view, last + EARLY_AT + 1))
+    assert not f.resolved and "Suspect host: node002" in f.summary
+    assert f.details["suspect host"] == "node002" and f.details["GPU state per host"] == "node002: dead"
+
+
+def test_without_confirmation_the_step_budget_decides() -> None:
+    det = HangDetector(POLICY, RULE)
+    job, last = steady(det)
+    job.view.memo[EARLY] = EarlyMemo(29, EarlyVerdict("not-a-hang", "eval", T0), job.view.last_step_at)
+    assert one(det.check(job.view, last + 100.0)).resolved
+    f = one(det.check(job.view, last + 121.0))
+    assert not f.resolved and EARLY_DETAIL not in f.details
+    job.view.memo[EARLY] = EarlyMemo(29, EarlyVerdict("no-data", "metrics stale", T0), job.view.last_step_at)
+    assert one(det.check(job.view, last + 100.0)).resolved
+
+
+def test_a_verdict_of_an_older_step_is_not_evidence() -> None:
+    det = HangDetector(POLICY, RULE)
+    job, last = steady(det)
+    job.view.memo[EARLY] = EarlyMemo(28, BUSY, job.view.last_step_at)
+    assert one(det.check(job.view, last + EARLY_AT + 5)).resolved
+
+
+def test_a_confirmed_page_stays_until_a_new_step() -> None:
+    det = HangDetector(POLICY, RULE)
+    job, last = steady(det)
+    job.view.memo[EARLY] = EarlyMemo(29, BUSY, job.view.last_step_at)
+    for dt in (EARLY_AT, 90.0, 130.0, 600.0):  # before and after the step budget
+        f = one(det.check(job.view, last + dt))
+        assert not f.resolved and EARLY_DETAIL in f.details, dt
+    job.step(30, last + 700.0)
+    f = one(det.check(job.view, last + 700.0))
+    assert f.resolved and f.summary == "steps resumed at step 30"
+
+
+def test_not_armed_during_warmup() -> None:
+    det = HangDetector(POLICY, RULE)
+    job, last = steady(det, steps=3)  # compilation and the first steps: no steady step time yet
+    assert early_due_at(job.view, RULE) is None
+    job.view.memo[EARLY] = EarlyMemo(2, BUSY, job.view.last_step_at)
+    assert one(det.check(job.view, last + 60.0)).resolved
+
+
+def test_not_armed_when_the_step_budget_comes_first() -> None:
+    det = HangDetector(POLICY, EarlyRule(factor=20.0, slack_s=20.0))
+    job, _ = steady(det)
+    assert early_due_at(job.view, EarlyRule(factor=20.0, slack_s=20.0)) is None
+
+
+def test_disabled_early_page_ignores_the_memo() -> None:
+    det = HangDetector(POLICY, None)
+    job, last = steady(det)
+    job.view.memo[EARLY] = EarlyMemo(29, BUSY, job.view.last_step_at)
+    assert one(det.check(job.view, last + EARLY_AT + 5)).resolved
+
+
+def test_a_page_is_not_taken_back_when_the_rule_changes() -> None:
+    """A reload that moves the early point later must not resolve a paged hang as 'steps resumed'."""
+    det = HangDetector(POLICY, RULE)
+    job, last = steady(det)
+    job.view.memo[EARLY] = EarlyMemo(29, BUSY, job.view.last_step_at)
+    assert not one(det.check(job.view, last + EARLY_AT)).resolved
+    reloaded = HangDetector(POLICY, EarlyRule(factor=1.5, slack_s=60.0))
+    f = one(reloaded.check(job.view, last + EARLY_AT + 15))
+    assert not f.resolved and EARLY_DETAIL in f.details
+
+
+def test_a_verdict_of_a_replaced_log_is_not_evidence() -> None:
+    """The log was replaced (a restart) and the new run reached the same step number: the old
+    run's verdict is about another step."""
+    det = HangDetector(POLICY, RULE)
+    job, last = steady(det)
+    job.view.memo[EARLY] = EarlyMemo(29, BUSY, job.view.last_step_at - 3600.0)
+    assert one(det.check(job.view, last + EARLY_AT + 5)).resolved
