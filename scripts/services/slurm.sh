@@ -68,6 +68,17 @@ live_pid() {
   echo "$pid"
 }
 
+# Whether a daemon this run just started is still alive. Not live_pid: until the forked shell
+# has exec'd the daemon, /proc/PID/cmdline is still this script's, so live_pid would call a
+# daemon that is merely slow to exec "exited" (seen on a loaded CI machine: "munged exited
+# during start" with an empty munged.log). We forked this PID ourselves, so it cannot be recycled.
+started_alive() {
+  local pid=$1 st
+  [ -r "/proc/$pid/status" ] || return 1
+  st=$(sed -n 's/^State:[[:space:]]*\([A-Z]\).*/\1/p' "/proc/$pid/status" 2>/dev/null) || return 1
+  [ -n "$st" ] && [ "$st" != Z ] && [ "$st" != X ]
+}
+
 node_state() {
   # Without the timeout sinfo blocks for minutes when slurmctld is gone.
   timeout 3 sinfo -h -N -n "$NODE_NAME" -o %T 2>/dev/null | head -n 1
@@ -155,11 +166,12 @@ start_munge() {
   setsid munged -F --key-file="$MUNGE_DIR/munge.key" --socket="$MUNGE_DIR/munge.sock" \
     --pid-file="$MUNGE_DIR/munged.pid" --log-file="$LOG_DIR/munged.log" \
     --seed-file="$MUNGE_DIR/munged.seed" </dev/null >>"$LOG_DIR/munged.log" 2>&1 9>&- &
-  echo $! >"$RUN_DIR/munged.pid"
+  local pid=$!
+  echo "$pid" >"$RUN_DIR/munged.pid"
   local deadline=$((SECONDS + 10))
   until [ -S "$MUNGE_DIR/munge.sock" ] && munge -n -S "$MUNGE_DIR/munge.sock" 2>/dev/null |
     unmunge -S "$MUNGE_DIR/munge.sock" >/dev/null 2>&1; do
-    live_pid munged >/dev/null || die "munged exited during start"
+    started_alive "$pid" || die "munged (pid $pid) exited during start"
     ((SECONDS < deadline)) || die "munged not answering on $MUNGE_DIR/munge.sock after 10 s"
     sleep 0.1
   done
@@ -183,20 +195,22 @@ start_daemons() {
   local deadline=$((SECONDS + START_DEADLINE_S)) st=""
   # -c: start from an empty job table; leftovers of a crashed run would only confuse tests.
   setsid slurmctld -D -c -f "$CONF" </dev/null >>"$LOG_DIR/slurmctld.stdout" 2>&1 9>&- &
-  echo $! >"$RUN_DIR/slurmctld.pid"
+  local ctld_pid=$!
+  echo "$ctld_pid" >"$RUN_DIR/slurmctld.pid"
   until timeout 2 scontrol ping 2>/dev/null | grep -q "is UP"; do
-    live_pid slurmctld >/dev/null || die "slurmctld exited during start"
+    started_alive "$ctld_pid" || die "slurmctld (pid $ctld_pid) exited during start"
     ((SECONDS < deadline)) || die "slurmctld not answering after ${START_DEADLINE_S} s"
     sleep 0.2
   done
 
   setsid slurmd -D -N "$NODE_NAME" -f "$CONF" </dev/null >>"$LOG_DIR/slurmd.stdout" 2>&1 9>&- &
-  echo $! >"$RUN_DIR/slurmd.pid"
+  local slurmd_pid=$!
+  echo "$slurmd_pid" >"$RUN_DIR/slurmd.pid"
   while :; do
     st=$(node_state || true)
     case "$st" in idle | mixed | allocated) break ;; esac
-    live_pid slurmd >/dev/null || die "slurmd exited during start"
-    live_pid slurmctld >/dev/null || die "slurmctld exited during start"
+    started_alive "$slurmd_pid" || die "slurmd (pid $slurmd_pid) exited during start"
+    started_alive "$ctld_pid" || die "slurmctld (pid $ctld_pid) exited during start"
     ((SECONDS < deadline)) || die "node $NODE_NAME not idle after ${START_DEADLINE_S} s (state: '${st:-no answer}')"
     sleep 0.2
   done
