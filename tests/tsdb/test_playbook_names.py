@@ -7,7 +7,7 @@ from jobdiagd.tsdb.playbooks.registry import PLAYBOOKS
 
 
 def test_names_are_the_registry_s_sorted() -> None:
-    assert PLAYBOOK_NAMES == tuple(sorted(PLAYBOOKS))
+    assert tuple(sorted(PLAYBOOKS)) == PLAYBOOK_NAMES
 
 
 def test_every_class_maps_to_a_registered_playbook() -> None:
