@@ -209,7 +209,12 @@ def settings_from_mapping(data: Mapping[str, Any]) -> TsdbSettings:
     s = replace(s, thresholds=_build(Thresholds, data.get("thresholds", {}), "tsdb.thresholds"))
     s = replace(s, ssh=_build(SshSettings, data.get("ssh", {}), "tsdb.ssh"))
     profiles = dict(base.gpu_profiles)
-    for name, prof in (data.get("gpu_profiles") or {}).items():
+    tables = data.get("gpu_profiles") or {}
+    if not isinstance(tables, Mapping):
+        raise ValueError(f"[tsdb.gpu_profiles]: must be a table of GPU models, got {tables!r}")
+    for name, prof in tables.items():
+        if not isinstance(prof, Mapping):
+            raise ValueError(f"[tsdb.gpu_profiles.{name}]: must be a table, got {prof!r}")
         key = normalize_model(name)
         start = profiles.get(key, DEFAULT_PROFILES["MI300X"])
         merged = {f.name: getattr(start, f.name) for f in fields(GpuProfile)} | {"name": key}
