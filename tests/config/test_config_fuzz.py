@@ -137,6 +137,9 @@ def _check(text: str) -> Config | None:
 @example({("tsdb",): {"gpu_profiles": [1]}})
 @example({("tsdb",): {"gpu_profiles": {"H100": 1}}})
 @example({("tsdb",): {"thresholds": 1}})
+# Found by the long profile: a number where a GPU model name belongs raised AttributeError.
+@example({("tsdb",): {"gpu_model": 0}})
+@example({("tsdb",): {"work_dir": 1}})
 @example({("notifiers", "telegram"): {"token_file": TG_TOKEN, "enabled": True}})
 @example({("notifiers", "slack"): {"token_credential": SLACK_TOKEN}})
 # Found by this test: a token pasted into a key that is not a secret one was echoed.
