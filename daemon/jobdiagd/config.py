@@ -121,6 +121,20 @@ def _token_kind(text: str) -> str | None:
     return next((kind for kind, rx in _TOKEN_RES if rx.match(text.strip())), None)
 
 
+def _hide_tokens(msg: str, value: Any) -> str:
+    """`msg` with every token-shaped string of `value` blanked: a token pasted into any key (not
+    only the secret ones) must not reach the error, hence the journal."""
+    if isinstance(value, str):
+        return msg.replace(value, "<not shown: looks like a token>") if _token_kind(value) else msg
+    if isinstance(value, list | tuple):
+        for item in value:
+            msg = _hide_tokens(msg, item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            msg = _hide_tokens(msg, item)
+    return msg
+
+
 def _credential(value: Any) -> str | None:
     if not value:
         return None
@@ -653,7 +667,7 @@ class _Ctx:
                 try:
                     kwargs[name] = parser(value)
                 except (ValueError, TypeError) as exc:  # the parser's message names the table and key
-                    self.errors.append(f"{self.source}: {exc}")
+                    self.errors.append(f"{self.source}: {_hide_tokens(str(exc), value)}")
                 continue
             item_tp = typing.get_args(tp)[0] if typing.get_origin(tp) is tuple else None
             if item_tp is not None and dataclasses.is_dataclass(item_tp):
@@ -678,13 +692,13 @@ class _Ctx:
             if not ok:
                 if f.metadata.get("secret"):
                     msg = f"must be {_expected(tp)} ({_NOT_SHOWN})"
-                self.error(section, name, msg)
+                self.error(section, name, _hide_tokens(msg, value))
                 continue
             failed = False
             for check in f.metadata.get("validators", ()):
                 problem = check(converted)
                 if problem:
-                    self.error(section, name, problem)
+                    self.error(section, name, _hide_tokens(problem, value))
                     failed = True
                     break
             if not failed:
@@ -732,14 +746,22 @@ class _Ctx:
                     return False, None, f"must be a finite number, got {value!r}"
                 return True, float(value), ""
             return False, None, f"must be a number, got {value!r}"
+        # A NUL is never part of a name, id, URL or path (the OS refuses it in paths).
         if tp is str:
-            if isinstance(value, str):
+            if isinstance(value, str) and "\x00" not in value:
                 return True, value, ""
+            if isinstance(value, str):
+                return False, None, "must not contain a NUL character"
             return False, None, f"must be a string, got {_tname(value)}"
         if tp is Path:
             if not isinstance(value, str) or not value:
                 return False, None, f"must be a non-empty path string, got {value!r}"
-            p = Path(value).expanduser()
+            if "\x00" in value:
+                return False, None, "must not contain a NUL character"
+            try:
+                p = Path(value).expanduser()
+            except RuntimeError:  # `~name` of a user this host does not know
+                return False, None, f"cannot expand {value.split('/')[0]!r}: no such user's home directory"
             return True, p if p.is_absolute() or keep_relative else self.base_dir / p, ""
         raise TypeError(f"config type not supported: {tp!r}")
 

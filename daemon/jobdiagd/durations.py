@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 
 def exact_duration(seconds: float | None) -> str:
-    """Exact to the second, for reports and findings: '1d 2h 3m', '2h 0m 5s', '2m 10s', '-5s'; 'unknown' for None."""
-    if seconds is None:
+    """Exact to the second, for reports and findings: '1d 2h 3m', '2h 0m 5s', '2m 10s', '-5s'; 'unknown' for
+    None and for what is not a number of seconds (NaN, infinite)."""
+    if seconds is None or not math.isfinite(seconds):
         return "unknown"
     s = int(round(seconds))
     sign = "-" if s < 0 else ""
@@ -24,7 +27,9 @@ def exact_duration(seconds: float | None) -> str:
 
 
 def rounded_duration(seconds: float) -> str:
-    """Human duration for messages: '45 s', '12 min', '3 h 05 min', '2 d 4 h'."""
+    """Human duration for messages: '45 s', '12 min', '3 h 05 min', '2 d 4 h' ('unknown': NaN, infinite)."""
+    if not math.isfinite(seconds):
+        return "unknown"
     s = max(0, round(seconds))
     if s < 90:
         return f"{s} s"

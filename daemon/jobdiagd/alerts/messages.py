@@ -105,7 +105,8 @@ class MessageStore:
 
     def _select(self, where: str, args: tuple[Any, ...]) -> list[ChatMessageRef]:
         rows = self.store.conn.execute(
-            "SELECT notifier, destination, message_id, notification_id, incident_id, job_id, role, kind,"
+            # `where` is one of this class's constant clauses; the values are bound parameters.
+            "SELECT notifier, destination, message_id, notification_id, incident_id, job_id, role, kind,"  # noqa: S608
             f" extra, created_at FROM chat_messages WHERE {where} ORDER BY created_at, rowid",
             args,
         ).fetchall()

@@ -294,7 +294,7 @@ class AlertStore:
         """Stored incidents; a row that does not parse is skipped, named in `unreadable`, and (when
         open) closed in the store so it is reported once, not at every start."""
         sql = (
-            "SELECT id, data FROM incidents" + (" WHERE is_open = 1" if open_only else "") + " ORDER BY rowid"
+            "SELECT id, data FROM incidents" + (" WHERE is_open = 1" if open_only else "") + " ORDER BY rowid"  # noqa: S608
         )
         out: list[Incident] = []
         bad: list[str] = []

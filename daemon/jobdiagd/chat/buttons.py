@@ -24,8 +24,9 @@ ACTIONS: tuple[Action, ...] = (
     "scancel_no",
 )
 MUTE_SECONDS: Mapping[str, float] = {"m1h": 3600.0, "m24h": 86400.0}
-_TOKEN = re.compile(r"^([a-z_0-9]{1,16}):(\d{1,12})$")
-_SLURM_ID = re.compile(r"^\d{1,12}$")
+# Exactly what `encode` writes: ASCII digits without leading zeros, no final newline.
+_TOKEN = re.compile(r"^([a-z_0-9]{1,16}):(0|[1-9][0-9]{0,11})\Z")
+_SLURM_ID = re.compile(r"^[0-9]{1,12}\Z")
 
 
 @dataclass(frozen=True, slots=True)

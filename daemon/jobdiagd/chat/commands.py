@@ -20,10 +20,11 @@ MAX_TEXT = 512
 MAX_PATH = 1024
 MIN_MUTE_S = 60.0
 MAX_MUTE_S = 7 * 86400.0
-_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,127}$")
-_KIND = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
-_DURATION = re.compile(r"^(\d{1,5})\s*(s|sec|m|min|h|d)?$")
-_COMMAND = re.compile(r"^/?([A-Za-z_]{1,32})(?:@[A-Za-z0-9_]{1,64})?$")
+# ASCII (`\d` and `\w` are Unicode otherwise) and `\Z` (`$` also matches before a final newline).
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,127}\Z", re.ASCII)
+_KIND = re.compile(r"^[a-z][a-z0-9_-]{0,31}\Z", re.ASCII)
+_DURATION = re.compile(r"^(\d{1,5})\s*(s|sec|m|min|h|d)?\Z", re.ASCII)
+_COMMAND = re.compile(r"^/?([A-Za-z_]{1,32})(?:@[A-Za-z0-9_]{1,64})?\Z", re.ASCII)
 _UNIT_S = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, None: 60}
 
 
@@ -148,8 +149,12 @@ def path_under_roots(text: str, roots: Sequence[Path]) -> Path:
     for root in roots:
         real_root = Path(os.path.realpath(root))
         if real == real_root or real.is_relative_to(real_root):
-            if not real.exists():
-                raise UsageError(f"no such file or directory: {text}")
+            try:
+                real.stat()
+            except FileNotFoundError:
+                raise UsageError(f"no such file or directory: {text}") from None
+            except OSError as exc:  # a name too long, a loop, a directory it may not enter
+                raise UsageError(f"cannot use {text[:200]}: {exc.strerror or exc}") from None
             return real
     raise UsageError("path is outside the configured outputs roots")
 

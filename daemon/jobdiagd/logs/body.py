@@ -111,7 +111,9 @@ def fast_step_line(prefixes: tuple[bytes, ...]) -> re.Pattern[bytes]:
         lead + rb"(?:\([\w.:-]+ pid=\d+[^)]*\) )?"
         rb"(?:([IWEF])(\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{1,6}) +\d+ [^\]\s]+\] )?"
         rb"(?:\[Rampup Batch Size Phase\], )?"
-        rb"completed step: (\d+), seconds: (\d+\.\d+)(?=,|$)"
+        # Bounded digits: a longer number is garbage the full parser drops (MAX_DIGITS, and
+        # plausible_seconds' 1e9 s), so such a line must take that path, not this one.
+        rb"completed step: (\d{1,18}), seconds: (\d{1,9}\.\d+)(?=,|$)"
     )
 
 

@@ -27,9 +27,9 @@ from typing import Protocol, TypeVar
 
 from jobdiagd.logs.prefixes import Stamp, strip, strip_ansi
 from jobdiagd.logs.scan import HARMLESS_ONLY, NeedleGate
-from jobdiagd.logs.steps import TRIAGE, Retention, StepSeries, step_record
+from jobdiagd.logs.steps import TRIAGE, Retention, StepSeries, plausible_seconds, step_record
 from jobdiagd.model.records import ClassHits, Evidence, NodeExit, StageEvent, StepRecord, Summary
-from jobdiagd.rules.maxtext import DEFAULT_CHECKPOINT_PERIOD, truthy
+from jobdiagd.rules.maxtext import DEFAULT_CHECKPOINT_PERIOD, int_setting, truthy
 from jobdiagd.rules.signatures import (
     EVIDENCE_CLASSES,
     SIGNATURE_NEEDLES,
@@ -38,40 +38,46 @@ from jobdiagd.rules.signatures import (
 )
 from jobdiagd.rules.slurm import CANCEL_EXITS, parse_slurm_duration
 
+# Numbers read from a log have at most MAX_DIGITS digits (`\d{1,18}(?!\d)`): a longer one is
+# garbage, and past 4300 digits `int()` itself raises. Ports have at most five.
+MAX_DIGITS = 18
 # The number must end at a comma or the line end: with `srun -u` another task's prefix can
 # land right after it (`completed step: 9` + `9: I1128 ...` must not read as step 99).
-_STEP = re.compile(r"completed step: (\d+)(?=,|\s*$)")
-_PROFILER_STEP = re.compile(r"completed profiler (?:activation|deactivation) step: (\d+)(?=,|\s*$)")
-_FIELD = re.compile(r"([A-Za-z][\w /%-]*?)\s*[: ]\s*(-?[\d.]+(?:[eE][-+]?\d+)?|nan|inf)%?(?:,|$)")
+_STEP = re.compile(r"completed step: (\d{1,18})(?=,|\s*$)")
+_PROFILER_STEP = re.compile(r"completed profiler (?:activation|deactivation) step: (\d{1,18})(?=,|\s*$)")
 _CONFIG = re.compile(r"Config param (\w+): ?(.*)$")
-_RESTORE = re.compile(r"restoring from this run's directory(?: latest)? step\s+(\d+)")
-_SAVED = re.compile(r"[Ss]aved a checkpoint at step (\d+)")
-_ASYNC_SAVE = re.compile(r"Started an asynchronous checkpoint save for step (\d+)")
-_FINISHED_SAVE = re.compile(r"Finished saving checkpoint.*?/(\d+)`?\.?\s*$")
+_RESTORE = re.compile(r"restoring from this run's directory(?: latest)? step\s+(\d{1,18})(?!\d)")
+_SAVED = re.compile(r"[Ss]aved a checkpoint at step (\d{1,18})(?!\d)")
+_ASYNC_SAVE = re.compile(r"Started an asynchronous checkpoint save for step (\d{1,18})(?!\d)")
+_FINISHED_SAVE = re.compile(r"\A(?>.*?Finished saving checkpoint).*/(\d{1,18})`?\.?\s*$")
 _STAGE = re.compile(
     r"^== (Preflight|Docker pull|ECC check|Training|[A-Z][\w ]*?) (BEGIN|END|TIMEOUT|FAILED)\b(?: \((.*?)\))? =="
 )
-_STAGE_EXIT = re.compile(r"exit=(\d+)")
+_STAGE_EXIT = re.compile(r"exit=(\d{1,18})(?!\d)")
 # Tolerant: any case, any text after the exit code ("— reason", "(scancel by user)", a
 # mis-decoded dash).
-_SUMMARY_STATUS = re.compile(r"Status:\s*([A-Za-z]+)\s*(?:\(exit (\d+)\))?\s*(.*)$")
+_SUMMARY_STATUS = re.compile(r"Status:\s*([A-Za-z]+)\s*(?:\(exit (\d{1,18})\))?\s*(.*)$")
 _REASON_LEAD = re.compile(r"^[\s—–\-â€”\x80-\x9f]+")
-_WALL_PART = re.compile(r"(\d+)\s*([dhms])")
+_WALL_PART = re.compile(r"(?<!\d)(\d{1,12})\s*([dhms])")
 # A Wall written the way Slurm writes elapsed times (read by `rules.slurm.parse_slurm_duration`).
-_WALL_CLOCK = re.compile(r"(?:\d+-)?\d+(?::\d\d){1,2}")
-_NODE_EXIT = re.compile(r"NODE_EXIT host=(\S+) exit=(\d+)")
+_WALL_CLOCK = re.compile(r"(?:\d{1,9}-)?\d{1,9}(?::\d\d){1,2}")
+_NODE_EXIT = re.compile(r"NODE_EXIT host=(\S+) exit=(\d{1,18})(?!\d)")
 _SRUN_ERROR = re.compile(r"srun: error: (\S+?): tasks? ([\d,\-\[\] ]+): (.*)$")
-_EXIT_CODE = re.compile(r"[Ee]xit(?:ed with exit)? code (\d+)")
+_EXIT_CODE = re.compile(r"[Ee]xit(?:ed with exit)? code (\d{1,18})(?!\d)")
 # slurmstepd `*** JOB|STEP <id> ON <host> CANCELLED AT <t> [DUE TO ...] ***`; srun's own time-limit
 # line and old slurmstepd omit `ON <host>` (`... DUE TO TIME LIMIT on n447 ***`).
-_STEPD_CANCEL = re.compile(r"\*\*\* (?:JOB|STEP) ([\d.]+)(?: ON (\S+))? CANCELLED AT (\S+)(.*?)\*\*\*")
+# The time and the reason cannot overlap (`[^\s*]+`, then a space): with `(\S+)(.*?)` a long
+# token after AT backtracked quadratically.
+_STEPD_CANCEL = re.compile(
+    r"\*\*\* (?:JOB|STEP) ([\d.]{1,32})(?: ON (\S+))? CANCELLED AT ([^\s*]+)((?:\s[^*]*)?)\*\*\*"
+)
 _HEADER = re.compile(r"^([A-Z][A-Z0-9_]*)=(.*)$")
-_TASK_PATH = re.compile(r"/job:jax_worker/replica:\d+/task:(\d+)")
-_TUNNEL = re.compile(r"ssh\s+(?:-\S+\s+)*-J\s+(\S+)\s+(.*?)\s*$")
-_LFWD = re.compile(r"-L\s*(\d+):(?:localhost|127\.0\.0\.1):(\d+)")
-_PROM_STARTED = re.compile(r"\[Prometheus\] Started on port (\d+)")
-_PROM_USING = re.compile(r"\[Prometheus\] WARNING: port (\d+) was occupied; using (\d+) instead")
-_PROM_TRYING = re.compile(r"\[Prometheus\] Port (\d+) occupied, trying (\d+)")
+_TASK_PATH = re.compile(r"/job:jax_worker/replica:\d+/task:(\d{1,18})(?!\d)")
+_TUNNEL = re.compile(r"ssh\s+(?:-\S+\s+)*-J\s+(\S+)\s+(.*)$")
+_LFWD = re.compile(r"-L\s*(\d{1,5}):(?:localhost|127\.0\.0\.1):(\d{1,5})(?!\d)")
+_PROM_STARTED = re.compile(r"\[Prometheus\] Started on port (\d{1,5})(?!\d)")
+_PROM_USING = re.compile(r"\[Prometheus\] WARNING: port (\d{1,5}) was occupied; using (\d{1,5}) instead")
+_PROM_TRYING = re.compile(r"\[Prometheus\] Port (\d{1,5}) occupied, trying (\d{1,5})")
 _RAY_HEAD = re.compile(r"\[Ray\] Starting HEAD on ([\w.-]+):(\d+)")
 _NCCL_HOST = re.compile(r"^([\w.-]+):\d+:\d+ \[\d+\]")
 _SRUN_FAIL_HOST = re.compile(r"^([\w.-]+): ")
@@ -86,7 +92,7 @@ _FAST_STEP_PREFIX = re.compile(
 _SECONDS = re.compile(rb"seconds: (\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)")
 _TASK_BYTES = re.compile(rb"^\s*(?:P\d+\s+)?(\d{1,6}): ")
 MAX_LINE_BYTES = 64 << 10
-_SRUN_TASK = re.compile(r": task (\d+): ")
+_SRUN_TASK = re.compile(r": task (\d{1,18}): ")
 # match_line finds nothing in a line without a signature needle: most fully parsed lines.
 _may_match = NeedleGate(SIGNATURE_NEEDLES)
 _T = TypeVar("_T")
@@ -202,7 +208,7 @@ def parse_fast_step(raw: bytes) -> FastStep | None:
         return None
     k = raw.find(b",", i + 16)
     num = raw[i + 16 : k]
-    if k == -1 or not num.isdigit():
+    if k == -1 or not num.isdigit() or len(num) > MAX_DIGITS:
         return None
     m = _FAST_STEP_PREFIX.fullmatch(raw, 0, i)
     if m is None:
@@ -219,10 +225,10 @@ def parse_fast_step(raw: bytes) -> FastStep | None:
         e = rest.find(b",", 10)
         tok = rest[10:e] if e != -1 else rest[10:]
         if tok.replace(b".", b"", 1).isdigit():
-            seconds = float(tok)
+            seconds = plausible_seconds(float(tok))
     if seconds is None:
         sm = _SECONDS.search(rest)
-        seconds = float(sm.group(1)) if sm else None
+        seconds = plausible_seconds(float(sm.group(1))) if sm else None
     return (
         int(num),
         int(task_s) if task_s is not None else None,
@@ -469,7 +475,9 @@ class LogState:
             j = i + 16
             k = raw.find(b",", j)
             num = raw[j:k] if k != -1 else raw[j:].strip()
-            if num.isdigit() and not self.steps.seen(int(num)) and len(raw) < 4096:
+            if len(num) > MAX_DIGITS:
+                pass  # not a step number: the general parser treats the line as text
+            elif num.isdigit() and not self.steps.seen(int(num)) and len(raw) < 4096:
                 if fast is True:
                     fast = parse_fast_step(raw)
                 if fast:
@@ -891,19 +899,23 @@ class LogState:
                 self.tunnel = text.strip()
                 target = m.group(2).split()[-1] if m.group(2).split() else ""
                 self.tunnel_host = target.rpartition("@")[2] or None
-                self.tunnel_ports = [int(p.group(1)) for p in _LFWD.finditer(text)]
+                self.tunnel_ports = [
+                    port for p in _LFWD.finditer(text) if _is_port(port := int(p.group(1)))
+                ][:EVENTS_KEEP]
             return
         if "[Prometheus]" in text:
             m = _PROM_STARTED.search(text)
             if m:
-                self.prom_port = int(m.group(1))
+                if _is_port(int(m.group(1))):
+                    self.prom_port = int(m.group(1))
                 return
             m = _PROM_USING.search(text)
             if m:
-                self.prom_port = self.prom_port or int(m.group(2))
+                if _is_port(int(m.group(2))):
+                    self.prom_port = self.prom_port or int(m.group(2))
                 return
             m = _PROM_TRYING.search(text)
-            if m:
+            if m and _is_port(int(m.group(1))):
                 self._push(self.prom_port_tried, int(m.group(1)))
             return
         if "[Ray] Starting HEAD" in text:
@@ -980,7 +992,7 @@ class LogState:
             return True
         if key == "Nodes":
             with contextlib.suppress(ValueError, IndexError):
-                summ.nodes = int(value.split()[0])
+                summ.nodes = int(value.split()[0][:MAX_DIGITS])
             return True
         return False
 
@@ -1010,10 +1022,9 @@ class LogState:
     def _checkpoint_hint(self, key: str, value: str) -> None:
         """The checkpoint period as configured: the steps where progress-lost sums may be asked."""
         if key == "checkpoint_period":
-            with contextlib.suppress(ValueError):
-                period = int(float(value.strip().strip("\"'").replace("_", "")))
-                if period > 0 and len(self.steps.anchor_periods) < 8:
-                    self.steps.anchor_periods.add(period)
+            period = int_setting(value)
+            if period is not None and period > 0 and len(self.steps.anchor_periods) < 8:
+                self.steps.anchor_periods.add(period)
         elif key == "enable_checkpointing" and truthy(value) and len(self.steps.anchor_periods) < 8:
             self.steps.anchor_periods.add(DEFAULT_CHECKPOINT_PERIOD)
 
@@ -1034,6 +1045,10 @@ def _saves_to_keep(saves: Iterable[int], kept_steps: set[int]) -> set[int]:
     keep = set(order[:SAVES_HEAD]) | set(order[-SAVES_TAIL:])
     keep.update(s for s in order if s in kept_steps or s + 1 in kept_steps)
     return keep
+
+
+def _is_port(n: int) -> bool:
+    return 0 < n <= 65535
 
 
 def _quote(line: str) -> str:

@@ -42,6 +42,7 @@ Steps are expected in increasing order (a step's first copy; re-runs replace rec
 from __future__ import annotations
 
 import heapq
+import math
 from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
@@ -83,6 +84,19 @@ TAIL = Retention(
 )
 HISTORY_POINTS = 1024  # buckets of `history()` for a store without a history of its own
 _INF = float("inf")
+# A step time above this (~32 years) is garbage in the log, not a slow step: it is read as
+# missing, like an unparsable one, so it cannot make the summed training time infinite.
+MAX_STEP_SECONDS = 1e9
+
+
+def plausible_seconds(value: float | None) -> float | None:
+    """A step line's `seconds`, or None when it is not a finite time up to MAX_STEP_SECONDS."""
+    return value if value is not None and math.isfinite(value) and abs(value) <= MAX_STEP_SECONDS else None
+
+
+def finite(value: float | None) -> float | None:
+    """A rate (tokens/s, TFLOP/s) or None: `1e400` reads as inf, which no average survives."""
+    return value if value is not None and math.isfinite(value) else None
 
 
 def parse_step_fields(rest: str) -> dict[str, float]:
@@ -108,9 +122,9 @@ def step_record(
     f = parse_step_fields(rest)
     return StepRecord(
         step=step,
-        seconds=f.get("seconds"),
-        tgs=f.get("Tokens/s/device"),
-        tflops=f.get("TFLOP/s/device", f.get("TFLOP/s")),
+        seconds=plausible_seconds(f.get("seconds")),
+        tgs=finite(f.get("Tokens/s/device")),
+        tflops=finite(f.get("TFLOP/s/device", f.get("TFLOP/s"))),
         loss=f.get("loss"),
         time=time,
         line=line,
@@ -126,11 +140,11 @@ def materialize(rec: StepRecord) -> None:
     if raw is None:
         return
     f = parse_step_fields(raw.decode("utf-8", errors="replace"))
-    rec.tgs = f.get("Tokens/s/device")
-    rec.tflops = f.get("TFLOP/s/device", f.get("TFLOP/s"))
+    rec.tgs = finite(f.get("Tokens/s/device"))
+    rec.tflops = finite(f.get("TFLOP/s/device", f.get("TFLOP/s")))
     rec.loss = f.get("loss")
     if rec.seconds is None:
-        rec.seconds = f.get("seconds")
+        rec.seconds = plausible_seconds(f.get("seconds"))
 
 
 def tgs_of(rec: StepRecord) -> float | None:
@@ -144,10 +158,10 @@ def tgs_of(rec: StepRecord) -> float | None:
     j = raw.find(b",", i + 17)
     tok = raw[i + 17 : j] if j != -1 else raw[i + 17 :]
     try:
-        return float(tok)
+        return finite(float(tok))
     except ValueError:
         try:
-            return float(tok.rstrip(b"% "))
+            return finite(float(tok.rstrip(b"% ")))
         except ValueError:
             return None
 

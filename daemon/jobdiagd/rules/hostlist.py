@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 
-_HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+# `\Z`, not `$`: "node001\n" is not a host name (`$` matches before a final newline).
+_HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}\Z")
 _MAX_HOSTS = 100_000
 
 

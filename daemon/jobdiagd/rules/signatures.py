@@ -175,7 +175,7 @@ SIGNATURES: tuple[Signature, ...] = (
         ("[ERROR] Pull failed for", "[ERROR] Authenticated pull failed", "[ERROR] Login to"),
         "Image pull or registry auth failed",
         "Docker pull",
-        _rx(r"\[ERROR\] (?:Pull failed for|Authenticated pull failed|Login to .* failed)"),
+        _rx(r"\[ERROR\] (?:Pull failed for|Authenticated pull failed)|\A(?>.*?\[ERROR\] Login to ).* failed"),
     ),
     _one(
         "container-load-fail",
@@ -487,7 +487,7 @@ SIGNATURES: tuple[Signature, ...] = (
                 "NCCL-warn-timeout",
                 "runbook nccl-timeout row: 'NCCL WARN Timeout' (not a literal in NCCL: WARN + timeout)",
                 ("NCCL WARN",),
-                _rx(r"NCCL WARN.*(?:[Tt]imeout|[Tt]imed out)"),
+                _rx(r"\A(?>.*?NCCL WARN).*(?:[Tt]imeout|[Tt]imed out)"),
                 NCCL_TIMEOUT_DESC,
             ),
             Family(
@@ -504,7 +504,7 @@ SIGNATURES: tuple[Signature, ...] = (
                 ("Watchdog caught collective operation timeout", "WorkNCCL(", "Timeout at NCCL work"),
                 _rx(
                     r"Watchdog caught collective operation timeout|Timeout at NCCL work"
-                    r"|WorkNCCL\(.*?\).*?(?:before timing out|timed out)"
+                    r"|\A(?>.*?WorkNCCL\([^)]{0,1000}\)).*?(?:before timing out|timed out)"
                 ),
                 NCCL_TIMEOUT_DESC,
             ),
@@ -546,8 +546,11 @@ SIGNATURES: tuple[Signature, ...] = (
                 "runbook xla-compile-fail row: 'INTERNAL: Failed to compile', 'XLA compilation failed', 'HloModule + error'",
                 ("INTERNAL: Failed to compile", "XLA compilation failed", "HloModule"),
                 _rx(
-                    r"INTERNAL: Failed to compile|XLA compilation failed|HloModule.*(?:[Ee]rror|failed)"
-                    r"|(?:[Ee]rror|failed).*HloModule"
+                    # `\A(?>.*?X).*Y`: X then Y anywhere after, trying only the first X (an atomic
+                    # group); `X.*Y` retried at every X of a 64 KB line takes minutes.
+                    r"INTERNAL: Failed to compile|XLA compilation failed"
+                    r"|\A(?>.*?HloModule).*(?:[Ee]rror|failed)"
+                    r"|\A(?>.*?(?:[Ee]rror|failed)).*HloModule"
                 ),
             ),
             # LLVM's report_fatal_error prints `LLVM ERROR: <reason>` and aborts.
@@ -569,10 +572,12 @@ SIGNATURES: tuple[Signature, ...] = (
                 "runbook xla-compile-fail ('XLA/GPU compiler failure'): an internal check of a compiler pass",
                 ("Non-OK-status", "Check failed", "RET_CHECK failure"),
                 _rx(
-                    r"\w*(?:autotun\w*|compiler\w*|partition\w*|emitter\w*|fusion\w*|_pass\w*|pipeline\w*)"
-                    r"\.cc:\d+\][^\n]*(?:Non-OK-status|Check failed)"
-                    r"|Non-OK-status: [\w.>()-]*(?:executable|[Cc]ompil)"
-                    r"|RET_CHECK failure \([^)\n]*(?:xla/service|compiler/xla|xla/hlo|/spmd/)"
+                    # Bounded repeats and an atomic first match: unbounded `\w*` and `[^\n]*`
+                    # here backtrack quadratically on a long line (see the XC-xla family).
+                    r"\A(?>.*?(?:autotun|compiler|partition|emitter|fusion|_pass|pipeline)\w{0,120}"
+                    r"\.cc:\d{1,9}\]).*(?:Non-OK-status|Check failed)"
+                    r"|Non-OK-status: [\w.>()-]{0,400}(?:executable|[Cc]ompil)"
+                    r"|RET_CHECK failure \([^)\n]{0,400}(?:xla/service|compiler/xla|xla/hlo|/spmd/)"
                 ),
             ),
             Family(
@@ -711,7 +716,7 @@ SIGNATURES: tuple[Signature, ...] = (
                 "runbook checkpoint-fs-error ('OCDBT/filesystem errors'): a lock file cannot be taken or renamed",
                 ("Failed to acquire lock", "Failed to rename fd", ".__lock"),
                 _rx(
-                    r"(?:Failed to acquire lock|Failed to rename fd|\.__lock\b)[^\n]*"
+                    r"\A(?>.*?(?:Failed to acquire lock|Failed to rename fd|\.__lock\b)).*"
                     r"(?:\[OS error|\[Errno \d+\]|No such file or directory)"
                 ),
             ),
@@ -723,7 +728,7 @@ SIGNATURES: tuple[Signature, ...] = (
                 ("in OCDBT database", "Error writing local file", "Error getting file info", "[OS error"),
                 _rx(
                     r"Error (?:writing|reading|deleting) [^\n]{0,600}? in OCDBT database|Error writing local file"
-                    r"|Error getting file info|\[OS error[^\]\n]*\]"
+                    r"|Error getting file info|\[OS error[^\]\n]{0,600}\]"
                 ),
             ),
             # An OSError on a checkpoint path (Orbax's tmp directories, OCDBT/zarr files).

@@ -16,6 +16,7 @@ from jobdiagd.model.jobref import JobRef
 from jobdiagd.model.records import StepRecord
 from jobdiagd.model.stepguard import StepGuard
 from jobdiagd.model.triage import CheckpointConfig, TriageResult
+from jobdiagd.rules.maxtext import int_setting
 from jobdiagd.sources.slurm_parse import SlurmJob
 from jobdiagd.triage.engine import analyze
 from jobdiagd.triage.progress import checkpoint_config, steady_step_time
@@ -178,10 +179,7 @@ class JobView:
             total: int | None = cached[1]
             return total
         value = main.passthrough().get("steps") if main is not None and raw else None
-        try:
-            total = int(float(value)) if value else None
-        except ValueError:
-            total = None
+        total = int_setting(value) if value else None
         self.memo["_total"] = (raw, total)
         return total
 

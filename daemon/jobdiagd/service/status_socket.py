@@ -68,7 +68,7 @@ class StatusServer:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         server = await asyncio.start_unix_server(self._serve, path=str(self.path), limit=MAX_REQUEST)
         try:
-            # Between bind and chmod the mode comes from the umask (the unit sets UMask=0027).
+            # Between bind and chmod the mode comes from the umask (the unit sets UMask=0077).
             if self.group:
                 os.chown(self.path, -1, grp.getgrnam(self.group).gr_gid)
                 os.chmod(self.path, 0o660)

@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 from jobdiagd.model.records import StepRecord
 from jobdiagd.model.triage import CheckpointConfig, Progress
-from jobdiagd.rules.maxtext import DEFAULT_CHECKPOINT_PERIOD, truthy
+from jobdiagd.rules.maxtext import DEFAULT_CHECKPOINT_PERIOD, int_setting, truthy
 
 WARMUP_STEPS = 5
 STEADY_WINDOW = 50
@@ -32,12 +32,9 @@ STEADY_WINDOW = 50
 
 def _int_setting(passthrough: dict[str, str], config: dict[str, str], key: str) -> int | None:
     for src in (config, passthrough):
-        raw = src.get(key)
-        if raw is not None:
-            try:
-                return int(float(raw.strip().strip("\"'").replace("_", "")))
-            except ValueError:
-                continue
+        value = int_setting(src.get(key))
+        if value is not None:
+            return value
     return None
 
 
@@ -74,13 +71,9 @@ def checkpoint_config(
         enabled = truthy(config["enable_checkpointing"])
     period: int | None = None
     for src in (config, passthrough):
-        raw = src.get("checkpoint_period")
-        if raw is not None:
-            try:
-                period = int(float(raw.strip().strip("\"'").replace("_", "")))
-                break
-            except ValueError:
-                continue
+        period = int_setting(src.get("checkpoint_period"))
+        if period is not None:
+            break
     periodic = [s for s in saves if s > 0]
     if period is None and enabled is not False:
         # *The saves the log shows beat the default of 200 (rule PRJ-5): the period may come from
@@ -145,13 +138,7 @@ def steady_step_time(steps: list[StepRecord], ckpt: CheckpointConfig) -> float |
 
 def configured_total(passthrough: dict[str, str], config: dict[str, str]) -> int | None:
     """The run's total steps (`steps=` in PASSTHROUGH_ARGS, else the config), when given."""
-    raw_total = passthrough.get("steps") or config.get("steps")
-    if raw_total:
-        try:
-            return int(float(raw_total.strip().strip("\"'")))
-        except ValueError:
-            return None
-    return None
+    return int_setting(passthrough.get("steps") or config.get("steps") or None)
 
 
 def compute_progress(

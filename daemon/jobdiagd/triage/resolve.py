@@ -33,8 +33,11 @@ _SLURM_NAME = re.compile(r"^(\d+)-(.+)$")
 _K8S_NAME = re.compile(r"^(k8s[-_]\d{8}[-_]\d{6}[-_][0-9A-Za-z]+)-(.+)$")
 _LOCAL_NAME = re.compile(r"^(local[-_]\d{8}[-_]\d{6}[-_][0-9A-Za-z]+)-(.+)$")
 _RENAMED = re.compile(r"^(.*?)-\d+N-TGS_[\d.]+$")
+# ASCII digits only (`\d` is any Unicode digit) and no final newline (`$` allows one): an id
+# is also a file-name pattern and an argument of scancel.
 JOB_ID_RE = re.compile(
-    r"^(?:\d{1,12}|k8s[-_]\d{8}[-_]\d{6}[-_][0-9A-Za-z]{1,16}|local[-_]\d{8}[-_]\d{6}[-_][0-9A-Za-z]{1,16})$"
+    r"^(?:\d{1,12}|k8s[-_]\d{8}[-_]\d{6}[-_][0-9A-Za-z]{1,16}|local[-_]\d{8}[-_]\d{6}[-_][0-9A-Za-z]{1,16})\Z",
+    re.ASCII,
 )
 
 

@@ -25,7 +25,7 @@ from jobdiagd.tsdb.settings import SshSettings, TsdbSettings
 
 log = structlog.get_logger(__name__)
 
-_HOST_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}))*$")
+_HOST_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}))*\Z")
 _ULID_RE = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}$")
 COPY_EXCLUDES = frozenset({"wal", "chunks_head", "lock", "queries.active"})
 # A finished job's whole TSDB, WAL included (its newest samples: often the hang), never its lock.

@@ -1,8 +1,14 @@
-"""Async Prometheus HTTP API client (aiohttp) with explicit URL encoding, timeouts and descriptive errors."""
+"""Async Prometheus HTTP API client (aiohttp) with explicit URL encoding, timeouts and descriptive errors.
+
+The response parsers (`parse_response`, `decode_result`, `parse_metrics_text`) are pure and
+raise only `PromError` for a body that is not what the HTTP API documents (not JSON, a
+result of the wrong shape, labels that are not strings, values that are not numbers).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -64,6 +70,62 @@ def _parse_value(raw: str) -> float:
     return float(raw)
 
 
+class _Malformed(Exception):
+    """A response part that is not what the HTTP API documents (turned into a PromError)."""
+
+
+def _labels(raw: Any) -> dict[str, str]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in raw.items()):
+        raise _Malformed("metric labels are not a map of strings")
+    return raw
+
+
+def _point(raw: Any) -> tuple[float, float]:
+    """`[<unix time>, "<value>"]`: the time a JSON number, the value a string (as the API sends)."""
+    if not isinstance(raw, list) or len(raw) != 2:
+        raise _Malformed("a sample is not a [time, value] pair")
+    t, v = raw
+    if isinstance(t, bool) or not isinstance(t, int | float) or not isinstance(v, str):
+        raise _Malformed("a sample is not a [number, string] pair")
+    try:
+        value = _parse_value(v)
+    except ValueError:
+        raise _Malformed(f"a sample value is not a number: {v[:40]!r}") from None
+    if not math.isfinite(float(t)):
+        raise _Malformed("a sample time is not finite")
+    return float(t), value
+
+
+def parse_response(body: str, server: str, endpoint: str, query: str | None) -> Any:
+    """The `data` of an API response body; PromError for anything but `{"status": "success", ...}`."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        raise PromError(server, endpoint, query, f"invalid JSON: {body[:200]!r}") from exc
+    if not isinstance(doc, dict) or doc.get("status") != "success":
+        reason = doc.get("error", "unknown error") if isinstance(doc, dict) else "bad response"
+        etype = doc.get("errorType", "") if isinstance(doc, dict) else ""
+        raise PromError(server, endpoint, query, f"{str(etype)[:100]} {str(reason)[:300]}".strip())
+    return doc.get("data")
+
+
+def parse_metrics_text(text: str) -> dict[str, float]:
+    """Unlabelled samples of a Prometheus text exposition (`name value [timestamp]`)."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#") or "{" in line:
+            continue
+        parts = line.split()
+        if len(parts) >= 2:
+            try:
+                out[parts[0]] = float(parts[1])
+            except ValueError:
+                continue
+    return out
+
+
 class PromClient:
     """Thin client for one Prometheus server (base URL such as http://127.0.0.1:9190)."""
 
@@ -122,18 +184,8 @@ class PromClient:
             raise PromError(self.label, endpoint, query, f"{type(exc).__name__}: {exc}") from exc
 
     async def _get_json(self, endpoint: str, params: Mapping[str, str] | None, query: str | None) -> Any:
-        import json
-
         body = await self._get_raw(endpoint, params, query)
-        try:
-            doc = json.loads(body)
-        except ValueError as exc:
-            raise PromError(self.label, endpoint, query, f"invalid JSON: {body[:200]!r}") from exc
-        if not isinstance(doc, dict) or doc.get("status") != "success":
-            reason = doc.get("error", "unknown error") if isinstance(doc, dict) else "bad response"
-            etype = doc.get("errorType", "") if isinstance(doc, dict) else ""
-            raise PromError(self.label, endpoint, query, f"{etype} {reason}".strip())
-        return doc.get("data")
+        return parse_response(body, self.label, endpoint, query)
 
     async def ready(self) -> bool:
         try:
@@ -148,7 +200,7 @@ class PromClient:
         if at is not None:
             params["time"] = _fmt_time(at)
         data = await self._get_json("/api/v1/query", params, promql)
-        return _decode_result(data, self.label, promql)
+        return decode_result(data, self.label, promql)
 
     async def query_vector(self, promql: str, at: float | None) -> list[Sample]:
         res = await self.query(promql, at)
@@ -171,7 +223,7 @@ class PromClient:
             "step": f"{max(step_s, 0.001):g}",
         }
         data = await self._get_json("/api/v1/query_range", params, promql)
-        res = _decode_result(data, self.label, promql)
+        res = decode_result(data, self.label, promql, "/api/v1/query_range")
         return [r for r in res if isinstance(r, Series)]
 
     async def label_values(
@@ -185,7 +237,9 @@ class PromClient:
         endpoint = f"/api/v1/label/{quote(label, safe='')}/values"
         # Repeated match[] parameters cannot live in a dict; append them by hand.
         data = await self._get_json_multi(endpoint, params, [("match[]", m) for m in match], label)
-        return sorted(str(x) for x in (data or []))
+        if not isinstance(data, list | type(None)) or not all(isinstance(x, str) for x in data or []):
+            raise PromError(self.label, endpoint, label, "label values are not a list of strings")
+        return sorted(data or [])
 
     async def series(
         self, match: Sequence[str], *, start: float | None = None, end: float | None = None
@@ -198,7 +252,12 @@ class PromClient:
         data = await self._get_json_multi(
             "/api/v1/series", params, [("match[]", m) for m in match], ",".join(match)
         )
-        return [dict(x) for x in (data or [])]
+        try:
+            if not isinstance(data, list | type(None)):
+                raise _Malformed("series are not a list")
+            return [_labels(x) for x in data or []]
+        except _Malformed as exc:
+            raise PromError(self.label, "/api/v1/series", ",".join(match), str(exc)) from None
 
     async def _get_json_multi(
         self, endpoint: str, params: dict[str, str], extra: list[tuple[str, str]], what: str
@@ -213,46 +272,48 @@ class PromClient:
 
     async def status_tsdb(self) -> dict[str, Any]:
         data = await self._get_json("/api/v1/status/tsdb", None, None)
+        if not isinstance(data, dict | type(None)):
+            raise PromError(self.label, "/api/v1/status/tsdb", None, "status is not an object")
         return dict(data or {})
 
     async def status_runtime(self) -> dict[str, Any]:
         data = await self._get_json("/api/v1/status/runtimeinfo", None, None)
+        if not isinstance(data, dict | type(None)):
+            raise PromError(self.label, "/api/v1/status/runtimeinfo", None, "status is not an object")
         return dict(data or {})
 
     async def self_metrics(self) -> dict[str, float]:
         """Prometheus' own /metrics (unlabelled gauges only), e.g. prometheus_tsdb_lowest_timestamp_seconds."""
-        text = await self._get_raw("/metrics", None, None)
-        out: dict[str, float] = {}
-        for line in text.splitlines():
-            if not line or line.startswith("#") or "{" in line:
-                continue
-            parts = line.split()
-            if len(parts) >= 2:
-                try:
-                    out[parts[0]] = float(parts[1])
-                except ValueError:
-                    continue
-        return out
+        return parse_metrics_text(await self._get_raw("/metrics", None, None))
 
 
-def _decode_result(data: Any, server: str, promql: str) -> list[Sample] | list[Series]:
+def decode_result(
+    data: Any, server: str, promql: str, endpoint: str = "/api/v1/query"
+) -> list[Sample] | list[Series]:
+    """A query's `data` as samples (vector, scalar) or series (matrix); PromError if malformed."""
     if not isinstance(data, dict):
-        raise PromError(server, "/api/v1/query", promql, "missing data")
+        raise PromError(server, endpoint, promql, "missing data")
     rtype = data.get("resultType")
     result = data.get("result") or []
-    if rtype == "vector":
-        return [
-            Sample(r.get("metric", {}), float(r["value"][0]), _parse_value(r["value"][1])) for r in result
-        ]
-    if rtype == "matrix":
-        return [
-            Series(r.get("metric", {}), tuple((float(t), _parse_value(v)) for t, v in r.get("values", [])))
-            for r in result
-        ]
-    if rtype == "scalar":
-        t, v = result
-        return [Sample({}, float(t), _parse_value(v))]
-    raise PromError(server, "/api/v1/query", promql, f"unsupported resultType {rtype!r}")
+    try:
+        if rtype == "scalar":
+            t, v = _point(result)
+            return [Sample({}, t, v)]
+        if rtype not in ("vector", "matrix"):
+            raise PromError(server, endpoint, promql, f"unsupported resultType {str(rtype)[:40]!r}")
+        if not isinstance(result, list) or not all(isinstance(r, dict) for r in result):
+            raise _Malformed("result is not a list of objects")
+        if rtype == "vector":
+            return [Sample(_labels(r.get("metric")), *_point(r.get("value"))) for r in result]
+        out: list[Series] = []
+        for r in result:
+            values = r.get("values") or []
+            if not isinstance(values, list):
+                raise _Malformed("series values are not a list")
+            out.append(Series(_labels(r.get("metric")), tuple(_point(p) for p in values)))
+        return out
+    except _Malformed as exc:
+        raise PromError(server, endpoint, promql, f"malformed {rtype} result: {exc}") from None
 
 
 def multi_arm(arms: Mapping[str, str], key_label: str = "__arm") -> str:

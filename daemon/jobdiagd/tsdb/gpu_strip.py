@@ -34,7 +34,7 @@ MAX_POINTS = 240
 MIN_STEP_S = 20
 WINDOW_S = 3600.0
 
-_HOST_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}))*$")
+_HOST_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}))*\Z")
 
 
 @dataclass(frozen=True)

@@ -176,11 +176,13 @@ def _check_number(where: str, key: str, value: Any) -> None:
         raise ValueError(f"[{where}] {key}: must be between {low:g} and {high:g} ({why}), got {value!r}")
 
 
-def _check_type(where: str, key: str, value: Any, default: Any) -> None:
-    """Values must have the default's type (ints are fine for floats); None defaults take strings."""
+def _check_type(where: str, key: str, value: Any, default: Any, annotation: str = "") -> None:
+    """Values must have the default's type (ints are fine for floats); a None default takes what
+    its annotation names (`str | None`: a string, `int | None`: an integer)."""
     if default is None:
-        ok = isinstance(value, str | int) and not isinstance(value, bool)
-        want = "a string or a number"
+        kinds = (str,) * ("str" in annotation) + (int,) * ("int" in annotation)
+        ok = isinstance(value, kinds or (str, int)) and not isinstance(value, bool)
+        want = " or ".join({str: "a string", int: "an integer"}[k] for k in kinds) or "a string or a number"
     elif isinstance(default, bool):
         ok, want = isinstance(value, bool), "true or false"
     elif isinstance(default, float):
@@ -202,7 +204,7 @@ def _build(cls: type[Any], data: Mapping[str, Any], where: str) -> Any:
     if not isinstance(data, Mapping):
         raise ValueError(f"[{where}]: must be a table, got {data!r}")
     defaults = cls()
-    known = {f.name for f in fields(cls)}
+    known = {f.name: str(f.type) for f in fields(cls)}
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
         if key not in known:
@@ -210,7 +212,7 @@ def _build(cls: type[Any], data: Mapping[str, Any], where: str) -> Any:
         default = getattr(defaults, key)
         if default is None and value == "":
             continue  # TOML has no null: "" means "not set"
-        _check_type(where, key, value, default)
+        _check_type(where, key, value, default, known[key])
         for item in value if isinstance(value, list) else [value]:
             _check_number(where, key, item)
         kwargs[key] = tuple(value) if isinstance(value, list) else value
@@ -225,7 +227,12 @@ def settings_from_mapping(data: Mapping[str, Any]) -> TsdbSettings:
     s = replace(s, thresholds=_build(Thresholds, data.get("thresholds", {}), "tsdb.thresholds"))
     s = replace(s, ssh=_build(SshSettings, data.get("ssh", {}), "tsdb.ssh"))
     profiles = dict(base.gpu_profiles)
-    for name, prof in (data.get("gpu_profiles") or {}).items():
+    tables = data.get("gpu_profiles") or {}
+    if not isinstance(tables, Mapping):
+        raise ValueError(f"[tsdb.gpu_profiles]: must be a table of GPU models, got {tables!r}")
+    for name, prof in tables.items():
+        if not isinstance(prof, Mapping):
+            raise ValueError(f"[tsdb.gpu_profiles.{name}]: must be a table, got {prof!r}")
         key = normalize_model(name)
         start = profiles.get(key, DEFAULT_PROFILES["MI300X"])
         merged = {f.name: getattr(start, f.name) for f in fields(GpuProfile)} | {"name": key}
