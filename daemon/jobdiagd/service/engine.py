@@ -151,6 +151,7 @@ class Engine:
         self._discovery_task: asyncio.Future[Discovered | None] | None = None
         self._sources_noticed: dict[str, float] = {}  # source -> failing since, once "degraded" was sent
         self._stepped: set[str] = set()  # jobs whose newest step arrived since the last save
+        self._watch_stale = False  # jobs were added since the watcher's directories were set
 
     def reconfigure(self, cfg: Config, detectors: Sequence[Detector]) -> None:
         """SIGHUP: new detector settings apply from the next tick, to jobs already watched too."""
@@ -208,7 +209,7 @@ class Engine:
                 main.blind_since = main.saved.blind_since
         self.jobs[new.key] = w
         self._log.info("job_watched", job_id=new.key, log=str(link) if link else None, slurm=w.slurm_mode)
-        self._update_watch_dirs()
+        self._watch_stale = True  # applied once per batch of news (`_take_news`), not per job
         return w
 
     def _access_for(self, ref: JobRef, job: SlurmJob | None) -> LogAccess:
@@ -218,13 +219,21 @@ class Engine:
         return job_access(ref, self.cfg.slurm.outputs_roots, job.user if job is not None else None)
 
     def _update_watch_dirs(self) -> None:
+        """Point the watcher at the directories of every watched file (and map paths to jobs).
+
+        Linear in the files watched, and run once per change of the set (never once per job
+        added: 1000 jobs found in one poll made that quadratic, a 40 s first tick). A file
+        already read is named by the target its tail resolved at the last poll; only files
+        never read cost a `realpath`."""
+        self._watch_stale = False
         if self.watcher is None:
             return
         dirs: set[Path] = set(self.discovery.dirs()) if self.discovery is not None else set()
         self._path_jobs.clear()
         for key, w in self.jobs.items():
             for ft in w.tails():
-                for p in (ft.link, Path(os.path.realpath(ft.link))):
+                target = ft.reader.path if ft.reader is not None else Path(os.path.realpath(ft.link))
+                for p in (ft.link, target):
                     dirs.add(p.parent)
                     self._path_jobs[str(p)] = key
             if w.view.ref.job_dir is not None:
@@ -251,6 +260,8 @@ class Engine:
             keys = keys[shift:] + keys[:shift]
         for key in keys:
             await self._read(self.jobs[key], now)
+        if self._watch_stale:
+            self._update_watch_dirs()
         findings: list[Finding] = []
         reports: list[Report] = []
         durations: dict[str, float] = {}
@@ -386,7 +397,7 @@ class Engine:
         for new in news.new:
             if new.key not in self.jobs:
                 self.add_job(new, now)
-        relinked = False
+        relinked = self._watch_stale
         for key, job in news.slurm.items():
             w = self.jobs.get(key)
             if w is None:
@@ -528,6 +539,8 @@ class Engine:
             ft.blind_since = None
             ft.dirty = True
         view.blind.pop(ft.key, None)
+        if self.watcher is not None and ft.reader is not None and str(ft.reader.path) not in self._path_jobs:
+            self._watch_stale = True  # the link now names another file: watch its directory
         state = ft.state
         if main:
             if replaced:
@@ -601,7 +614,7 @@ class Engine:
                 w.workers[str(f)] = FileTail(f, ref_time=now, access=w.access)
                 added = True
         if added:
-            self._update_watch_dirs()
+            self._watch_stale = True  # the tick updates the watcher once, after its reads
 
     @staticmethod
     def _over_before_watched(w: Watched, now: float) -> bool:
