@@ -17,6 +17,16 @@ directory of its StdOut before the job dir exists), and only when owned by its S
 (without Slurm: the job dir's owner) — `triage.resolve.job_access`. A file that cannot be read
 or is refused, from the first read on (only "does not exist yet" is waiting), gives one
 "monitoring blind" notice and pauses that job's detectors; the others keep running.
+
+Catching up (decided here): a job's first read takes in everything its log already holds. A
+full tick does that for at most `CATCH_UP_INLINE_BYTES` worth of jobs (at least one, and
+always for a job whose end is due), in `service.catchup` order — quiet longest first, the job
+closest to a hang or a crash page; the rest is read in the background between ticks, so a
+daemon (re)starting on 1000 jobs has a short first tick. A job is judged only once read (by
+the tick that read it, or the first tick after its background read); its step arrival times
+are when that read began (the daemon's clock, as always), and a restart's saved hang clock is
+restored as before. A job found already finished (its JOB SUMMARY there at the first read) is dropped
+without a report whether it was read in the tick or in the background.
 """
 
 from __future__ import annotations
@@ -46,6 +56,7 @@ from jobdiagd.model.alerts import Finding, Severity
 from jobdiagd.model.jobref import JobRef
 from jobdiagd.rules.hostlist import expand_hostlist
 from jobdiagd.rules.slurm import FINISHED_STATES, end_state
+from jobdiagd.service.catchup import Pending, catch_up_order
 from jobdiagd.service.discovery import Discovered, Discovery, NewJob, SlurmDiscovery
 from jobdiagd.service.health import Health
 from jobdiagd.service.jobs import JobView
@@ -72,6 +83,12 @@ GC_EVERY_S = 300.0
 PERSIST_EVERY_S = 60.0
 WORKER_RESCAN_S = 30.0
 MAX_WORKER_FILES = 16
+# A job's first read catches up with everything its log already holds. A full tick does at most
+# this much of that (and at least one job), in `catch_up_order`; the rest is read in the
+# background between ticks, so the first tick of a daemon finding 1000 jobs stays short. A first
+# read's fixed cost (open, header parsed in full, the thread hop) counts as CATCH_UP_FILE_BYTES.
+CATCH_UP_INLINE_BYTES = 4 << 20
+CATCH_UP_FILE_BYTES = 16 << 10
 
 
 @dataclass
@@ -83,6 +100,8 @@ class Watched:
     slurm_mode: bool = False
     known_before: bool = False  # watched before a restart: its end is still owed a report
     access: LogAccess = ANYWHERE  # which files of this job may be read (`job_access`)
+    caught_up: bool = False  # its files were read (or tried) once: ticks read it from now on
+    ended_at_first_read: bool = False  # its JOB SUMMARY was already there when first read
 
     def tails(self) -> list[FileTail]:
         return ([self.main] if self.main is not None else []) + list(self.workers.values())
@@ -152,6 +171,12 @@ class Engine:
         self._sources_noticed: dict[str, float] = {}  # source -> failing since, once "degraded" was sent
         self._stepped: set[str] = set()  # jobs whose newest step arrived since the last save
         self._watch_stale = False  # jobs were added since the watcher's directories were set
+        # Jobs whose existing logs are still to be read (`service.catchup`), in reading order.
+        self._backlog: dict[str, Pending] = {}
+        self._backlog_order: deque[str] = deque()
+        self._catching: set[str] = set()  # backlog jobs being read (a tick's share, the background's)
+        self._catch_up_task: asyncio.Future[None] | None = None
+        self.catch_up_inline_bytes = CATCH_UP_INLINE_BYTES
 
     def reconfigure(self, cfg: Config, detectors: Sequence[Detector]) -> None:
         """SIGHUP: new detector settings apply from the next tick, to jobs already watched too."""
@@ -258,8 +283,12 @@ class Engine:
             # Rotate the order: detectors that ration optional work per tick serve every job in turn.
             shift = self._full_ticks % len(keys)
             keys = keys[shift:] + keys[:shift]
+        self._enqueue_catch_up(keys)
+        fresh = await self._catch_up_inline(now) if full else set()
         for key in keys:
-            await self._read(self.jobs[key], now)
+            w = self.jobs[key]
+            if w.caught_up and key not in fresh:
+                await self._read(w, now)
         if self._watch_stale:
             self._update_watch_dirs()
         findings: list[Finding] = []
@@ -280,6 +309,8 @@ class Engine:
             await self._finalize(self.jobs[key], now)
         for key in keys:
             w = self.jobs[key]
+            if not w.caught_up and key not in ending:
+                continue  # nothing read yet (or being read in the background): nothing to judge
             for det in self.detectors:
                 if not full and det.name not in ON_DATA and key not in ending:
                     continue
@@ -618,7 +649,105 @@ class Engine:
 
     @staticmethod
     def _over_before_watched(w: Watched, now: float) -> bool:
-        return not w.slurm_mode and not w.known_before and w.view.first_seen == now
+        return not w.slurm_mode and not w.known_before and w.ended_at_first_read
+
+    # -- catching up with existing logs --------------------------------------------
+
+    def _enqueue_catch_up(self, keys: list[str]) -> None:
+        """Jobs never read join the backlog, ranked by `catch_up_order` (a stat each, once)."""
+        new = False
+        for key in keys:
+            w = self.jobs[key]
+            if w.caught_up or key in self._backlog:
+                continue
+            saved = w.main.saved if w.main is not None else None
+            quiet: float | None = saved.last_step_at if saved is not None else None
+            size = 0
+            if w.main is not None:
+                try:
+                    st = os.stat(w.main.link)  # ordering only: the read goes through `access`
+                except OSError:
+                    quiet = None
+                else:
+                    size = st.st_size
+                    quiet = st.st_mtime if quiet is None else quiet
+            self._backlog[key] = Pending(key, quiet, size)
+            new = True
+        if new:
+            self._backlog_order = deque(catch_up_order(self._backlog.values()))
+
+    def _next_pending(self) -> str | None:
+        while self._backlog_order:
+            key = self._backlog_order.popleft()
+            if key in self._backlog and key not in self._catching:
+                return key
+        return None
+
+    async def _catch_up(self, key: str, now: float) -> None:
+        """The first read of one job (everything its files hold), stamped `now`."""
+        w = self.jobs.get(key)
+        self._catching.add(key)
+        try:
+            if w is not None:
+                await self._read(w, now)
+                w.ended_at_first_read = w.view.ended
+        finally:
+            self._catching.discard(key)
+            self._backlog.pop(key, None)
+            if w is not None:
+                w.caught_up = True
+
+    async def _catch_up_inline(self, now: float) -> set[str]:
+        """A full tick's share of the backlog: jobs Slurm says ended (their end is due now), then
+        the backlog in order while it fits `catch_up_inline_bytes` (at least one job)."""
+        done: set[str] = set()
+        for due in [k for k in self._backlog if k not in self._catching and self._ended(k)]:
+            await self._catch_up(due, now)
+            done.add(due)
+        spent = 0
+        while True:
+            key = self._next_pending()
+            if key is None:
+                break
+            size = self._backlog[key].size + CATCH_UP_FILE_BYTES
+            if done and spent + size > self.catch_up_inline_bytes:
+                self._backlog_order.appendleft(key)
+                break
+            spent += size
+            await self._catch_up(key, now)
+            done.add(key)
+        return done
+
+    def _ended(self, key: str) -> bool:
+        w = self.jobs.get(key)
+        return w is None or w.view.ended
+
+    async def catch_up_next(self, now: float) -> str | None:
+        """Read the next backlog job's existing logs, stamped `now` (the daemon's clock when the
+        read starts: arrival times stay "when the daemon read the line"); its key, or None."""
+        key = self._next_pending()
+        if key is None:
+            return None
+        await self._catch_up(key, now)
+        return key
+
+    @property
+    def catching_up(self) -> int:
+        """Jobs whose existing logs are not read yet (their detectors wait for that read)."""
+        return len(self._backlog)
+
+    def _start_catch_up(self) -> None:
+        if self._backlog and (self._catch_up_task is None or self._catch_up_task.done()):
+            self._catch_up_task = asyncio.ensure_future(self._catch_up_loop())
+
+    async def _catch_up_loop(self) -> None:
+        while self._backlog:
+            try:
+                if await self.catch_up_next(clock.wall()) is None:
+                    return
+            except Exception as exc:
+                self._log.exception("catch_up_failed", error=f"{type(exc).__name__}: {exc}")
+            await asyncio.sleep(0)  # a tick, a file event or a status request may run in between
 
     async def _finalize(self, w: Watched, now: float) -> None:
         """Last read, then the full triage (all files re-read: parity with `jobdiagd triage`)."""
@@ -749,6 +878,10 @@ class Engine:
             await self._run(sleep, tick_seconds)
         finally:
             await self.stop_discovery()
+            task, self._catch_up_task = self._catch_up_task, None
+            if task is not None and not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
 
     async def stop_discovery(self) -> None:
         """Cancel a discovery poll in flight (its Slurm command's process group is killed)."""
@@ -769,6 +902,7 @@ class Engine:
             now = clock.wall()
             if now >= next_full:
                 await self._safe_tick(now, None)
+                self._start_catch_up()
                 next_full = now + period()
                 if clock.monotonic() - last_gc >= GC_EVERY_S:
                     last_gc = self._collect()
@@ -777,6 +911,7 @@ class Engine:
                 roots = {str(d) for d in self.discovery.dirs()} if self.discovery is not None else set()
                 if any(str(Path(p).parent) in roots and p not in self._path_jobs for p in added):
                     await self._safe_tick(now, None)  # something new under an outputs root: discover now
+                    self._start_catch_up()
                     next_full = now + period()
                 else:
                     keys = self.jobs_for_paths(changed)
