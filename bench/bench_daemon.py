@@ -10,7 +10,9 @@ logs already written, then, after a warm-up, the daemon's CPU share of one core 
 CPU time, utime+stime of all its threads from /proc, over the window's wall time: a loaded
 machine slows the daemon but does not bill it for others' work), its RSS and peak RSS
 (VmHWM), and the tick wall-time percentiles (full and file-event ticks, from the status
-socket). Printed as JSON with the cost per job at each N and the ratio largest/smallest
+socket; wall time, and CPU time of the daemon's event-loop thread, which on a shared machine
+leaves out the waits for a core). Tick percentiles cover every tick since start, the
+catch-up included. Printed as JSON with the cost per job at each N and the ratio largest/smallest
 per job (1.0 = linear in the jobs). Targets (issue 12, at 1000 jobs x 10 lines/s): < 10 %
 of a core, RSS < 400 MB, full tick p99 < 250 ms, first tick < 5 s.
 """
@@ -190,6 +192,7 @@ def run_one(jobs: int, a: argparse.Namespace, pkg: str) -> dict[str, Any]:
     cpu_pct = (c1 - c0) / (t1 - t0) * 100
     rss = mem.get("VmRSS", 0.0)
     full_p99 = (ticks.get("full") or {}).get("p99_ms")
+    full_cpu_p99 = (ticks.get("full") or {}).get("cpu_p99_ms")
     return {
         "jobs": jobs,
         "jobs_watched": len(watched),
@@ -204,11 +207,13 @@ def run_one(jobs: int, a: argparse.Namespace, pkg: str) -> dict[str, Any]:
         "rss_mb": round(rss, 1),
         "rss_peak_mb": round(mem.get("VmHWM", 0.0), 1),
         "full_tick_p99_ms": full_p99,
+        "full_tick_cpu_p99_ms": full_cpu_p99,
         "ticks": ticks,
         "per_job": {
             "cpu_pct": round(cpu_pct / jobs, 5),
             "rss_mb": round(rss / jobs, 4),
             "full_tick_p99_ms": round(full_p99 / jobs, 4) if full_p99 is not None else None,
+            "full_tick_cpu_p99_ms": round(full_cpu_p99 / jobs, 4) if full_cpu_p99 is not None else None,
         },
         "notifications": alerts,
         "daemon_exit": rc,
@@ -255,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_pct_of_one_core": [big["cpu_pct_of_one_core"], "<", TARGETS["cpu_pct"]],
         "rss_mb": [big["rss_peak_mb"], "<", TARGETS["rss_mb"]],
         "full_tick_p99_ms": [big["full_tick_p99_ms"], "<", TARGETS["tick_p99_ms"]],
+        "full_tick_cpu_p99_ms": [big["full_tick_cpu_p99_ms"], "<", TARGETS["tick_p99_ms"]],
         "first_tick_ms": [big["first_tick_ms"], "<", TARGETS["first_tick_ms"]],
     }
     print(json.dumps(result, indent=1))

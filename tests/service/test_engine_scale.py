@@ -94,6 +94,10 @@ async def test_jobs_found_in_one_poll_set_the_watched_directories_once(tmp_path:
             assert engine.jobs_for_paths({str(log.parent / log.stem / "log")}) == {key}
         await engine.tick(T0 + 15)
         assert watcher.dir_sets == 1  # nothing changed
+        stats = engine.tick_stats()  # wall and CPU time of each kind of tick (gc: wall only)
+        assert [stats["startup"]["n"], stats["full"]["n"], stats["partial"]["n"]] == [1, 1, 0]
+        assert stats["full"]["cpu_p99_ms"] is not None and stats["partial"]["cpu_p99_ms"] is None
+        assert "cpu_p99_ms" not in stats["gc"]
     finally:
         await engine.stop_discovery()
         pipeline.close()
