@@ -5,6 +5,7 @@ Real files under an outputs root, the real alert store and detectors, a hand-dri
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sqlite3
@@ -257,6 +258,30 @@ async def test_a_job_slurm_ends_before_its_catch_up_is_read_in_that_tick_and_rep
             ("9302", f"report:9302:job-end:end:{int(T0 + 10)}")
         ]
         assert "[Slurm COMPLETED]" in reports[0]["title"]
+    finally:
+        await engine.stop_discovery()
+        pipeline.close()
+
+
+async def test_the_background_catch_up_reads_only_between_ticks(tmp_path: Path) -> None:
+    outputs = tmp_path / "outputs"
+    for i in range(3):
+        quiet_for(write_job(outputs, str(9501 + i), *step_lines(0, 5)), 60 * (3 - i))
+    engine, pipeline = make_engine(tmp_path, outputs)
+    try:
+        await engine.tick(T0)
+        assert engine.catching_up == 2
+        engine._between_ticks.clear()  # as `_safe_tick` does while a tick runs
+        engine._start_catch_up()
+        for _ in range(20):
+            await asyncio.sleep(0.01)
+        assert engine.catching_up == 2  # held while the tick runs ...
+        engine._between_ticks.set()
+        task = engine._catch_up_task
+        assert task is not None
+        await asyncio.wait_for(task, 30)  # ... and done once it is over
+        assert engine.catching_up == 0
+        assert all(w.caught_up and w.view.last_step == 4 for w in engine.jobs.values())
     finally:
         await engine.stop_discovery()
         pipeline.close()

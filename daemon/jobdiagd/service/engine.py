@@ -182,6 +182,10 @@ class Engine:
         self._backlog_order: deque[str] = deque()
         self._catching: set[str] = set()  # backlog jobs being read (a tick's share, the background's)
         self._catch_up_task: asyncio.Future[None] | None = None
+        # Set between ticks: the background catch-up starts its next read only then, so a tick
+        # shares the interpreter with at most the one read already under way.
+        self._between_ticks = asyncio.Event()
+        self._between_ticks.set()
         self.catch_up_inline_bytes = CATCH_UP_INLINE_BYTES
 
     def reconfigure(self, cfg: Config, detectors: Sequence[Detector]) -> None:
@@ -750,6 +754,7 @@ class Engine:
 
     async def _catch_up_loop(self) -> None:
         while self._backlog:
+            await self._between_ticks.wait()
             try:
                 if await self.catch_up_next(clock.wall()) is None:
                     return
@@ -964,6 +969,7 @@ class Engine:
         return sleeper in done and not sleeper.cancelled() and bool(sleeper.result())
 
     async def _safe_tick(self, now: float, only: set[str] | None) -> None:
+        self._between_ticks.clear()
         try:
             await self.tick(now, only)
         except Exception as exc:
@@ -972,3 +978,5 @@ class Engine:
                 if self.health is not None:
                     self.health.tick_done(now, False)
                 self.metrics.observe_tick(0.0, False, now)
+        finally:
+            self._between_ticks.set()
