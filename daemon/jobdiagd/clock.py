@@ -13,3 +13,9 @@ def wall() -> float:
 def monotonic() -> float:
     """Monotonic seconds for measuring durations and scheduling ticks."""
     return time.monotonic()
+
+
+def thread_cpu() -> float:
+    """CPU seconds the calling thread has used: what a tick costs, apart from the time a loaded
+    machine kept it waiting for a core."""
+    return time.thread_time()

@@ -136,13 +136,20 @@ class OutputsDiscovery:
     async def poll(self, now: float, watched: set[str]) -> Discovered:
         out = Discovered()
         for root in self.roots:
+            # Names, not Paths: a root holds a dir and a log per job, and sorting 2000 Paths and
+            # asking each non-dir whether it is one cost a 1000-job full tick ~0.4 s. The entry's
+            # type comes from the directory listing (a stat only for a symlink).
             try:
-                entries = sorted(root.iterdir())
+                with os.scandir(root) as it:
+                    entries = sorted(
+                        e.name
+                        for e in it
+                        if e.name not in self.seen and not e.name.startswith(".") and _is_dir(e)
+                    )
             except OSError:
                 continue
-            for d in entries:
-                if d.name in self.seen or not d.is_dir() or d.name.startswith("."):
-                    continue
+            for entry in entries:
+                d = root / entry
                 link = d / "log"
                 if not link.is_symlink():
                     continue  # shared checkpoint dir, or the job has not linked its log yet
@@ -169,6 +176,13 @@ class OutputsDiscovery:
 
     def dirs(self) -> list[Path]:
         return list(self.roots)
+
+
+def _is_dir(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_dir()  # follows a symlink, as Path.is_dir does
+    except OSError:
+        return False
 
 
 def _recent(path: Path, now: float, window: float) -> bool:

@@ -17,6 +17,16 @@ directory of its StdOut before the job dir exists), and only when owned by its S
 (without Slurm: the job dir's owner) — `triage.resolve.job_access`. A file that cannot be read
 or is refused, from the first read on (only "does not exist yet" is waiting), gives one
 "monitoring blind" notice and pauses that job's detectors; the others keep running.
+
+Catching up (decided here): a job's first read takes in everything its log already holds. A
+full tick does that for at most `CATCH_UP_INLINE_BYTES` worth of jobs (at least one, and
+always for a job whose end is due), in `service.catchup` order — quiet longest first, the job
+closest to a hang or a crash page; the rest is read in the background between ticks, so a
+daemon (re)starting on 1000 jobs has a short first tick. A job is judged only once read (by
+the tick that read it, or the first tick after its background read); its step arrival times
+are when that read began (the daemon's clock, as always), and a restart's saved hang clock is
+restored as before. A job found already finished (its JOB SUMMARY there at the first read) is dropped
+without a report whether it was read in the tick or in the background.
 """
 
 from __future__ import annotations
@@ -46,6 +56,7 @@ from jobdiagd.model.alerts import Finding, Severity
 from jobdiagd.model.jobref import JobRef
 from jobdiagd.rules.hostlist import expand_hostlist
 from jobdiagd.rules.slurm import FINISHED_STATES, end_state
+from jobdiagd.service.catchup import Pending, catch_up_order
 from jobdiagd.service.discovery import Discovered, Discovery, NewJob, SlurmDiscovery
 from jobdiagd.service.early_page import EarlyConfirmer
 from jobdiagd.service.health import Health
@@ -75,6 +86,12 @@ GC_EVERY_S = 300.0
 PERSIST_EVERY_S = 60.0
 WORKER_RESCAN_S = 30.0
 MAX_WORKER_FILES = 16
+# A job's first read catches up with everything its log already holds. A full tick does at most
+# this much of that (and at least one job), in `catch_up_order`; the rest is read in the
+# background between ticks, so the first tick of a daemon finding 1000 jobs stays short. A first
+# read's fixed cost (open, header parsed in full, the thread hop) counts as CATCH_UP_FILE_BYTES.
+CATCH_UP_INLINE_BYTES = 4 << 20
+CATCH_UP_FILE_BYTES = 16 << 10
 
 
 @dataclass
@@ -86,6 +103,8 @@ class Watched:
     slurm_mode: bool = False
     known_before: bool = False  # watched before a restart: its end is still owed a report
     access: LogAccess = ANYWHERE  # which files of this job may be read (`job_access`)
+    caught_up: bool = False  # its files were read (or tried) once: ticks read it from now on
+    ended_at_first_read: bool = False  # its JOB SUMMARY was already there when first read
 
     def tails(self) -> list[FileTail]:
         return ([self.main] if self.main is not None else []) + list(self.workers.values())
@@ -158,11 +177,28 @@ class Engine:
             "partial": deque(maxlen=2000),
             "gc": deque(maxlen=100),
         }
+        # The same ticks' CPU time on the event loop's thread (file reads of a first catch-up
+        # run in worker threads and are not in it): on a shared machine, wall time also counts
+        # the waits for a core.
+        self.cpu_durations: dict[str, deque[float]] = {
+            kind: deque(maxlen=q.maxlen) for kind, q in self.durations.items() if kind != "gc"
+        }
         self._full_ticks = 0
         self._persisted_at = float("-inf")
         self._discovery_task: asyncio.Future[Discovered | None] | None = None
         self._sources_noticed: dict[str, float] = {}  # source -> failing since, once "degraded" was sent
         self._stepped: set[str] = set()  # jobs whose newest step arrived since the last save
+        self._watch_stale = False  # jobs were added since the watcher's directories were set
+        # Jobs whose existing logs are still to be read (`service.catchup`), in reading order.
+        self._backlog: dict[str, Pending] = {}
+        self._backlog_order: deque[str] = deque()
+        self._catching: set[str] = set()  # backlog jobs being read (a tick's share, the background's)
+        self._catch_up_task: asyncio.Future[None] | None = None
+        # Set between ticks: the background catch-up starts its next read only then, so a tick
+        # shares the interpreter with at most the one read already under way.
+        self._between_ticks = asyncio.Event()
+        self._between_ticks.set()
+        self.catch_up_inline_bytes = CATCH_UP_INLINE_BYTES
 
     def reconfigure(self, cfg: Config, detectors: Sequence[Detector]) -> None:
         """SIGHUP: new detector settings apply from the next tick, to jobs already watched too."""
@@ -220,7 +256,7 @@ class Engine:
                 main.blind_since = main.saved.blind_since
         self.jobs[new.key] = w
         self._log.info("job_watched", job_id=new.key, log=str(link) if link else None, slurm=w.slurm_mode)
-        self._update_watch_dirs()
+        self._watch_stale = True  # applied once per batch of news (`_take_news`), not per job
         return w
 
     def _access_for(self, ref: JobRef, job: SlurmJob | None) -> LogAccess:
@@ -230,13 +266,21 @@ class Engine:
         return job_access(ref, self.cfg.slurm.outputs_roots, job.user if job is not None else None)
 
     def _update_watch_dirs(self) -> None:
+        """Point the watcher at the directories of every watched file (and map paths to jobs).
+
+        Linear in the files watched, and run once per change of the set (never once per job
+        added: 1000 jobs found in one poll made that quadratic, a 40 s first tick). A file
+        already read is named by the target its tail resolved at the last poll; only files
+        never read cost a `realpath`."""
+        self._watch_stale = False
         if self.watcher is None:
             return
         dirs: set[Path] = set(self.discovery.dirs()) if self.discovery is not None else set()
         self._path_jobs.clear()
         for key, w in self.jobs.items():
             for ft in w.tails():
-                for p in (ft.link, Path(os.path.realpath(ft.link))):
+                target = ft.reader.path if ft.reader is not None else Path(os.path.realpath(ft.link))
+                for p in (ft.link, target):
                     dirs.add(p.parent)
                     self._path_jobs[str(p)] = key
             if w.view.ref.job_dir is not None:
@@ -254,6 +298,7 @@ class Engine:
 
         `early`: a partial tick for jobs whose hang the GPUs just confirmed (the hang detector runs too)."""
         started = clock.monotonic()
+        started_cpu = clock.thread_cpu()
         stats = TickStats()
         full = only is None
         if full:
@@ -263,8 +308,14 @@ class Engine:
             # Rotate the order: detectors that ration optional work per tick serve every job in turn.
             shift = self._full_ticks % len(keys)
             keys = keys[shift:] + keys[:shift]
+        self._enqueue_catch_up(keys)
+        fresh = await self._catch_up_inline(now) if full else set()
         for key in keys:
-            await self._read(self.jobs[key], now)
+            w = self.jobs[key]
+            if w.caught_up and key not in fresh:
+                await self._read(w, now)
+        if self._watch_stale:
+            self._update_watch_dirs()
         findings: list[Finding] = []
         reports: list[Report] = []
         durations: dict[str, float] = {}
@@ -283,6 +334,8 @@ class Engine:
             await self._finalize(self.jobs[key], now)
         for key in keys:
             w = self.jobs[key]
+            if not w.caught_up and key not in ending:
+                continue  # nothing read yet (or being read in the background): nothing to judge
             for det in self.detectors:
                 if (
                     not full
@@ -347,6 +400,7 @@ class Engine:
         # The first full tick catches up with every file (a restart re-reads them): kept apart.
         kind = "partial" if not full else ("full" if self._full_ticks else "startup")
         self.durations[kind].append(clock.monotonic() - started)
+        self.cpu_durations[kind].append(clock.thread_cpu() - started_cpu)
         # Offsets are re-derivable (a restart re-reads the files), the arrival time of a job's
         # newest step is not: it is the hang clock. Write it in the tick that read the step (a
         # few rows, only those jobs), so a crash or a wedge does not restart the clock; the
@@ -405,7 +459,7 @@ class Engine:
         for new in news.new:
             if new.key not in self.jobs:
                 self.add_job(new, now)
-        relinked = False
+        relinked = self._watch_stale
         for key, job in news.slurm.items():
             w = self.jobs.get(key)
             if w is None:
@@ -547,6 +601,8 @@ class Engine:
             ft.blind_since = None
             ft.dirty = True
         view.blind.pop(ft.key, None)
+        if self.watcher is not None and ft.reader is not None and str(ft.reader.path) not in self._path_jobs:
+            self._watch_stale = True  # the link now names another file: watch its directory
         state = ft.state
         if main:
             if replaced:
@@ -620,11 +676,110 @@ class Engine:
                 w.workers[str(f)] = FileTail(f, ref_time=now, access=w.access)
                 added = True
         if added:
-            self._update_watch_dirs()
+            self._watch_stale = True  # the tick updates the watcher once, after its reads
 
     @staticmethod
     def _over_before_watched(w: Watched, now: float) -> bool:
-        return not w.slurm_mode and not w.known_before and w.view.first_seen == now
+        return not w.slurm_mode and not w.known_before and w.ended_at_first_read
+
+    # -- catching up with existing logs --------------------------------------------
+
+    def _enqueue_catch_up(self, keys: list[str]) -> None:
+        """Jobs never read join the backlog, ranked by `catch_up_order` (a stat each, once)."""
+        new = False
+        for key in keys:
+            w = self.jobs[key]
+            if w.caught_up or key in self._backlog:
+                continue
+            saved = w.main.saved if w.main is not None else None
+            quiet: float | None = saved.last_step_at if saved is not None else None
+            size = 0
+            if w.main is not None:
+                try:
+                    st = os.stat(w.main.link)  # ordering only: the read goes through `access`
+                except OSError:
+                    quiet = None
+                else:
+                    size = st.st_size
+                    quiet = st.st_mtime if quiet is None else quiet
+            self._backlog[key] = Pending(key, quiet, size)
+            new = True
+        if new:
+            self._backlog_order = deque(catch_up_order(self._backlog.values()))
+
+    def _next_pending(self) -> str | None:
+        while self._backlog_order:
+            key = self._backlog_order.popleft()
+            if key in self._backlog and key not in self._catching:
+                return key
+        return None
+
+    async def _catch_up(self, key: str, now: float) -> None:
+        """The first read of one job (everything its files hold), stamped `now`."""
+        w = self.jobs.get(key)
+        self._catching.add(key)
+        try:
+            if w is not None:
+                await self._read(w, now)
+                w.ended_at_first_read = w.view.ended
+        finally:
+            self._catching.discard(key)
+            self._backlog.pop(key, None)
+            if w is not None:
+                w.caught_up = True
+
+    async def _catch_up_inline(self, now: float) -> set[str]:
+        """A full tick's share of the backlog: jobs Slurm says ended (their end is due now), then
+        the backlog in order while it fits `catch_up_inline_bytes` (at least one job)."""
+        done: set[str] = set()
+        for due in [k for k in self._backlog if k not in self._catching and self._ended(k)]:
+            await self._catch_up(due, now)
+            done.add(due)
+        spent = 0
+        while True:
+            key = self._next_pending()
+            if key is None:
+                break
+            size = self._backlog[key].size + CATCH_UP_FILE_BYTES
+            if done and spent + size > self.catch_up_inline_bytes:
+                self._backlog_order.appendleft(key)
+                break
+            spent += size
+            await self._catch_up(key, now)
+            done.add(key)
+        return done
+
+    def _ended(self, key: str) -> bool:
+        w = self.jobs.get(key)
+        return w is None or w.view.ended
+
+    async def catch_up_next(self, now: float) -> str | None:
+        """Read the next backlog job's existing logs, stamped `now` (the daemon's clock when the
+        read starts: arrival times stay "when the daemon read the line"); its key, or None."""
+        key = self._next_pending()
+        if key is None:
+            return None
+        await self._catch_up(key, now)
+        return key
+
+    @property
+    def catching_up(self) -> int:
+        """Jobs whose existing logs are not read yet (their detectors wait for that read)."""
+        return len(self._backlog)
+
+    def _start_catch_up(self) -> None:
+        if self._backlog and (self._catch_up_task is None or self._catch_up_task.done()):
+            self._catch_up_task = asyncio.ensure_future(self._catch_up_loop())
+
+    async def _catch_up_loop(self) -> None:
+        while self._backlog:
+            await self._between_ticks.wait()
+            try:
+                if await self.catch_up_next(clock.wall()) is None:
+                    return
+            except Exception as exc:
+                self._log.exception("catch_up_failed", error=f"{type(exc).__name__}: {exc}")
+            await asyncio.sleep(0)  # a tick, a file event or a status request may run in between
 
     async def _finalize(self, w: Watched, now: float) -> None:
         """Last read, then the full triage (all files re-read: parity with `jobdiagd triage`)."""
@@ -684,21 +839,25 @@ class Engine:
     # -- status ----------------------------------------------------------------
 
     def tick_stats(self) -> dict[str, dict[str, float | int | None]]:
-        """p50/p99/max wall time in ms of recent ticks (startup, full, partial) and scheduled GCs."""
+        """p50/p99/max wall time in ms of recent ticks (startup, full, partial) and scheduled GCs,
+        and the ticks' CPU time p50/p99 (`cpu_p50_ms`, `cpu_p99_ms`)."""
+
+        def q(xs: list[float], p: float) -> float | None:
+            return round(xs[min(len(xs) - 1, int(p * len(xs)))] * 1000, 2) if xs else None
+
         out: dict[str, dict[str, float | int | None]] = {}
         for kind, vals in self.durations.items():
             xs = sorted(vals)
-            n = len(xs)
-
-            def q(p: float, xs: list[float] = xs, n: int = n) -> float | None:
-                return round(xs[min(n - 1, int(p * n))] * 1000, 2) if n else None
-
             out[kind] = {
-                "n": n,
-                "p50_ms": q(0.5),
-                "p99_ms": q(0.99),
-                "max_ms": round(xs[-1] * 1000, 2) if n else None,
+                "n": len(xs),
+                "p50_ms": q(xs, 0.5),
+                "p99_ms": q(xs, 0.99),
+                "max_ms": round(xs[-1] * 1000, 2) if xs else None,
             }
+            if kind in self.cpu_durations:
+                cpu = sorted(self.cpu_durations[kind])
+                out[kind]["cpu_p50_ms"] = q(cpu, 0.5)
+                out[kind]["cpu_p99_ms"] = q(cpu, 0.99)
         return out
 
     def snapshot_jobs(self, now: float) -> list[dict[str, Any]]:
@@ -756,6 +915,10 @@ class Engine:
             await self._run(sleep, tick_seconds)
         finally:
             await self.stop_discovery()
+            task, self._catch_up_task = self._catch_up_task, None
+            if task is not None and not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
 
     async def stop_discovery(self) -> None:
         """Cancel a discovery poll in flight (its Slurm command's process group is killed)."""
@@ -781,6 +944,7 @@ class Engine:
             poll_early = due_poll is not None and now >= due_poll
             if now >= next_full:
                 await self._safe_tick(now, None)
+                self._start_catch_up()
                 next_full = now + period()
                 poll_early = True
                 if clock.monotonic() - last_gc >= GC_EVERY_S:
@@ -795,6 +959,7 @@ class Engine:
                 roots = {str(d) for d in self.discovery.dirs()} if self.discovery is not None else set()
                 if any(str(Path(p).parent) in roots and p not in self._path_jobs for p in added):
                     await self._safe_tick(now, None)  # something new under an outputs root: discover now
+                    self._start_catch_up()
                     next_full = now + period()
                 else:
                     keys = self.jobs_for_paths(changed)
@@ -853,6 +1018,7 @@ class Engine:
         return sleeper in done and not sleeper.cancelled() and bool(sleeper.result())
 
     async def _safe_tick(self, now: float, only: set[str] | None, *, early: bool = False) -> None:
+        self._between_ticks.clear()
         try:
             await self.tick(now, only, early=early)
         except Exception as exc:
@@ -861,3 +1027,5 @@ class Engine:
                 if self.health is not None:
                     self.health.tick_done(now, False)
                 self.metrics.observe_tick(0.0, False, now)
+        finally:
+            self._between_ticks.set()

@@ -258,6 +258,7 @@ async def run_daemon(
                 "notifiers": dispatcher.snapshot(),
                 "jobs": engine.snapshot_jobs(now),
                 "tick_durations": engine.tick_stats(),
+                "catch_up": {"pending": engine.catching_up},
                 "discovery": discovery.name,
                 "detectors": enabled_names(current["cfg"]),
             },
