@@ -121,6 +121,14 @@ async def open_state_waiting(
             loop.remove_signal_handler(sig)
 
 
+def task_count() -> int | None:
+    """Tasks alive in the daemon's loop: a leak shows as a count that keeps growing (bench/soak.py)."""
+    try:
+        return len(asyncio.all_tasks())
+    except RuntimeError:  # asked from outside the loop's thread
+        return None
+
+
 def chat_router(cfg: config.Config, transport: ChatTransport, backend: DaemonChatBackend) -> ChatRouter:
     """The shared router with this transport's allow-lists and the [chat] limits."""
     c = cfg.chat
@@ -259,6 +267,7 @@ async def run_daemon(
                 "tick_durations": engine.tick_stats(),
                 "discovery": discovery.name,
                 "detectors": enabled_names(current["cfg"]),
+                "asyncio_tasks": task_count(),
             },
         )
 
