@@ -6,15 +6,18 @@ that answers every call 502 Bad Gateway for the outage. An hour at the default r
 the policy down (0.1 s doubling to 1 s) and keeps the API down until the head has failed at
 least that often, while twelve jobs hang, four of them resume and end. When the API answers
 again every page, resolution and end report arrives exactly once, in the order the daemon
-queued them (its JSONL notifier's order), and `jobdiagd status` goes from DEGRADED (notifier
+queued them (its outbox's order), with one "notifier degraded" and one "notifier
+recovered" notice (not one per retry), and `jobdiagd status` goes from DEGRADED (notifier
 telegram failing) back to OK.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
+import sqlite3
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -24,6 +27,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from jobdiagd.alerts.store import DB_NAME
 from tests.chat.emulators.telegram import StoredMessage, TelegramEmulator
 from tests.daemon.conftest import JobLog
 from tests.helpers.faults import record_fault, short_dir  # noqa: F401  (fixture)
@@ -33,6 +37,7 @@ CHAT = 5002  # private: python-telegram-bot holds groups to 20 messages a minute
 JOBS = [str(9300 + i) for i in range(12)]
 RESUMED = JOBS[:4]
 HOUR_OF_RETRIES = 17
+NOTICES = ("notifier degraded: telegram", "notifier recovered: telegram")
 
 pytestmark = [pytest.mark.daemon, pytest.mark.timeout(240)]
 
@@ -113,15 +118,20 @@ def status(work: Path) -> tuple[int, str]:
 
 
 def queued(work: Path) -> list[tuple[str, str]]:
-    """(job, page|resolve|report) in the order the daemon queued them (its JSONL notifier)."""
-    path = work / "state" / "notifications.jsonl"
-    lines = path.read_text().splitlines() if path.exists() else []
+    """(job, page|resolve|report) or ("-", notice title) in the daemon's queue order (its outbox)."""
+    path = work / "state" / DB_NAME
+    if not path.exists():
+        return []
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        rows = [r[0] for r in db.execute("SELECT data FROM outbox ORDER BY created_at, rowid")]
     kinds = {"open": "page", "resolve": "resolve", "report": "report"}
     out = []
-    for line in lines:
-        n: dict[str, Any] = json.loads(line)
+    for data in rows:
+        n: dict[str, Any] = json.loads(data)
         if n["event"] in kinds:
             out.append((n["job_id"], kinds[n["event"]]))
+        elif n["event"] == "notice":
+            out.append(("-", n["title"]))
     return out
 
 
@@ -135,7 +145,10 @@ def delivered(tg: TelegramEmulator) -> list[tuple[str, str]]:
     for m in sorted(tg.bot_messages(CHAT), key=lambda m: m.message_id):
         text = body(m)
         job = next((j for j in JOBS if f"job {j}" in text), "?")
-        if "hang on job" in text and m.reply_to is None:
+        notice = next((t for t in NOTICES if t in text.split("\n", 1)[0]), None)
+        if notice is not None:
+            out.append(("-", notice))
+        elif "hang on job" in text and m.reply_to is None:
             out.append((job, "page"))
         elif text.startswith("resolved:"):
             out.append((job, "resolve"))
@@ -175,21 +188,26 @@ async def test_a_long_chat_outage_delivers_every_alert_once_in_order(
         for job_id in RESUMED:
             jobs[job_id].step(8, seconds=5.0)
             jobs[job_id].summary(0)
+        incidents = len(JOBS) + 2 * len(RESUMED)
         await until(
-            lambda: len(queued(work)) == len(JOBS) + 2 * len(RESUMED), "resolutions and reports queued"
+            lambda: len([q for q in queued(work) if q[0] != "-"]) == incidents, "resolutions and reports"
         )
         await until(lambda: tg.refused >= HOUR_OF_RETRIES, f"{HOUR_OF_RETRIES} refused attempts", within=120)
+        # One notice of the outage (in the JSONL now, in the chat once it is back), not one per retry.
+        await until(lambda: ("-", NOTICES[0]) in queued(work), "the degraded notice")
         rc, text = await asyncio.to_thread(status, work)
         assert rc == 1 and "notifier telegram failing" in text, text
         assert tg.bot_messages(CHAT) == []
         refused = tg.refused
 
         tg.down = False
+        await until(lambda: ("-", NOTICES[1]) in queued(work), "the recovered notice")
         want = queued(work)
         await until(lambda: len(delivered(tg)) >= len(want), "everything delivered")
         await asyncio.sleep(2)  # a repeat would come now
         got = delivered(tg)
         assert got == want, (got, want)
+        assert [q for q in want if q[0] == "-"] == [("-", NOTICES[0]), ("-", NOTICES[1])]
         assert len(set(got)) == len(got)
         await until(lambda: status(work)[0] == 0, "status OK again", within=30)
         daemon.send_signal(signal.SIGTERM)
@@ -202,8 +220,9 @@ async def test_a_long_chat_outage_delivers_every_alert_once_in_order(
         "chat API down for a simulated hour",
         injected=f"every Telegram call answered 502 until {refused} calls were refused (an hour at the "
         f"default retry policy is ~{HOUR_OF_RETRIES} attempts); 12 jobs hung, 4 resumed and ended meanwhile",
-        daemon="kept the notifications in the outbox, retried the head with capped backoff, "
-        "status DEGRADED (notifier telegram failing), then OK",
+        daemon="kept the notifications in the outbox, retried the head with capped backoff; one "
+        "'notifier degraded' notice during the outage and one 'notifier recovered' after it (to every "
+        "notifier: the JSONL at once, the chat once back); status DEGRADED (notifier telegram failing), then OK",
         delivered=f"{len(got)} of {len(want)} queued, each once, in queue order",
         figures={"queued": len(want), "delivered": len(got), "duplicated": len(got) - len(set(got))},
     )
