@@ -80,7 +80,7 @@ class Job:
         )
 
     def write(self, *lines: str) -> None:
-        with contextlib.suppress(OSError):  # a deleted or closed log (an injected fault)
+        with contextlib.suppress(OSError, ValueError):  # a deleted log, closed meanwhile (a fault)
             self.fh.write("".join(ln + "\n" for ln in lines))
 
     def hanging(self, now: float) -> bool:
@@ -146,7 +146,12 @@ def writer(root: Path, n: int, minutes: float, hang_s: float, fault_every: float
             )
             job.write(*out)
         if now >= next_fault:
-            victims = [j for j in jobs if j.hang is None and j.fail_at is None and j.end_at - now > 60]
+            broken = {id(p[1]) for p in pending}
+            victims = [
+                j
+                for j in jobs
+                if j.hang is None and j.fail_at is None and j.end_at - now > 60 and id(j) not in broken
+            ]
             if victims:
                 job = rng.choice(victims)
                 kind = FAULTS[faults % len(FAULTS)]
@@ -159,8 +164,7 @@ def writer(root: Path, n: int, minutes: float, hang_s: float, fault_every: float
                 elif kind == "binary":
                     job.write(os.urandom(4096).decode("latin-1"))
                 elif kind == "long-line":
-                    job.fh.write("x" * (4 << 20))  # no newline: the reader must not hold it whole
-                    job.fh.write("\n")
+                    job.write("x" * (4 << 20))  # the reader must not hold it whole
                 elif kind == "deleted":
                     job.fh.close()
                     job.path.unlink()
