@@ -226,3 +226,47 @@ async def test_a_long_chat_outage_delivers_every_alert_once_in_order(
         delivered=f"{len(got)} of {len(want)} queued, each once, in queue order",
         figures={"queued": len(want), "delivered": len(got), "duplicated": len(got) - len(set(got))},
     )
+
+
+async def test_a_429_storm_delays_pages_but_delivers_each_once_in_order(
+    short_dir: Path,  # noqa: F811 - the fixture
+    tg: FlakyEmulator,
+) -> None:
+    work = short_dir
+    (work / "outputs").mkdir()
+    daemon = start(work, tg)
+    storm = 10
+    try:
+        await until(lambda: tg.calls_of("getMe"), "the bot connected")
+        # Every message call refused with "retry after 1 s", ten times in a row per method.
+        for method in ("sendMessage", "sendPhoto"):
+            tg.fail(method, 429, "Too Many Requests: retry after 1", retry_after=1, times=storm)
+        for job_id in JOBS[:6]:
+            job = JobLog(work / "outputs", job_id)
+            for k in range(8):
+                job.step(k, seconds=0.2)
+        await until(lambda: len([q for q in queued(work) if q[1] == "page"]) == 6, "six hangs queued")
+        # Refused for longer than the backoff cap (1 s here): told once, and once it is over.
+        await until(lambda: ("-", NOTICES[1]) in queued(work), "the recovered notice", within=120)
+        await until(lambda: len(delivered(tg)) >= len(queued(work)), "everything delivered")
+        await asyncio.sleep(2)  # a repeat would come now
+        want, got = queued(work), delivered(tg)
+        assert got == want, (got, want)
+        assert len(set(got)) == len(got)
+        assert [q for q in want if q[0] == "-"] == [("-", NOTICES[0]), ("-", NOTICES[1])]
+        sends = [c for c in tg.calls if c.method in ("sendMessage", "sendPhoto")]
+        daemon.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(daemon.wait, 30) == 0
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.wait(30)
+    record_fault(
+        "429 storm from Telegram",
+        injected=f"sendMessage and sendPhoto each answered 429 (retry after 1 s) {storm} times in a row "
+        "while six jobs hung",
+        daemon="waited retry_after before each new attempt, kept the queue's order; one 'notifier "
+        "degraded' and one 'notifier recovered' notice",
+        delivered=f"{len(got)} of {len(want)} queued, each once, in queue order",
+        figures={"send_calls": len(sends), "delivered": len(got), "duplicated": len(got) - len(set(got))},
+    )

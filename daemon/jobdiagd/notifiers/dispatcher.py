@@ -82,8 +82,8 @@ class Dispatcher:
     A failing notifier backs off on its own (its queue waits, in order, until the retry time);
     the others keep delivering. Deliveries older than `give_up_after` are marked dead.
     `on_degraded` runs once per episode when a notifier has failed NOTICE_AFTER_FAILURES sends
-    in a row for at least the backoff cap, `on_recovered` once when it sends again (the runner
-    queues a notice for each).
+    in a row for at least the backoff cap, `on_recovered` once it has delivered what waited (the
+    runner queues a notice for each).
     """
 
     def __init__(
@@ -253,6 +253,8 @@ class Dispatcher:
         since = self._told.get(name)
         if since is None or self.on_recovered is None:
             return
+        if self.outbox.pending_count(name):
+            return  # recovered = what waited is delivered: a flapping notifier (a 429 storm) is told once
         try:
             self.on_recovered(name, since, now)
         except Exception as exc:  # told after the next send instead

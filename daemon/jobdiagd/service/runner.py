@@ -123,8 +123,8 @@ async def open_state_waiting(
 
 
 def add_notifier_notices(dispatcher: Dispatcher, pipeline: AlertPipeline, metrics: DaemonMetrics) -> None:
-    """One "notifier degraded" notice per episode of failed sends, one "recovered" when it sends
-    again. They go to every notifier: the others say it now; the failing one says it once it
+    """One "notifier degraded" notice per episode of failed sends, one "recovered" once what
+    waited is delivered. They go to every notifier: the others say it now; the failing one says it once it
     is back, after the pages it owed (its queue keeps its order)."""
 
     def degraded(name: str, error: str, since: float, now: float) -> None:
@@ -143,7 +143,7 @@ def add_notifier_notices(dispatcher: Dispatcher, pipeline: AlertPipeline, metric
             f"notifier-recovered:{name}:{int(since)}",
             f"notifier recovered: {name}",
             f"`{name}` accepts messages again (failing for {rounded_duration(now - since)}); "
-            "what waited is being delivered in order.",
+            "what waited has been delivered, in order.",
             now,
         )
         metrics.record_notifications(notes)
