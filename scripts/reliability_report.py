@@ -123,7 +123,14 @@ FAULTS: tuple[Fault, ...] = (
         "a log growing without a newline",
         "the reader's memory stays bounded",
     ),
-    Fault("chat API down for a simulated hour", "tests/notifiers/test_chat_outage.py"),
+    Fault(
+        "chat API down for a simulated hour",
+        "tests/notifiers/test_chat_outage.py::test_a_long_chat_outage_delivers_every_alert_once_in_order",
+    ),
+    Fault(
+        "a 429 storm",
+        "tests/notifiers/test_chat_outage.py::test_a_429_storm_delays_pages_but_delivers_each_once_in_order",
+    ),
     Fault(
         "429 from Telegram",
         "tests/chat/test_telegram_daemon.py::test_a_429_is_retried_and_the_page_arrives_once",
@@ -214,11 +221,11 @@ def junit_results(path: Path) -> dict[str, tuple[str, float]]:
 
 
 def records(path: Path) -> dict[str, list[dict[str, Any]]]:
-    """test file -> its records (one test per file writes them here)."""
+    """test node id -> its records."""
     out: dict[str, list[dict[str, Any]]] = {}
     for f in sorted(path.glob("*.json")) if path.exists() else []:
         rec = json.loads(f.read_text())
-        out.setdefault(str(rec["test"]).split("::")[0], []).append(rec)
+        out.setdefault(str(rec["test"]), []).append(rec)
     return out
 
 
@@ -268,7 +275,7 @@ def render(out: Path, started: float, commit: str, soak: Path | None = None) -> 
     rows = []
     not_passed = 0
     for f in FAULTS:
-        own = recs.get(f.test.split("::")[0]) if "::" not in f.test else None
+        own = [r for node, rs in recs.items() if node == f.test or node.startswith(f.test + "::") for r in rs]
         matching = {k: v for k, v in results.items() if k == f.test or k.startswith(f.test + "::")}
         outcome = "not run"
         seconds = 0.0
