@@ -189,6 +189,7 @@ def run_tests(out: Path, tests: list[str]) -> int:
     records = out / "records"
     records.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "JOBDIAGD_FAULT_REPORT_DIR": str(records)}
+    (out / "commit.txt").write_text(git_commit() + "\n")  # the code the tests ran
     cmd = [
         sys.executable,
         "-m",
@@ -276,7 +277,9 @@ def render(out: Path, started: float, commit: str, soak: Path | None = None) -> 
     not_passed = 0
     for f in FAULTS:
         own = [r for node, rs in recs.items() if node == f.test or node.startswith(f.test + "::") for r in rs]
-        matching = {k: v for k, v in results.items() if k == f.test or k.startswith(f.test + "::")}
+        matching = {
+            k: v for k, v in results.items() if k == f.test or k.startswith((f.test + "::", f.test + "["))
+        }
         outcome = "not run"
         seconds = 0.0
         if matching:
@@ -347,7 +350,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         work = a.keep or Path(tempfile.mkdtemp(prefix="jd-reliability-"))
         run_tests(work, sorted({f.test for f in FAULTS}))
-    page, not_passed = render(work, started, git_commit(), a.soak)
+    ran_at = work / "commit.txt"
+    commit = ran_at.read_text().strip() if ran_at.exists() else git_commit()
+    page, not_passed = render(work, started, commit, a.soak)
     a.out.write_text(page)
     print(f"wrote {a.out} ({len(FAULTS)} faults, {not_passed} not passed); run dir {work}")
     return 1 if not_passed else 0
