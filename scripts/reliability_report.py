@@ -320,11 +320,10 @@ What the daemon promises after a fault: it keeps monitoring what it still can, s
 |---|---|---|---|---|---|---|
 """
     tail = (
-        "\nNot covered by a test yet: a 429 *storm* (many in a row; the tests above refuse one send, the\n"
-        "chat outage refuses every send with 502); Prometheus answering badly *through the daemon's ssh\n"
-        "tunnel* end to end (the client is tested against each bad answer, the daemon against a failed\n"
-        "verdict: the page goes out, verdict unknown). Prometheus and ssh have no degraded/recovered\n"
-        "notice of their own: they are asked per hang alert, not per tick, and a failure shows in the page.\n"
+        "\nNot covered by a test yet: Prometheus answering badly *through the daemon's ssh tunnel* end\n"
+        "to end (the client is tested against each bad answer, the daemon against a failed verdict: the\n"
+        "page goes out, verdict unknown). Prometheus and ssh have no degraded/recovered notice of their\n"
+        "own: they are asked per hang alert, not per tick, and a failure shows in that page.\n"
     )
     return head + "\n".join(rows) + "\n" + tail + soak_section(soak), not_passed
 
