@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.chat import slack_support as S
-from tests.chat.conftest import ALICE, CHAT, MALLORY, OPERATOR, daemon_config, hung_job, start_daemon, until
-from tests.chat.emulators.slack import SlackEmulator
-from tests.chat.emulators.telegram import TelegramEmulator
+from tests.helpers import slack as S
+from tests.helpers.chat import ALICE, CHAT, MALLORY, OPERATOR, daemon_config, hung_job, start_daemon, until
+from tests.helpers.emulators.slack import SlackEmulator
+from tests.helpers.emulators.telegram import TelegramEmulator
 
 FOREIGN_CHAT = -1009  # the bot is in it, but it is not in chat_ids
 

@@ -24,7 +24,7 @@ import pytest
 from aiohttp import web
 
 from jobdiagd.sim import lines as L
-from tests.chat.emulators.telegram import TelegramEmulator
+from tests.helpers.emulators.telegram import TelegramEmulator
 
 TG_TOKEN = "7012345678:AAH-planted-SECRET-tg-0123456789abcd"
 SLACK_TOKEN = "xoxb-1111-2222-plantedSECRETslackBOT"

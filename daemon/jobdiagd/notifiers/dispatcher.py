@@ -28,6 +28,14 @@ class DeliveryObserver(Protocol):
 
 # While the store refuses delivery marks, the workers retry writing them this often.
 HELD_MARK_RETRY_S = 5.0
+# A notifier's trouble is told to people (`on_degraded`) once it has failed this many sends in
+# a row AND for as long as the backoff cap (5 min by default): a refused send (a 429, a blip, a
+# bot still connecting at start) is retried and is not news.
+NOTICE_AFTER_FAILURES = 2
+
+# (notifier, last error, failing since, now); (notifier, failing since, now).
+DegradedHook = Callable[[str, str, float, float], None]
+RecoveredHook = Callable[[str, float, float], None]
 
 
 @dataclass(frozen=True)
@@ -73,6 +81,9 @@ class Dispatcher:
 
     A failing notifier backs off on its own (its queue waits, in order, until the retry time);
     the others keep delivering. Deliveries older than `give_up_after` are marked dead.
+    `on_degraded` runs once per episode when a notifier has failed NOTICE_AFTER_FAILURES sends
+    in a row for at least the backoff cap, `on_recovered` once it has delivered what waited (the
+    runner queues a notice for each).
     """
 
     def __init__(
@@ -104,6 +115,9 @@ class Dispatcher:
             for name in self.notifiers
         }
         self._wake = {name: asyncio.Event() for name in self.notifiers}
+        self.on_degraded: DegradedHook | None = None
+        self.on_recovered: RecoveredHook | None = None
+        self._told: dict[str, float] = {}  # notifier -> failing since, once on_degraded ran
 
     def kick(self) -> None:
         """New notifications are in the outbox: wake every worker that is not backing off."""
@@ -213,12 +227,40 @@ class Dispatcher:
                 return "dropped"  # this message is the problem, not the destination: go on with the queue
             st.blocked_until = retry_at if retry_at is not None else now
             st.edge.failure(error, now)
+            self._tell_degraded(name, st, error, now)
             return "failed"
         self.outbox.mark_sent(nid, name, self._now())
         st.sent += 1
         st.edge.success(now)
         self._observe(name, True, started)
+        self._tell_recovered(name, now)
         return "sent"
+
+    def _tell_degraded(self, name: str, st: NotifierState, error: str, now: float) -> None:
+        if self.on_degraded is None or name in self._told or st.edge.failures < NOTICE_AFTER_FAILURES:
+            return
+        since = st.edge.failing_since if st.edge.failing_since is not None else now
+        if now - since < self.policy.maximum:
+            return
+        try:
+            self.on_degraded(name, error, since, now)
+        except Exception as exc:  # told at the next failure instead
+            self._log.error("notifier_notice_failed", notifier=name, error=f"{type(exc).__name__}: {exc}")
+            return
+        self._told[name] = since
+
+    def _tell_recovered(self, name: str, now: float) -> None:
+        since = self._told.get(name)
+        if since is None or self.on_recovered is None:
+            return
+        if self.outbox.pending_count(name):
+            return  # recovered = what waited is delivered: a flapping notifier (a 429 storm) is told once
+        try:
+            self.on_recovered(name, since, now)
+        except Exception as exc:  # told after the next send instead
+            self._log.error("notifier_notice_failed", notifier=name, error=f"{type(exc).__name__}: {exc}")
+            return
+        del self._told[name]
 
     def _observe(self, name: str, ok: bool, started: float) -> None:
         if self.observer is not None:

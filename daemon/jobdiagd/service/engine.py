@@ -241,6 +241,8 @@ class Engine:
     # -- job set -----------------------------------------------------------
 
     def add_job(self, new: NewJob, now: float) -> Watched:
+        """Watch a new job; the file watcher's dirs are set once per batch of new jobs (per job
+        it is O(jobs): 500 at once took 15 s)."""
         view = JobView(
             key=new.key, ref=new.ref, first_seen=now, slurm=new.slurm, policy=policy_from_config(self.cfg)
         )

@@ -28,6 +28,7 @@ from jobdiagd.alerts.store import DB_NAME, StoreError, StoreUnavailable
 from jobdiagd.chat.router import ChatRouter
 from jobdiagd.detectors import build as build_detectors
 from jobdiagd.detectors import enabled_names
+from jobdiagd.durations import rounded_duration
 from jobdiagd.logsetup import EdgeTrigger, configure_logging, get_logger
 from jobdiagd.notifiers.base import ChatTransport
 from jobdiagd.notifiers.dispatcher import Dispatcher, RetryPolicy
@@ -120,6 +121,44 @@ async def open_state_waiting(
     finally:
         for sig in installed:
             loop.remove_signal_handler(sig)
+
+
+def add_notifier_notices(dispatcher: Dispatcher, pipeline: AlertPipeline, metrics: DaemonMetrics) -> None:
+    """One "notifier degraded" notice per episode of failed sends, one "recovered" once what
+    waited is delivered. They go to every notifier: the others say it now; the failing one says it once it
+    is back, after the pages it owed (its queue keeps its order)."""
+
+    def degraded(name: str, error: str, since: float, now: float) -> None:
+        notes = pipeline.notice(
+            f"notifier-degraded:{name}:{int(since)}",
+            f"notifier degraded: {name}",
+            f"Sending to `{name}` has failed for {rounded_duration(now - since)}: {error}\n\nIts pages wait in the outbox, in order, "
+            "and go out when it answers again; the daemon will say when it does.",
+            now,
+            severity="warning",
+        )
+        metrics.record_notifications(notes)
+
+    def recovered(name: str, since: float, now: float) -> None:
+        notes = pipeline.notice(
+            f"notifier-recovered:{name}:{int(since)}",
+            f"notifier recovered: {name}",
+            f"`{name}` accepts messages again (failing for {rounded_duration(now - since)}); "
+            "what waited has been delivered, in order.",
+            now,
+        )
+        metrics.record_notifications(notes)
+
+    dispatcher.on_degraded = degraded
+    dispatcher.on_recovered = recovered
+
+
+def task_count() -> int | None:
+    """Tasks alive in the daemon's loop: a leak shows as a count that keeps growing (bench/soak.py)."""
+    try:
+        return len(asyncio.all_tasks())
+    except RuntimeError:  # asked from outside the loop's thread
+        return None
 
 
 def chat_router(cfg: config.Config, transport: ChatTransport, backend: DaemonChatBackend) -> ChatRouter:
@@ -227,6 +266,7 @@ async def run_daemon(
         pipeline.outbox, notifiers, policy=RetryPolicy.from_config(cfg.delivery), observer=metrics
     )
     pipeline.on_enqueue = dispatcher.kick
+    add_notifier_notices(dispatcher, pipeline, metrics)
     try:
         discovery = choose_discovery(cfg, discover, watch, offsets.known_jobs())
     except (config.ConfigError, SlurmError):
@@ -261,6 +301,7 @@ async def run_daemon(
                 "catch_up": {"pending": engine.catching_up},
                 "discovery": discovery.name,
                 "detectors": enabled_names(current["cfg"]),
+                "asyncio_tasks": task_count(),
             },
         )
 

@@ -182,6 +182,8 @@ class PromClient:
             raise PromError(self.label, endpoint, query, f"timed out after {self.timeout_s:g}s") from exc
         except aiohttp.ClientError as exc:
             raise PromError(self.label, endpoint, query, f"{type(exc).__name__}: {exc}") from exc
+        except UnicodeDecodeError as exc:  # binary garbage where Prometheus sends JSON or text
+            raise PromError(self.label, endpoint, query, f"invalid body, not text: {exc.reason}") from exc
 
     async def _get_json(self, endpoint: str, params: Mapping[str, str] | None, query: str | None) -> Any:
         body = await self._get_raw(endpoint, params, query)
