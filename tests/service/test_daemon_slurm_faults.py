@@ -119,6 +119,11 @@ class Rig:
     def watched(self) -> list[str]:
         return [j["job_id"] for j in self.status_json().get("status", {}).get("jobs", [])]
 
+    def running(self, job_id: str) -> bool:
+        """The daemon has seen the job RUNNING (a job it last saw PENDING is never paged as hung)."""
+        jobs = self.status_json().get("status", {}).get("jobs", [])
+        return any(j["job_id"] == job_id and j.get("state") == "RUNNING" for j in jobs)
+
     def log(self) -> str:
         return (self.work / "daemon.out").read_text(errors="replace")[-4000:]
 
@@ -228,7 +233,8 @@ def test_empty_or_garbage_squeue_answers_do_not_end_a_running_job(rig: Rig) -> N
 def test_hung_squeue_wrapper_is_killed_at_the_timeout_and_ticks_go_on(rig: Rig) -> None:
     rig.start()
     job_id = rig.submit("--steps", "400", "--step-time", "0.3", "--hang-after", "40")
-    wait_for(lambda: job_id in rig.watched(), "the job watched", timeout=120)
+    # RUNNING, not only watched: squeue hangs from now on, so the state the daemon saw last stays.
+    wait_for(lambda: rig.running(job_id), "the job seen running", timeout=60)
 
     rig.mode("hang")
     hung_at = time.time()
