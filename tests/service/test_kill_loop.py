@@ -15,9 +15,12 @@ the daemon): each job's page, its resolution reply and its end report exactly on
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
 import random
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -28,6 +31,7 @@ from typing import BinaryIO
 import pytest
 from aiohttp import web
 
+from jobdiagd.alerts.store import DB_NAME
 from tests.helpers.emulators.telegram import StoredMessage, TelegramEmulator
 from tests.helpers.faults import record_fault, short_dir  # noqa: F401  (fixture)
 from tests.helpers.joblog import JobLog
@@ -39,6 +43,9 @@ CHAT = 5001
 JOBS = 12
 KILLS = 50
 SEND_METHODS = frozenset({"sendMessage", "sendPhoto", "sendDocument"})
+# From Telegram's answer leaving the emulator to the daemon's committed record of the message
+# id: reading the answer and one SQLite commit (a few ms idle; generous for a loaded CI box).
+ACCEPT_TO_RECORD_S = 1.0
 
 pytestmark = [pytest.mark.daemon, pytest.mark.timeout(600)]
 
@@ -51,17 +58,24 @@ class KillingEmulator(TelegramEmulator):
         super().__init__()
         self.armed_pid: int | None = None
         self.trapped = 0
+        self.accepted_at: dict[int, float] = {}  # message id -> monotonic time its answer left
 
     async def _handle(self, request: web.Request) -> web.Response:
         pid = self.armed_pid
-        if pid is not None and request.match_info["method"] in SEND_METHODS:
+        method = request.match_info["method"]
+        if pid is not None and method in SEND_METHODS:
             self.armed_pid = None
             os.kill(pid, signal.SIGKILL)
             self.trapped += 1
             return web.json_response(
                 {"ok": False, "error_code": 502, "description": "Bad Gateway"}, status=502
             )
-        return await super()._handle(request)
+        response = await super()._handle(request)
+        if method in SEND_METHODS and isinstance(response, web.Response) and response.text:
+            result = json.loads(response.text).get("result")
+            if isinstance(result, dict) and isinstance(result.get("message_id"), int):
+                self.accepted_at[result["message_id"]] = time.monotonic()
+        return response
 
 
 @pytest.fixture
@@ -204,6 +218,7 @@ async def test_kill_9_loop_with_alerts_in_flight_loses_and_repeats_nothing(
     players: list[asyncio.Task[None]] = []
     kills = trapped_kills = 0
     lifetimes: list[float] = []
+    kill_times: list[float] = []
     proc: subprocess.Popen[bytes] | None = None
     try:
         for k in range(KILLS):
@@ -228,6 +243,7 @@ async def test_kill_9_loop_with_alerts_in_flight_loses_and_repeats_nothing(
                 await asyncio.sleep(rng.uniform(0.0, 1.0))
             if proc.poll() is None:
                 proc.send_signal(signal.SIGKILL)
+            kill_times.append(time.monotonic())
             rc = await asyncio.to_thread(proc.wait, 30)
             assert rc == -signal.SIGKILL, (
                 f"daemon exited by itself ({rc}) in round {k}: see {work}/daemon.out"
@@ -259,7 +275,34 @@ async def test_kill_9_loop_with_alerts_in_flight_loses_and_repeats_nothing(
     got = classify(tg)
     unexpected = {k: v for k, v in got.items() if k not in expected}
     lost = sorted(k for k in expected if k not in got)
-    duplicated = {k: v for k, v in got.items() if k in expected and len(v) > 1}
+    # A long report goes out in parts (or text, then a document): several messages, one each.
+    # A duplicate is the same message twice: same job, same kind, same text.
+    text_of = {m.message_id: body(m) for m in tg.bot_messages(CHAT)}
+    duplicated: dict[tuple[str, str], list[int]] = {}
+    for k, ids in got.items():
+        if k not in expected:
+            continue
+        by_text: dict[str, list[int]] = {}
+        for i in ids:
+            by_text.setdefault(text_of[i], []).append(i)
+        repeats = sorted(i for same in by_text.values() if len(same) > 1 for i in same)
+        if repeats:
+            duplicated[k] = repeats
+    # The Bot API has no idempotency key: a daemon killed after Telegram accepted a message but
+    # before it recorded the message id cannot know it was sent, and sends it again after the
+    # restart (at-least-once: a page is never lost for it). Such a repeat is allowed only when
+    # it is provably that window: the earlier copy was never recorded by the daemon, and a kill
+    # came within ACCEPT_TO_RECORD_S of Telegram's answer. Any other repeat fails the test.
+    with contextlib.closing(sqlite3.connect(work / "state" / DB_NAME)) as db:
+        recorded = {int(r[0]) for r in db.execute("SELECT message_id FROM chat_messages WHERE notifier = 'telegram'")}
+    in_window = {
+        i
+        for ids in duplicated.values()
+        for i in ids[:-1]
+        if i not in recorded
+        and any(0.0 <= t - tg.accepted_at.get(i, float("inf")) <= ACCEPT_TO_RECORD_S for t in kill_times)
+    }
+    unexplained = {k: v for k, v in duplicated.items() if any(i not in in_window for i in v[:-1])}
     delivered = sum(1 for k in expected if k in got)
     record_fault(
         "kill -9 loop",
@@ -267,18 +310,25 @@ async def test_kill_9_loop_with_alerts_in_flight_loses_and_repeats_nothing(
         f"the rest at a random moment of its first two ticks; seed {seed}) while {JOBS} jobs hang, "
         "resume and end",
         daemon="each restart re-derived what it had not stored and sent what the outbox still owed",
-        delivered=f"expected {len(expected)}, delivered {delivered}, duplicated {len(duplicated)}, lost {len(lost)}",
+        delivered=f"expected {len(expected)}, delivered {delivered}, duplicated {len(unexplained)}, lost {len(lost)}"
+        + (f" (+{len(in_window)} repeated: killed between Telegram's answer and the record)" if in_window else ""),
         figures={
             "kills": kills,
             "kills_in_flight": trapped_kills,
             "expected": len(expected),
             "delivered": delivered,
-            "duplicated": len(duplicated),
+            "duplicated": len(unexplained),
+            "repeated_in_accept_window": len(in_window),
             "lost": len(lost),
             "median_lifetime_s": round(sorted(lifetimes)[len(lifetimes) // 2], 2),
         },
     )
     assert kills >= 50
     assert lost == [], f"lost: {lost}; got {sorted(got)}"
-    assert duplicated == {}, f"duplicated: {duplicated}"
+    texts = {m.message_id: (m.reply_to, body(m)[:200]) for m in tg.bot_messages(CHAT)}
+    assert unexplained == {}, f"duplicated: {unexplained}: " + "; ".join(
+        f"{i} (reply to {texts[i][0]}, recorded {i in recorded}): {texts[i][1]!r}"
+        for ids in unexplained.values()
+        for i in ids
+    )
     assert unexpected == {}, unexpected
