@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from jobdiagd.sources.slurm_parse import SlurmJob
 from jobdiagd.sources.slurmstate import slurm_wall_s
 from jobdiagd.triage.engine import triage, triage_ref
 from jobdiagd.triage.report import render_markdown
 from jobdiagd.triage.resolve import resolve
+from jobdiagd.triage.stall import StallPolicy
 
 
 def _job(tmp: Path, steps: int, wall: str, tail: list[str]) -> Path:
@@ -106,3 +109,30 @@ def test_slurm_wall_time_is_start_to_end_or_now() -> None:
     assert slurm_wall_s(ended, now=9999.0) == 600.0
     assert slurm_wall_s(SlurmJob("7", "n", "u", "PENDING", "p"), now=9999.0) is None
     assert slurm_wall_s(None, now=1.0) is None
+
+
+def test_cancel_instant_is_refined_past_the_whole_second_stamp(tmp_path: Path) -> None:
+    # Last step at 10:04:05.000, cancel stamped 10:04:19 (whole seconds), the cascade at
+    # 10:04:19.900: the stall is 14.9 s, not 14 s (rule CAS-8). With a 14.5 s budget the cancel
+    # came after a stall, which the truncated stamp would have missed.
+    tail = [
+        "0: slurmstepd: error: *** STEP 4242.0 ON node001 CANCELLED AT 2026-06-12T10:04:19 ***",
+        "0: W0612 10:04:19.900000 1 train.py:1120] Received SIGTERM; shutting down",
+    ]
+    policy = StallPolicy(stall_factor=1.0, min_stall_s=14.5)
+    r = triage(_job(tmp_path, 50, "1h 0m 0s", tail), now=2e9, policy=policy)
+    assert r.cls.stall is not None and r.cls.stall.basis == "timestamps"
+    assert r.cls.stall.gap_s == pytest.approx(14.9)
+    assert (r.status, r.primary) == ("cancelled", "hang")
+
+
+def test_a_dated_line_a_second_later_does_not_move_the_cancel(tmp_path: Path) -> None:
+    # The next dated line is 3 s after the stamp: it does not bound the instant; the stamp is used.
+    tail = [
+        "0: slurmstepd: error: *** STEP 4242.0 ON node001 CANCELLED AT 2026-06-12T10:04:19 ***",
+        "0: W0612 10:04:22.500000 1 train.py:1120] Received SIGTERM; shutting down",
+    ]
+    policy = StallPolicy(stall_factor=1.0, min_stall_s=14.5)
+    r = triage(_job(tmp_path, 50, "1h 0m 0s", tail), now=2e9, policy=policy)
+    assert r.cls.stall is not None and r.cls.stall.gap_s == pytest.approx(14.0)
+    assert (r.status, r.primary) == ("cancelled", "cancelled")

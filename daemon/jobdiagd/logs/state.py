@@ -430,6 +430,9 @@ class LogState:
         self.srun_errors: list[tuple[str, str, int | None, int]] = []  # host, `task N: text`, exit, line
         self.cancel: tuple[str, str, str, int] | None = None  # host, at, reason, line
         self.cancel_evidence: Evidence | None = None  # the cancel line, quoted when the job was cancelled
+        # The first dated line after the cancel line: Slurm stamps the cancel in whole seconds,
+        # and the cascade it starts is logged right after it, so this bounds the instant above.
+        self.after_cancel_stamp: float | None = None
         self.tunnel: str | None = None
         self.tunnel_host: str | None = None
         self.tunnel_ports: list[int] = []
@@ -626,6 +629,8 @@ class LogState:
                     self.first_stamp = when
                 if self.last_stamp is None or when > self.last_stamp:
                     self.last_stamp = when
+                if self.cancel is not None and self.after_cancel_stamp is None:
+                    self.after_cancel_stamp = when
         if text.strip():
             self.last_text = text
         if "completed" in text:

@@ -319,7 +319,7 @@ def classify(
     at: float | None
     if status in ("running", "hanging"):
         at = now
-    elif main.cancel is not None and (t := _cancel_time(main.cancel[1], main)) is not None:
+    elif main.cancel is not None and (t := _cancel_instant(main)) is not None:
         at = t
     else:
         at = end_time
@@ -681,6 +681,20 @@ def _cancel_time(at: str, main: LogState) -> float | None:
     if stamp is None:
         return None
     return main.clock.epoch(Stamp(stamp.month, stamp.day, stamp.seconds))
+
+
+def _cancel_instant(main: LogState) -> float | None:
+    """When the cancel happened, for the stall at cancel time (rule CAS-8). Slurm's stamp has
+    whole seconds, so the cancel lies in [stamp, stamp + 1 s); the first dated line after the
+    cancel line (the cascade: "Received SIGTERM", NCCL aborts) bounds it above. Truncating to
+    the stamp would shorten the stall by up to a second and could call a cancel that came after
+    a paged hang a plain cancel."""
+    assert main.cancel is not None
+    at = _cancel_time(main.cancel[1], main)
+    after = main.after_cancel_stamp
+    if at is not None and after is not None and at <= after < at + 1.0:
+        return after
+    return at
 
 
 def _evidence_order(
