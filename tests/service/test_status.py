@@ -132,6 +132,25 @@ async def test_group_mode(short_tmp: Path) -> None:
         await srv.stop()
 
 
+async def test_the_socket_is_owner_only_from_bind_whatever_the_umask(
+    short_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No window where the umask decides: with umask 000 and the chmod after bind suppressed, the
+    # file bind created is already 0600 (the socket inode's mode, set before bind).
+    monkeypatch.setattr("jobdiagd.service.status_socket.os.chmod", lambda *_a, **_k: None)
+    old = os.umask(0)
+    try:
+        srv = StatusServer(short_tmp / "u.sock", lambda: {"ok": True})
+        await srv.start()
+    finally:
+        os.umask(old)
+    try:
+        assert stat.S_IMODE(srv.path.stat().st_mode) == 0o600
+        assert (await asyncio.to_thread(request, srv.path, "ping"))["result"] == {"pong": True}
+    finally:
+        await srv.stop()
+
+
 async def test_stale_socket_is_replaced_but_a_live_one_is_not(short_tmp: Path) -> None:
     path = short_tmp / "x.sock"
     dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

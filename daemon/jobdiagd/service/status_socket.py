@@ -66,9 +66,17 @@ class StatusServer:
 
         self._clear_stale()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        server = await asyncio.start_unix_server(self._serve, path=str(self.path), limit=MAX_REQUEST)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            # Between bind and chmod the mode comes from the umask (the unit sets UMask=0077).
+            # Linux creates the socket file with the socket inode's mode less the umask: owner-only
+            # from the first instant, whatever the umask; the group is let in only after chown.
+            os.fchmod(sock.fileno(), 0o600)
+            sock.bind(str(self.path))
+        except BaseException:
+            sock.close()
+            raise
+        server = await asyncio.start_unix_server(self._serve, sock=sock, limit=MAX_REQUEST)
+        try:
             if self.group:
                 os.chown(self.path, -1, grp.getgrnam(self.group).gr_gid)
                 os.chmod(self.path, 0o660)
