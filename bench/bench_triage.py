@@ -10,7 +10,13 @@ the parent) and, for comparison with older figures, the summed RSS. For context 
 doing triage's own pre-filter job (`grep -c -F -f` with the trigger literals) on the big log.
 
 CPU seconds (user + system of the whole process tree) are printed beside: on a shared machine
-they move less than wall times.
+they move less than wall times. The profile of those CPU seconds comes from the same run: the
+start-up (triage of the log's first 256 KB: interpreter, imports, hyperscan database load,
+report) and the C passes a serial read makes over the body (read, the hyperscan pre-filter
+with its match callbacks, the newline count that numbers the lines): the floor below which no
+change to the per-line Python work can go, each as a multiple of grep's CPU seconds on the same
+log. What a serial triage spends beyond start-up + C passes is that per-line Python work (step
+columns, candidate lines, the fold into the state).
 
 Triage runs as installed: with bytecode caches (pip compiles them at install). A development
 shell with PYTHONDONTWRITEBYTECODE=1 recompiles every module on every run (about 70 ms here), so
@@ -25,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -90,6 +97,61 @@ def timed_tree(cmd: list[str], env: dict[str, str]) -> tuple[float, float, int, 
     return time.perf_counter() - t0, cpu, peak_pss, peak_rss
 
 
+# The C passes over a log's body, timed in-process (CPU seconds): what a serial read cannot go
+# below whatever its Python-level work costs. Run as a child so PYTHONPATH picks the code.
+_FLOOR = """
+import json, os, sys, time
+from jobdiagd.logs import reader
+fd = os.open(sys.argv[1], os.O_RDONLY)
+head_end, tail_start = reader._regions(fd, os.fstat(fd).st_size)
+prefixes = reader.task0_prefixes(os.pread(fd, 2 << 20, 0))
+scan = reader.scanner()
+scan.scan_lines(b"\\n", prefixes)
+spans = getattr(scan, "scan_spans", None)
+rb = reader._ReadBuffer()
+best = {}
+for _ in range(int(sys.argv[2])):
+    got = {}
+    t0 = time.process_time()
+    for n, _off in rb.chunks(fd, head_end, tail_start):
+        pass
+    got["read"] = time.process_time() - t0
+    t0 = time.process_time()
+    for n, _off in rb.chunks(fd, head_end, tail_start):
+        spans(rb.buf, prefixes, 1 + n) if spans else scan.scan_lines(rb.buf, prefixes, 0, 1 + n)
+    got["scan"] = time.process_time() - t0 - got["read"]
+    t0 = time.process_time()
+    for n, _off in rb.chunks(fd, head_end, tail_start):
+        rb.buf.count(b"\\n", 1, 1 + n)
+    got["count"] = time.process_time() - t0 - got["read"]
+    best = {k: min(v, best.get(k, v)) for k, v in got.items()}
+print(json.dumps(best))
+"""
+
+
+def floor_cpu(log: Path, repeat: int, env: dict[str, str]) -> dict[str, float]:
+    """CPU seconds of the C passes over the body of `log` (read, pre-filter scan, newline count),
+    each the minimum over `repeat` passes."""
+    out = subprocess.run(
+        [sys.executable, "-c", _FLOOR, str(log), str(repeat)], env=env, check=True, capture_output=True
+    ).stdout
+    got: dict[str, float] = json.loads(out)
+    return got
+
+
+def startup_cpu(log: Path, repeat: int, env: dict[str, str]) -> float:
+    """Median CPU seconds of triage on the first 256 KB of `log` (cut at a line end): what any
+    triage pays before and after its body."""
+    small_dir = log.parent / "startup-256k"
+    small_dir.mkdir(exist_ok=True)
+    with open(log, "rb") as fh:
+        head = fh.read(256 << 10)
+    (small_dir / "log").write_bytes(head[: head.rfind(b"\n") + 1])
+    triage = [sys.executable, "-m", "jobdiagd.cli", "triage", str(small_dir), "--no-slurm"]
+    timed(triage, env)
+    return statistics.median(timed(triage, env)[2] for _ in range(repeat))
+
+
 def make_log(out_dir: Path, size_mb: int, nodes: int, env: dict[str, str]) -> tuple[Path, Path]:
     """The job directory and its log of about `size_mb` MiB (made once, kept with --keep)."""
     name = f"99{size_mb:04d}-JAX-llama2-70b-bench"
@@ -135,7 +197,10 @@ def bench_size(job_dir: Path, log: Path, repeat: int, env: dict[str, str]) -> di
         ser_t.append(t)
         cpu["serial"].append(c)
     doc = json.loads(timed([*triage, "--json"], env)[1])
+    floor = floor_cpu(log, min(repeat, 3), env)
     return {
+        "floor": floor,
+        "startup": startup_cpu(log, repeat, env),
         "size": log.stat().st_size,
         "step_lines": int(grep_count),
         "grep": grep_t,
@@ -189,6 +254,15 @@ def main() -> int:
             f"  CPU seconds (median): grep {med(cpu['grep']):.3f}, triage {med(cpu['triage']):.3f} "
             f"({med(cpu['triage']) / med(cpu['grep']):.1f}x, all processes), --workers 1 {med(cpu['serial']):.3f}"
         )
+        grep_cpu, fl, up = med(cpu["grep"]), r["floor"], r["startup"]
+        c_passes = fl["read"] + fl["scan"] + fl["count"]
+        print(
+            f"  profile (CPU seconds, x grep's): start-up {up:.3f} ({up / grep_cpu:.1f}x); C passes over "
+            f"the body {c_passes:.3f} ({c_passes / grep_cpu:.1f}x: read {fl['read']:.3f}, hyperscan "
+            f"{fl['scan']:.3f}, newline count {fl['count']:.3f}); start-up + C passes "
+            f"{(up + c_passes) / grep_cpu:.1f}x; the rest (per-line Python) "
+            f"{max(0.0, med(cpu['serial']) - up - c_passes):.3f}"
+        )
         print(f"  peak memory, triage tree: PSS {r['pss_kb'] / 1024:.0f} MB, RSS {r['rss_kb'] / 1024:.0f} MB")
     from jobdiagd.logs.scan import TRIGGERS
 
@@ -202,6 +276,7 @@ def main() -> int:
     if not args.keep:
         for _, log in logs:
             log.unlink()
+        shutil.rmtree(out_dir / "startup-256k", ignore_errors=True)
     return 0
 
 
