@@ -13,6 +13,7 @@ from jobdiagd.tsdb.playbooks.base import (
     Finding,
     PlaybookEnv,
     PlaybookResult,
+    Verdict,
     by_gpu,
     dur,
     fmt,
@@ -183,13 +184,13 @@ class GpuHealthPlaybook:
             )
         ]
         return PlaybookResult(
-            self.name,
-            self.analysis_type,
-            verdict,
-            (start, end),
-            findings,
-            sorted({h for h, _ in anomalous_gpus}),
-            root,
-            [],
-            [] if verdict == "healthy" else ["Drain/inspect the listed GPUs' nodes."],
+            playbook=self.name,
+            analysis_type=self.analysis_type,
+            verdict=Verdict(verdict),
+            window=(start, end),
+            findings=findings,
+            anomalous_hosts=sorted({h for h, _ in anomalous_gpus}),
+            root_cause=root,
+            chain=[],
+            next_steps=[] if verdict == "healthy" else ["Drain/inspect the listed GPUs' nodes."],
         )

@@ -66,6 +66,7 @@ from jobdiagd.tsdb.playbooks.base import (
     Finding,
     PlaybookEnv,
     PlaybookResult,
+    Verdict,
     by_gpu,
     by_host,
     dur,
@@ -782,21 +783,19 @@ class HangPlaybook:
                 verdict == "hang-then-heartbeat" and env.ctx.primary_class == "hang"
             )
             corr = f"Triage classified this as {env.ctx.primary_class}. TSDB {'confirms' if confirms else 'refines'}: {verdict}."
-        res = PlaybookResult(
-            self.name,
-            self.analysis_type,
-            verdict,
-            (start, end),
-            findings,
-            anomalous,
-            root,
-            chain,
-            nxt,
-            corr + (f" Window: {window_txt}." if corr else ""),
+        return PlaybookResult(
+            playbook=self.name,
+            analysis_type=self.analysis_type,
+            verdict=Verdict(verdict),
+            window=(start, end),
+            findings=findings,
+            anomalous_hosts=anomalous,
+            root_cause=root,
+            chain=chain,
+            next_steps=nxt,
+            triage_correlation=corr + (f" Window: {window_txt}." if corr else ""),
+            incident=power_end,
         )
-        if power_end is not None:
-            res.incident = power_end
-        return res
 
 
 def _pattern_text(cats: Mapping[str, Hashable], off: Sequence[str]) -> str:

@@ -13,6 +13,7 @@ from jobdiagd.tsdb.playbooks.base import (
     Finding,
     PlaybookEnv,
     PlaybookResult,
+    Verdict,
     by_gpu,
     by_host,
     dur,
@@ -272,5 +273,13 @@ class HardwarePlaybook:
         if verdict == "healthy":
             nxt = ["No hardware cause in the TSDB; check core dumps and the failed task's output."]
         return PlaybookResult(
-            self.name, self.analysis_type, verdict, (lo, hi), findings, sorted(anomalous), root, chain, nxt
+            playbook=self.name,
+            analysis_type=self.analysis_type,
+            verdict=Verdict(verdict),
+            window=(lo, hi),
+            findings=findings,
+            anomalous_hosts=sorted(anomalous),
+            root_cause=root,
+            chain=chain,
+            next_steps=nxt,
         )

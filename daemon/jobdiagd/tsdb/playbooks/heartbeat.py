@@ -34,6 +34,7 @@ from jobdiagd.tsdb.playbooks.base import (
     Finding,
     PlaybookEnv,
     PlaybookResult,
+    Verdict,
     by_gpu,
     by_host,
     dur,
@@ -476,20 +477,17 @@ class HeartbeatPlaybook:
             ],
         }[verdict]
         corr = f"Triage reported heartbeat-timeout accusing {', '.join(accused) or 'unknown tasks'}; TSDB verdict: {verdict}."
-        res = PlaybookResult(
-            self.name,
-            self.analysis_type,
-            verdict,
-            (stop, at),
-            findings,
-            anomalous,
-            root,
-            chain,
-            nxt,
-            corr,
+        return PlaybookResult(
+            playbook=self.name,
+            analysis_type=self.analysis_type,
+            verdict=Verdict(verdict),
+            window=(stop, at),
+            findings=findings,
+            anomalous_hosts=anomalous,
+            root_cause=root,
+            chain=chain,
+            next_steps=nxt,
+            triage_correlation=corr,
+            # the hang, not the kill, is what the earliest anomaly explains
+            incident=stall_j.last_step_t if verdict == "hang-then-heartbeat" else None,
         )
-        if verdict == "hang-then-heartbeat":
-            res.incident = (
-                stall_j.last_step_t
-            )  # the hang, not the kill, is what the earliest anomaly explains
-        return res

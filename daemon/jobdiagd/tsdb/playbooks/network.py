@@ -27,6 +27,7 @@ from jobdiagd.tsdb.playbooks.base import (
     Finding,
     PlaybookEnv,
     PlaybookResult,
+    Verdict,
     by_host,
     dur,
     fmt,
@@ -330,13 +331,13 @@ class NetworkPlaybook:
         elif verdict == "hardware-fault":
             nxt = ["Check cable and switch port of the down link; drain the node."]
         return PlaybookResult(
-            self.name,
-            self.analysis_type,
-            verdict,
-            (start, end),
-            findings,
-            sorted(anomalous),
-            root,
-            chain,
-            nxt,
+            playbook=self.name,
+            analysis_type=self.analysis_type,
+            verdict=Verdict(verdict),
+            window=(start, end),
+            findings=findings,
+            anomalous_hosts=sorted(anomalous),
+            root_cause=root,
+            chain=chain,
+            next_steps=nxt,
         )

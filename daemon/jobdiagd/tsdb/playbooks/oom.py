@@ -18,6 +18,7 @@ from jobdiagd.tsdb.playbooks.base import (
     Finding,
     PlaybookEnv,
     PlaybookResult,
+    Verdict,
     by_host,
     dur,
     fmt,
@@ -261,5 +262,13 @@ class OomPlaybook:
             "healthy": ["No OOM evidence in the TSDB; check dmesg on the failed node."],
         }[verdict]
         return PlaybookResult(
-            self.name, self.analysis_type, verdict, (lo, hi), findings, anomalous, root, chain, nxt
+            playbook=self.name,
+            analysis_type=self.analysis_type,
+            verdict=Verdict(verdict),
+            window=(lo, hi),
+            findings=findings,
+            anomalous_hosts=anomalous,
+            root_cause=root,
+            chain=chain,
+            next_steps=nxt,
         )

@@ -51,6 +51,7 @@ from jobdiagd.tsdb.playbooks.base import (
     Finding,
     PlaybookEnv,
     PlaybookResult,
+    Verdict,
     by_gpu,
     by_host,
     dur,
@@ -773,8 +774,15 @@ class TrainingStabilityPlaybook:
                 "If confirmed: enable Orbax's dispatcher path (jax.device_put broadcast) or port it to "
                 "_merge_globalized_replicas; jax.clear_caches() does not release the communicators.",
             ]
-        res = PlaybookResult(
-            self.name, self.analysis_type, verdict, (start, end), findings, anomalous, root, chain, nxt
+        return PlaybookResult(
+            playbook=self.name,
+            analysis_type=self.analysis_type,
+            verdict=Verdict(verdict),
+            window=(start, end),
+            findings=findings,
+            anomalous_hosts=anomalous,
+            root_cause=root,
+            chain=chain,
+            next_steps=nxt,
+            incident=degraded[0] if degraded else None,
         )
-        res.incident = degraded[0] if degraded else None
-        return res
