@@ -48,9 +48,9 @@ def incident_time(env: PlaybookEnv, res: PlaybookResult) -> float | None:
     if not res.applicable:
         return None  # the playbook's trigger is absent: no incident
     if res.playbook == "hang":
-        return hang_window(env)[0]
+        return hang_window(env).last
     if res.playbook == "heartbeat":
-        stop = heartbeat_times(env)[2]
+        stop = heartbeat_times(env).stop
         if res.verdict == Verdict.HANG_THEN_HEARTBEAT:
             # The hang, not the heartbeat kill, is the incident whose first anomaly matters.
             before = [p.t for p in env.disc.timeline.points if p.t <= stop]

@@ -1,4 +1,11 @@
-"""The playbook interface, the result/evidence model every playbook returns, and shared numeric helpers."""
+"""The playbook interface, the result/evidence model every playbook returns, and shared numeric helpers.
+
+Every playbook's `run` is fetch -> judge -> render: `fetch_*` queries the TSDB through the client
+into a frozen `*Series` of plain values (the only I/O); `judge_*` is pure (series and plain facts
+in, a frozen `*Judgement` with its `Verdict` and the evidence of each rule out; no client, no
+clock; unit-tested on in-memory series in tests/tsdb/test_*_judge.py); `render_*` words the
+judgement into the `PlaybookResult` (root cause, chain, findings, evidence tables, next steps).
+"""
 
 from __future__ import annotations
 
@@ -245,8 +252,18 @@ def scrape_interval(env: PlaybookEnv) -> float:
     return 10.0  # node_hw scrape interval of the job scripts; only used for tolerances
 
 
-def hang_window(env: PlaybookEnv, last_step_t: float | None = None) -> tuple[float, float, float]:
-    """(last step time, hang start, end): the hang window starts a couple of step times after the last step.
+@dataclass(frozen=True)
+class HangWindow:
+    """The hang window of rule PB-HANG-1: from `start` (a couple of step times after the last step at
+    `last`) to `end`, the end of the data."""
+
+    last: float
+    start: float
+    end: float
+
+
+def hang_window(env: PlaybookEnv, last_step_t: float | None = None) -> HangWindow:
+    """The hang window: it starts a couple of step times after the last step (rule PB-HANG-1).
 
     last_step_t: when neither the TSDB nor triage dates a step, the caller's estimate (GPU power)."""
     tl = env.disc.timeline
@@ -256,7 +273,7 @@ def hang_window(env: PlaybookEnv, last_step_t: float | None = None) -> tuple[flo
     start = last + max(2 * st, 60.0)
     if end - start < 60:
         start = max(last, end - 60)
-    return last, start, end
+    return HangWindow(last, start, end)
 
 
 def stall_budget(env: PlaybookEnv) -> float:

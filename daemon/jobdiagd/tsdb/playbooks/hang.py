@@ -710,7 +710,7 @@ def hang_facts(env: PlaybookEnv) -> HangFacts:
     return HangFacts(
         hosts=tuple(env.disc.hosts),
         gpus_per_host=env.disc.gpus_per_host,
-        heartbeat_crash=heartbeat_times(env)[0] if heartbeat_reported(env) else None,
+        heartbeat_crash=heartbeat_times(env).crash if heartbeat_reported(env) else None,
         last_step=tl.last_step if tl.last_step is not None else env.ctx.last_step,
         step_source=tl.source,
     )
@@ -1068,7 +1068,8 @@ class HangPlaybook:
             # No step is dated anywhere: the hang began when the GPUs left training power.
             power_t, _ = await gpu_trend(env, env.disc.min_time, env.disc.max_time)
             power_end = training_end_from_power(power_t, env.profile, env.disc.max_time)
-        last, start, end = hang_window(env, power_end)
+        win = hang_window(env, power_end)
+        last, start, end = win.last, win.start, win.end
         why = no_stall_reason(env)
         if why is not None:
             root = (

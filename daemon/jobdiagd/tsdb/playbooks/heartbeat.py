@@ -51,8 +51,17 @@ from jobdiagd.tsdb.settings import GpuProfile, Thresholds
 Points = Sequence[tuple[float, float]]
 
 
-def heartbeat_times(env: PlaybookEnv) -> tuple[float, float, float]:
-    """(crash time, timeout, heartbeat-stop time) from triage, falling back to the end of the data."""
+@dataclass(frozen=True)
+class HeartbeatTimes:
+    """The heartbeat error (`crash`), the configured timeout and the heartbeat-stop time before it."""
+
+    crash: float
+    timeout: float
+    stop: float
+
+
+def heartbeat_times(env: PlaybookEnv) -> HeartbeatTimes:
+    """The heartbeat error, timeout and heartbeat-stop time from triage, falling back to the end of the data."""
     hb = env.ctx.heartbeat
     crash = (hb.time if hb and hb.time else None) or env.ctx.incident_time or env.disc.max_time
     timeout = hb.timeout_s if hb and hb.timeout_s else None
@@ -61,7 +70,7 @@ def heartbeat_times(env: PlaybookEnv) -> tuple[float, float, float]:
         timeout = (
             float(raw) if raw and raw.replace(".", "", 1).isdigit() else env.th.heartbeat_timeout_default_s
         )
-    return crash, timeout, crash - timeout
+    return HeartbeatTimes(crash, timeout, crash - timeout)
 
 
 def heartbeat_reported(env: PlaybookEnv) -> bool:
@@ -321,7 +330,8 @@ def judge_heartbeat(
 
 async def fetch_heartbeat(env: PlaybookEnv) -> HeartbeatSeries:
     """The heartbeat window's host state and liveness, and the GPU trend before the error (the only I/O)."""
-    crash, timeout, stop = heartbeat_times(env)
+    times = heartbeat_times(env)
+    crash, timeout, stop = times.crash, times.timeout, times.stop
     # Liveness is judged over the heartbeat window itself (heartbeats stopped -> kill); the GPU state
     # over its first <= 2 minutes, right after the heartbeats stopped (a long window would mix in a
     # hang that began later and say "busy" for GPUs that were training when the heartbeats failed).

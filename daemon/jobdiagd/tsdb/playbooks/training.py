@@ -247,14 +247,23 @@ def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else float("nan")
 
 
+@dataclass(frozen=True)
+class TrainingEvent:
+    """The earliest training-level event (rule PB-TRAIN-5)."""
+
+    label: str
+    step: int
+    time: float | None
+
+
 def training_event(
     moe_spikes: list[StepPoint],
     grad_spikes: list[StepPoint],
     diverge: StepPoint | None,
     nan_steps: list[int],
     tl: Timeline,
-) -> tuple[str, int, float | None] | None:
-    """The earliest training-level event: (description, first step, time)."""
+) -> TrainingEvent | None:
+    """The earliest training-level event: what, from which step, and when."""
     cands: list[tuple[int, str]] = []
     if moe_spikes:
         cands.append(
@@ -269,7 +278,7 @@ def training_event(
     if not cands:
         return None
     step, label = min(cands)
-    return label, step, tl.time_of_step(step)
+    return TrainingEvent(label, step, tl.time_of_step(step))
 
 
 async def uneven_gpus(env: PlaybookEnv, baseline: tuple[float, float], degraded: tuple[float, float]) -> str:
@@ -537,15 +546,6 @@ def judge_contention(
 
 
 @dataclass(frozen=True)
-class TrainingEvent:
-    """The earliest training-level event (rule PB-TRAIN-5)."""
-
-    label: str
-    step: int
-    time: float | None
-
-
-@dataclass(frozen=True)
 class TrainingJudgement:
     """The verdict of the training-stability playbook and its evidence (judge step; no prose)."""
 
@@ -581,8 +581,7 @@ def judge_training(
         contention = judge_contention(cmp, th, prof, restored_from_step)
         verdict, anomalous = CAUSE_VERDICT[contention.cause], contention.anomalous
         if contention.cause == SlowdownCause.NONE:
-            found = training_event(sig.moe_spikes, sig.grad_spikes, sig.diverge, sig.nan_steps, tl)
-            event = TrainingEvent(*found) if found else None
+            event = training_event(sig.moe_spikes, sig.grad_spikes, sig.diverge, sig.nan_steps, tl)
         # Every cause but a non-specific CPU rise and an unexplained slowdown carries its own chain.
         has_chain = contention.cause not in (SlowdownCause.CPU, SlowdownCause.NONE) or event is not None
     elif rdma_out:
