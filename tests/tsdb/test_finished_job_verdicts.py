@@ -21,7 +21,7 @@ from jobdiagd.tsdb.compare import to_markdown as cmp_md
 from jobdiagd.tsdb.context import DiagnosisContext, HeartbeatInfo, context_from_triage
 from jobdiagd.tsdb.discovery import discover
 from jobdiagd.tsdb.engine import adopt_earliest_root, diagnose
-from jobdiagd.tsdb.playbooks.base import VERDICTS, PlaybookEnv, PlaybookResult
+from jobdiagd.tsdb.playbooks.base import VERDICTS, PlaybookEnv, PlaybookResult, Verdict
 from jobdiagd.tsdb.playbooks.registry import PLAYBOOKS
 from jobdiagd.tsdb.report import to_json, to_markdown
 from jobdiagd.tsdb.settings import TsdbSettings
@@ -376,21 +376,28 @@ async def test_no_tsdb_texts_fit_a_finished_ray1_job(
 
 
 def _result(playbook: str, verdict: str, root: str = "r", chain: list[str] | None = None) -> PlaybookResult:
-    return PlaybookResult(playbook, playbook, verdict, (0.0, 1.0), root_cause=root, chain=chain or [])
+    return PlaybookResult(
+        playbook=playbook,
+        analysis_type=playbook,
+        verdict=Verdict(verdict),
+        window=(0.0, 1.0),
+        root_cause=root,
+        chain=chain or [],
+    )
 
 
 def test_adopt_earliest_root_training_and_hang() -> None:
     tb = Deviation("tb_learning_grad_norm", "rank0", 500.0, 1.0, 9.0, "up")
     power = Deviation("hw_gpu_power_watts", "node001", 520.0, 680.0, 300.0, "down")
     res = _result("training-stability", "healthy", "Throughput dropped 12.0% but no contention source moved")
-    adopt_earliest_root(res, AnomalyReport(600.0, (0.0, 700.0), [tb, power]))
+    res = adopt_earliest_root(res, AnomalyReport(600.0, (0.0, 700.0), [tb, power]))
     assert res.verdict == "healthy"
     assert res.root_cause.startswith("Training-level root cause (earliest anomaly): tb_learning_grad_norm")
     assert res.chain[0].startswith("root cause: tb_learning_grad_norm") and len(res.chain) == 2
 
     excd = Deviation("hw_rdma_req_tx_retry_excd_err_total", "node002", 590.0, 0.0, 2.0, "up", counter=True)
     hang = _result("hang", "rccl-busy-wait-hang", "RCCL/NCCL busy-wait deadlock", ["collective deadlock"])
-    adopt_earliest_root(hang, AnomalyReport(600.0, (0.0, 700.0), [excd, power]))
+    hang = adopt_earliest_root(hang, AnomalyReport(600.0, (0.0, 700.0), [excd, power]))
     assert hang.anomalous_hosts == ["node002"] and hang.verdict == "rccl-busy-wait-hang"
     assert hang.root_cause.startswith("Trigger (earliest anomaly): hw_rdma_req_tx_retry_excd_err_total")
     assert hang.chain[0].startswith("network error on node002") and hang.chain[1] == "collective deadlock"
@@ -398,5 +405,5 @@ def test_adopt_earliest_root_training_and_hang() -> None:
     # A symptom first, or an error after the incident, changes nothing.
     for devs in ([power, excd], [Deviation(excd.family, "node002", 650.0, 0.0, 2.0, "up", counter=True)]):
         h = _result("hang", "rccl-busy-wait-hang", "x", ["c"])
-        adopt_earliest_root(h, AnomalyReport(600.0, (0.0, 700.0), devs))
+        h = adopt_earliest_root(h, AnomalyReport(600.0, (0.0, 700.0), devs))
         assert h.anomalous_hosts == [] and h.root_cause == "x" and h.chain == ["c"]

@@ -13,7 +13,7 @@ import pytest
 from jobdiagd.tsdb.anomaly import AnomalyReport, Deviation
 from jobdiagd.tsdb.context import HeartbeatInfo, LogStep
 from jobdiagd.tsdb.engine import adopt_earliest_root, diagnose
-from jobdiagd.tsdb.playbooks.base import PlaybookResult
+from jobdiagd.tsdb.playbooks.base import PlaybookResult, Verdict
 from jobdiagd.tsdb.playbooks.heartbeat import judge_stall, training_end_from_power
 from jobdiagd.tsdb.settings import DEFAULT_PROFILES, Thresholds, TsdbSettings
 from tests.helpers.tsdb import NOW, Built, hang_hb_job, hb_ctx, private_copy, rows
@@ -50,12 +50,23 @@ def test_hang_then_heartbeat_adopts_a_standing_out_network_trigger() -> None:
     """The earliest-anomaly sweep names a trigger before a hang the heartbeat then killed, as for a hang."""
     alone = Deviation("hw_rdma_tx_retx_pkts_total", "node002", 590.0, 0.0, 40.0, "up", counter=True)
     hb = PlaybookResult(
-        "heartbeat", "heartbeat", "hang-then-heartbeat", (0.0, 1.0), root_cause="y", chain=["c"]
+        playbook="heartbeat",
+        analysis_type="heartbeat",
+        verdict=Verdict.HANG_THEN_HEARTBEAT,
+        window=(0.0, 1.0),
+        root_cause="y",
+        chain=["c"],
     )
-    adopt_earliest_root(hb, AnomalyReport(600.0, (0.0, 700.0), [alone]))
+    hb = adopt_earliest_root(hb, AnomalyReport(600.0, (0.0, 700.0), [alone]))
     assert hb.anomalous_hosts == ["node002"] and hb.root_cause.startswith("Trigger (earliest anomaly)")
-    fp = PlaybookResult("heartbeat", "heartbeat", "heartbeat-false-positive", (0.0, 1.0), root_cause="z")
-    adopt_earliest_root(fp, AnomalyReport(600.0, (0.0, 700.0), [alone]))
+    fp = PlaybookResult(
+        playbook="heartbeat",
+        analysis_type="heartbeat",
+        verdict=Verdict.HEARTBEAT_FALSE_POSITIVE,
+        window=(0.0, 1.0),
+        root_cause="z",
+    )
+    fp = adopt_earliest_root(fp, AnomalyReport(600.0, (0.0, 700.0), [alone]))
     assert fp.anomalous_hosts == [] and fp.root_cause == "z"
 
 

@@ -16,7 +16,7 @@ from jobdiagd.tsdb.patterns import (
     robust_center,
     standouts,
 )
-from jobdiagd.tsdb.playbooks.base import PlaybookResult
+from jobdiagd.tsdb.playbooks.base import PlaybookResult, Verdict
 from jobdiagd.tsdb.settings import Thresholds
 from tests.helpers.tsdb import counter, sparse
 
@@ -109,10 +109,24 @@ def test_cluster_wide_rise_is_not_adopted_as_the_hang_trigger() -> None:
     alike = Deviation(
         "hw_rdma_tx_retx_pkts_total", "node002", 590.0, 0.0, 40.0, "up", counter=True, peers_alike=True
     )
-    res = PlaybookResult("hang", "hang", "rccl-busy-wait-hang", (0.0, 1.0), root_cause="x", chain=["c"])
-    adopt_earliest_root(res, AnomalyReport(600.0, (0.0, 700.0), [alike]))
+    res = PlaybookResult(
+        playbook="hang",
+        analysis_type="hang",
+        verdict=Verdict.RCCL_BUSY_WAIT_HANG,
+        window=(0.0, 1.0),
+        root_cause="x",
+        chain=["c"],
+    )
+    res = adopt_earliest_root(res, AnomalyReport(600.0, (0.0, 700.0), [alike]))
     assert res.anomalous_hosts == [] and res.root_cause == "x"
     alone = Deviation("hw_rdma_tx_retx_pkts_total", "node002", 590.0, 0.0, 40.0, "up", counter=True)
-    res = PlaybookResult("hang", "hang", "rccl-busy-wait-hang", (0.0, 1.0), root_cause="y", chain=["c"])
-    adopt_earliest_root(res, AnomalyReport(600.0, (0.0, 700.0), [alone]))
+    res = PlaybookResult(
+        playbook="hang",
+        analysis_type="hang",
+        verdict=Verdict.RCCL_BUSY_WAIT_HANG,
+        window=(0.0, 1.0),
+        root_cause="y",
+        chain=["c"],
+    )
+    res = adopt_earliest_root(res, AnomalyReport(600.0, (0.0, 700.0), [alone]))
     assert res.anomalous_hosts == ["node002"] and res.root_cause.startswith("Trigger (earliest anomaly)")

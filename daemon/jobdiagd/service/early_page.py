@@ -25,7 +25,7 @@ from jobdiagd.logsetup import get_logger
 from jobdiagd.service.jobs import JobView
 from jobdiagd.tsdb.access import AccessError, NoTsdb, SshTunnelPool, open_tsdb
 from jobdiagd.tsdb.client import PromError
-from jobdiagd.tsdb.context import DiagnosisContext, context_from_triage
+from jobdiagd.tsdb.context import DiagnosisContext, context_from_result
 from jobdiagd.tsdb.early_hang import EarlyVerdict, early_query, judge, profile_for
 from jobdiagd.tsdb.settings import TsdbSettings
 
@@ -170,5 +170,5 @@ def _context(view: JobView, now: float) -> DiagnosisContext | None:
     res = view.analysis(now)
     if not (res.ray and res.live.head_node and res.live.prometheus_port):
         return None
-    ctx = context_from_triage(res.to_dict())
+    ctx = context_from_result(res)
     return ctx if ctx.live else None

@@ -33,7 +33,7 @@ from jobdiagd.service.early_page import EarlyConfirmer, QueryFn
 from jobdiagd.service.jobs import JobView
 from jobdiagd.service.plots_bridge import strip_payload
 from jobdiagd.tsdb.access import SshTunnelPool
-from jobdiagd.tsdb.context import DiagnosisContext, context_from_triage
+from jobdiagd.tsdb.context import DiagnosisContext, context_from_result
 from jobdiagd.tsdb.hooks import Verdict, hang_power_verdict, job_end_diagnosis, should_page
 from jobdiagd.tsdb.settings import TsdbSettings
 
@@ -41,7 +41,7 @@ from jobdiagd.tsdb.settings import TsdbSettings
 STRIP_S = 3600.0
 
 VerdictFn = Callable[[DiagnosisContext, float], Coroutine[Any, Any, Verdict]]
-DiagnosisFn = Callable[[dict[str, Any], float], Coroutine[Any, Any, dict[str, Any] | None]]
+DiagnosisFn = Callable[[DiagnosisContext, float], Coroutine[Any, Any, dict[str, Any] | None]]
 
 
 @dataclass
@@ -81,7 +81,7 @@ class TsdbEnricher:
             )
         )
         self._diagnosis_fn: DiagnosisFn = diagnosis_fn or (
-            lambda doc, now: job_end_diagnosis(doc, now, settings=settings, timeout_s=report_timeout_s)
+            lambda ctx, now: job_end_diagnosis(ctx, now, settings=settings, timeout_s=report_timeout_s)
         )
         self._verdicts: dict[str, _Pending] = {}
         self._reports: dict[str, _HeldReport] = {}
@@ -112,7 +112,7 @@ class TsdbEnricher:
             if pending is None or pending.at_step != f.at_step:
                 if pending is not None:
                     pending.task.cancel()
-                ctx = context_from_triage(res.to_dict())
+                ctx = context_from_result(res)
                 task: asyncio.Task[Verdict] = asyncio.get_running_loop().create_task(
                     self._verdict_fn(ctx, now)
                 )
@@ -141,7 +141,7 @@ class TsdbEnricher:
                 out.append(r)
                 continue
             held: asyncio.Task[dict[str, Any] | None] = asyncio.get_running_loop().create_task(
-                self._diagnosis_fn(res.to_dict(), now)
+                self._diagnosis_fn(context_from_result(res), now)
             )
             self._reports[r.job_id] = _HeldReport(r, held)
         return out

@@ -18,7 +18,7 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from jobdiagd.tsdb.align import checkpoint_steps
+from jobdiagd.tsdb.align import Timeline, checkpoint_steps
 from jobdiagd.tsdb.client import PromClient, Series, multi_arm, regex_union, split_arms_series
 from jobdiagd.tsdb.discovery import Discovery
 from jobdiagd.tsdb.patterns import (
@@ -247,25 +247,19 @@ def detect(
     return None
 
 
-async def earliest_anomaly(
-    client: PromClient,
-    disc: Discovery,
-    incident: float,
-    th: Thresholds,
-    *,
-    checkpoint_period: int | None = None,
-) -> AnomalyReport:
+def sweep_window(disc: Discovery, incident: float, th: Thresholds) -> tuple[float, float]:
+    """[start, end] of the sweep: steady training before the incident (at least 300 s) and a little after."""
     tl = disc.timeline
     # The baseline must be steady training: start after warmup, never in the init/compile phase.
     train_from = tl.time_of_step((tl.first_step or 0) + th.warmup_steps) if not tl.empty else None
     start = max(disc.min_time, incident - th.anomaly_baseline_s, train_from or disc.min_time)
     if incident - start < 300:
         start = max(disc.min_time, incident - 300)
-    end = min(disc.max_time, incident + th.anomaly_after_s)
-    if end - start < 120:
-        return AnomalyReport(incident, (start, end))
-    # A multiple of the 10 s node_hw scrape so counter deltas always span whole scrape intervals.
-    step = max(20.0, 10.0 * math.ceil((end - start) / 240 / 10.0))
+    return start, min(disc.max_time, incident + th.anomaly_after_s)
+
+
+def checkpoint_windows(tl: Timeline, checkpoint_period: int | None, step: float) -> list[tuple[float, float]]:
+    """Time spans of checkpoint saves, expected to look anomalous (masked from the sweep)."""
     windows: list[tuple[float, float]] = []
     if not tl.empty:
         st = tl.median_step_time() or 30.0
@@ -274,58 +268,40 @@ async def earliest_anomaly(
             if t_s is not None:
                 secs = next((p.step_time for p in tl.points if p.step == ck and p.step_time), st)
                 windows.append((t_s - secs - step, t_s + 2 * st + step))
+    return windows
 
-    def in_ckpt(t: float) -> bool:
-        return any(a <= t <= b for a, b in windows)
 
-    # Baseline: the first 60% of the pre-incident part; the incident lead-up is searched.
-    split = start + 0.6 * max(0.0, incident - start)
-    # Counters summed per host (deltas are taken client-side), gauges averaged per host.
-    series = await client.query_range(
-        'sum by (__name__, host) ({__name__=~"(hw|ray)_.+_total"})', start, end, step
-    )
-    series += await client.query_range(
-        'avg by (__name__, host) ({__name__=~"(hw|ray)_.+", __name__!~".+_total"})', start, end, step
-    )
-    rep = AnomalyReport(incident, (start, end))
-    devs: list[Deviation] = []
-    fams: set[str] = set()
+def stale_stamps(stamps: Sequence[Series], split: float, step: float) -> dict[str, float]:
+    """host -> when its newest sample fell behind the evaluation time (after the split), i.e. stopped."""
+    out: dict[str, float] = {}
+    for s in stamps:
+        host = host_of(s.labels)
+        for t, v in s.points:
+            if t > split and t - v > 3 * 10.0 + step:
+                out[host] = v + 10.0
+                break
+    return out
+
+
+def series_deviations(
+    series: Sequence[Series],
+    split: float,
+    step: float,
+    th: Thresholds,
+    in_ckpt: Callable[[float], bool],
+    absent_hosts: dict[str, float],
+) -> list[Deviation]:
+    """Pure: each hw_*/ray_* series' first persistent deviation after the split; a series that ends
+    early (while its family goes on) adds its host to `absent_hosts`."""
     last_by_name: dict[str, float] = {}
     for s in series:
         name = s.labels.get("__name__", "")
         if s.points:
             last_by_name[name] = max(last_by_name.get(name, 0.0), s.points[-1][0])
-    absent_hosts: dict[str, float] = {}
-    procs_absent: dict[str, float] = {}
-    # Sample timestamps (not evaluation times): a host whose last scrape falls behind has stopped
-    # reporting, even while the lookback window still shows its stale values; so has a training process
-    # whose GPU process series stops while the host still reports.
-    # Only evaluated after the split (where an absence counts), on the same grid as the sweep.
-    after_split = start + math.ceil((split - start) / step) * step
-    stamps = split_arms_series(
-        await client.query_range(
-            multi_arm(
-                {
-                    "host": "max by (host) (timestamp(hw_procs_running))",
-                    "procs": "max by (host) (timestamp(hw_gpu_user_processes))",
-                }
-            ),
-            min(after_split, end),
-            end,
-            step,
-        )
-    )
-    for arm, into in (("host", absent_hosts), ("procs", procs_absent)):
-        for s in stamps.get(arm, []):
-            host = host_of(s.labels)
-            for t, v in s.points:
-                if t > split and t - v > 3 * 10.0 + step:
-                    into[host] = v + 10.0
-                    break
+    devs: list[Deviation] = []
     for s in series:
         name = s.labels.get("__name__", "")
         host = host_of(s.labels)
-        fams.add(name)
         pts = [(t, v) for t, v in s.points]
         if not pts:
             continue
@@ -348,12 +324,14 @@ async def earliest_anomaly(
         if found:
             t, base, val, kind, thr = found
             devs.append(Deviation(name, host, t, base, val, kind, thr, is_counter))
-    for host, t in absent_hosts.items():
-        devs.append(Deviation("up (scrapes)", host, t, 1.0, 0.0, "absent"))
-    for host, t in procs_absent.items():
-        if host not in absent_hosts:
-            devs.append(Deviation("hw_gpu_user_processes", host, t, 1.0, 0.0, "absent"))
-    fams |= {"tb_*"}
+    return devs
+
+
+def training_deviations(
+    tl: Timeline, start: float, end: float, split: float, th: Thresholds, in_ckpt: Callable[[float], bool]
+) -> list[Deviation]:
+    """Pure: training stalled before the end, and jumps of the tb_* training metrics after the split."""
+    devs: list[Deviation] = []
     if not tl.empty and tl.last_time is not None and tl.last_time < end - 120:
         st = tl.median_step_time() or 30.0
         if tl.last_time + 2 * st <= end:
@@ -373,21 +351,84 @@ async def earliest_anomaly(
         if found:
             t, base, val, kind, thr = found
             devs.append(Deviation(fam, "rank0", t, base, val, kind, thr))
-    devs = judge_network_deviations(devs, series, split, start, end, th)
-    devs = await refine(client, devs, step)
-    # Earliest first; on a tie a cause-type family wins over a symptom. A host (or its process) that
-    # vanished was already gone somewhere in the two scrape intervals before its absence shows, so it
-    # gets that much head start over symptoms seen on its peers at the same time.
-    devs.sort(
+    return devs
+
+
+def earliest_first(devs: list[Deviation]) -> list[Deviation]:
+    """Earliest first; on a tie a cause-type family wins over a symptom. A host (or its process) that
+    vanished was already gone somewhere in the two scrape intervals before its absence shows, so it
+    gets that much head start over symptoms seen on its peers at the same time."""
+    return sorted(
+        devs,
         key=lambda d: (
             d.onset - (2 * 10.0 if d.kind == "absent" or d.process_gone else 0.0),
             d.symptom,
             d.family,
             d.host,
+        ),
+    )
+
+
+async def earliest_anomaly(
+    client: PromClient,
+    disc: Discovery,
+    incident: float,
+    th: Thresholds,
+    *,
+    checkpoint_period: int | None = None,
+) -> AnomalyReport:
+    tl = disc.timeline
+    start, end = sweep_window(disc, incident, th)
+    if end - start < 120:
+        return AnomalyReport(incident, (start, end))
+    # A multiple of the 10 s node_hw scrape so counter deltas always span whole scrape intervals.
+    step = max(20.0, 10.0 * math.ceil((end - start) / 240 / 10.0))
+    windows = checkpoint_windows(tl, checkpoint_period, step)
+
+    def in_ckpt(t: float) -> bool:
+        return any(a <= t <= b for a, b in windows)
+
+    # Baseline: the first 60% of the pre-incident part; the incident lead-up is searched.
+    split = start + 0.6 * max(0.0, incident - start)
+    # Counters summed per host (deltas are taken client-side), gauges averaged per host.
+    series = await client.query_range(
+        'sum by (__name__, host) ({__name__=~"(hw|ray)_.+_total"})', start, end, step
+    )
+    series += await client.query_range(
+        'avg by (__name__, host) ({__name__=~"(hw|ray)_.+", __name__!~".+_total"})', start, end, step
+    )
+    rep = AnomalyReport(incident, (start, end))
+    # Sample timestamps (not evaluation times): a host whose last scrape falls behind has stopped
+    # reporting, even while the lookback window still shows its stale values; so has a training process
+    # whose GPU process series stops while the host still reports.
+    # Only evaluated after the split (where an absence counts), on the same grid as the sweep.
+    after_split = start + math.ceil((split - start) / step) * step
+    stamps = split_arms_series(
+        await client.query_range(
+            multi_arm(
+                {
+                    "host": "max by (host) (timestamp(hw_procs_running))",
+                    "procs": "max by (host) (timestamp(hw_gpu_user_processes))",
+                }
+            ),
+            min(after_split, end),
+            end,
+            step,
         )
     )
-    rep.deviations = devs
-    rep.families_checked = len(fams)
+    absent_hosts = stale_stamps(stamps.get("host", []), split, step)
+    procs_absent = stale_stamps(stamps.get("procs", []), split, step)
+    devs = series_deviations(series, split, step, th, in_ckpt, absent_hosts)
+    devs += [Deviation("up (scrapes)", host, t, 1.0, 0.0, "absent") for host, t in absent_hosts.items()]
+    devs += [
+        Deviation("hw_gpu_user_processes", host, t, 1.0, 0.0, "absent")
+        for host, t in procs_absent.items()
+        if host not in absent_hosts
+    ]
+    devs += training_deviations(tl, start, end, split, th, in_ckpt)
+    devs = judge_network_deviations(devs, series, split, start, end, th)
+    rep.deviations = earliest_first(await refine(client, devs, step))
+    rep.families_checked = len({s.labels.get("__name__", "") for s in series} | {"tb_*"})
     return rep
 
 

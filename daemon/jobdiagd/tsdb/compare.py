@@ -344,6 +344,32 @@ def _analyse(
     return False
 
 
+async def _open_side(
+    stack: contextlib.AsyncExitStack,
+    ctx: DiagnosisContext,
+    settings: TsdbSettings,
+    *,
+    now: float,
+    tunnels: SshTunnelPool | None,
+) -> JobSide:
+    """One job of the comparison: its TSDB (kept open on `stack`) and timeline, or its log only."""
+    side = JobSide(ctx, timeline_from_log(ctx.steps))
+    try:
+        handle = await stack.enter_async_context(open_tsdb(ctx, settings, now=now, tunnels=tunnels))
+        disc = await discover(handle, ctx, settings)
+        if disc.crosscheck.status == "mismatch":
+            raise WrongDatabase(
+                f"wrong TSDB for {ctx.label} at {handle.client.label}: {disc.crosscheck.detail}"
+            )
+        side.disc, side.client = disc, handle.client
+        if not disc.timeline.empty:
+            side.timeline = disc.timeline
+        side.note = f"{handle.mode} ({handle.client.label}); cross-check {disc.crosscheck.status}"
+    except NoTsdb as exc:
+        side.note = f"no TSDB ({exc}): log-based data only"
+    return side
+
+
 async def compare(
     ctx_a: DiagnosisContext,
     ctx_b: DiagnosisContext,
@@ -353,23 +379,7 @@ async def compare(
     tunnels: SshTunnelPool | None = None,
 ) -> Comparison:
     async with contextlib.AsyncExitStack() as stack:
-        sides = []
-        for ctx in (ctx_a, ctx_b):
-            side = JobSide(ctx, timeline_from_log(ctx.steps))
-            try:
-                handle = await stack.enter_async_context(open_tsdb(ctx, settings, now=now, tunnels=tunnels))
-                disc = await discover(handle, ctx, settings)
-                if disc.crosscheck.status == "mismatch":
-                    raise WrongDatabase(
-                        f"wrong TSDB for {ctx.label} at {handle.client.label}: {disc.crosscheck.detail}"
-                    )
-                side.disc, side.client = disc, handle.client
-                if not disc.timeline.empty:
-                    side.timeline = disc.timeline
-                side.note = f"{handle.mode} ({handle.client.label}); cross-check {disc.crosscheck.status}"
-            except NoTsdb as exc:
-                side.note = f"no TSDB ({exc}): log-based data only"
-            sides.append(side)
+        sides = [await _open_side(stack, ctx, settings, now=now, tunnels=tunnels) for ctx in (ctx_a, ctx_b)]
         cmp = Comparison(sides[0], sides[1])
         cmp.config_diff = config_diff(ctx_a, ctx_b)
         cmp.waves = (

@@ -1,4 +1,10 @@
-"""What the diagnosis needs to know about a job (from triage), and the one adapter from the triage document."""
+"""What the diagnosis needs to know about a job (from triage): built from the in-process `TriageResult`,
+or from its JSON document (`--triage-json`, read from disk).
+
+`context_from_result` reads the result's attributes directly (no dict round trip inside the daemon);
+`context_from_triage` parses the document `TriageResult.to_dict()` writes. Both apply the same
+normalisation, so the two give equal contexts for the same result (tests/tsdb/test_context.py).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,10 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # only for the annotation: the CLI's start-up does not import the triage model
+    from jobdiagd.model.triage import TriageResult
 
 LIVE_STATUSES = frozenset({"running", "hanging"})
 
@@ -121,8 +130,21 @@ def _str_map(x: Any) -> dict[str, str]:
     return {str(k): str(v) for k, v in x.items()} if isinstance(x, Mapping) else {}
 
 
+def _incident(
+    primary_class: str | None, failures: Sequence[FailureRef], heartbeat: HeartbeatInfo | None
+) -> float | None:
+    """When the primary failure happened: its earliest record, or the heartbeat error of a heartbeat kill."""
+    incident = None
+    if primary_class:
+        times = [f.time for f in failures if f.cls == primary_class and f.time is not None]
+        incident = min(times) if times else None
+    if heartbeat is not None and heartbeat.time is not None and primary_class == "heartbeat-timeout":
+        incident = heartbeat.time
+    return incident
+
+
 def context_from_triage(doc: Mapping[str, Any]) -> DiagnosisContext:
-    """The single coupling point with `jobdiagd.triage.engine.triage(...).to_dict()`."""
+    """The context of a triage document (`TriageResult.to_dict()`, e.g. a `--triage-json` file)."""
     job = doc.get("job") or {}
     progress = doc.get("progress") or {}
     live = doc.get("live") or {}
@@ -160,12 +182,7 @@ def context_from_triage(doc: Mapping[str, Any]) -> DiagnosisContext:
         for s in (doc.get("steps") or [])
         if _i(s.get("step")) is not None
     )
-    incident = None
-    if primary_class:
-        times = [f.time for f in failures if f.cls == primary_class and f.time is not None]
-        incident = min(times) if times else None
-    if heartbeat is not None and heartbeat.time is not None and primary_class == "heartbeat-timeout":
-        incident = heartbeat.time
+    incident = _incident(primary_class, failures, heartbeat)
     ckpt = _i(progress.get("checkpoint_period"))
     if ckpt is None:
         ckpt = _i(config.get("checkpoint_period"))
@@ -200,4 +217,92 @@ def context_from_triage(doc: Mapping[str, Any]) -> DiagnosisContext:
         failures=failures,
         platform=str(job["platform"]) if job.get("platform") else None,
         next_steps=tuple(str(s) for s in doc.get("next_steps") or []),
+    )
+
+
+# The environment variables TriageResult.to_dict() keeps (the diagnosis reads no others).
+KEPT_ENV_PREFIXES = ("XLA_", "NCCL_", "RCCL_", "JAX_", "RAY", "HIP_", "CUDA_")
+
+
+def _nnodes(res: TriageResult) -> int | None:
+    if res.header is None:
+        return None
+    if res.nodes:
+        return len(res.nodes)
+    try:
+        raw = res.header.get("NNODES")
+        return int(raw) if raw is not None else None
+    except ValueError:
+        return None
+
+
+def _failures(res: TriageResult) -> tuple[FailureRef, ...]:
+    refs = [
+        FailureRef(
+            cls=str(e.cls), host=e.host or None, task=_i(e.task), time=_f(e.time), text=str(e.text or "")
+        )
+        for e in res.cls.evidence
+    ]
+    tgs = res.tgs
+    if tgs.degraded:
+        refs.append(
+            FailureRef(
+                cls="tgs-degradation", text=f"TGS {tgs.magnitude} over steps {tgs.range} ({tgs.pattern})"
+            )
+        )
+    return tuple(refs)
+
+
+def context_from_result(res: TriageResult) -> DiagnosisContext:
+    """The context of an in-process triage result: its attributes, read as `context_from_triage` reads
+    the same result's document (equal contexts for the same result)."""
+    ref, progress, live, hb = res.ref, res.progress, res.live, res.cls.heartbeat
+    config = _str_map(res.config)
+    failures = _failures(res)
+    primary_class = str(res.cls.primary) if res.cls.primary else None
+    heartbeat = (
+        None
+        if hb is None
+        else HeartbeatInfo(
+            time=_f(hb.time),
+            timeout_s=_f(hb.timeout_s),
+            accused_tasks=tuple(int(t) for t in hb.accused_tasks or []),
+            accused_hosts=tuple(str(h) for h in hb.accused_hosts or []),
+        )
+    )
+    ckpt = _i(progress.checkpoint_period)
+    if ckpt is None:
+        ckpt = _i(config.get("checkpoint_period"))
+    return DiagnosisContext(
+        # Absolute: Prometheus runs in its own working directory (a relative TSDB path there is a new, empty TSDB).
+        job_dir=Path(str(ref.job_dir)).absolute() if ref.job_dir else None,
+        nodes=tuple(str(n) for n in res.nodes),
+        job_id=str(res.job_id) if res.job_id is not None else None,
+        job_name=str(res.job_name) if res.job_name else None,
+        log_path=Path(str(ref.log)).absolute() if ref.log else None,
+        nnodes=_i(_nnodes(res)),
+        ray=bool(res.ray) if res.ray is not None else None,
+        status=str(res.cls.status) if res.cls.status else None,
+        primary_class=primary_class,
+        head_node=str(live.head_node) if live.head_node else None,
+        port=_i(live.prometheus_port),
+        tunnel=str(live.tunnel) if live.tunnel else None,
+        incident_time=_incident(primary_class, failures, heartbeat),
+        first_step=_i(progress.first_step),
+        last_step=_i(progress.last_step),
+        last_step_time=_f(progress.last_step_time),
+        restored_from_step=_i(progress.restored_from_step),
+        checkpoint_period=ckpt,
+        step_time_s=_f(progress.step_time_s),
+        heartbeat=heartbeat,
+        config=config,
+        env=_str_map({k: v for k, v in res.env.items() if k.startswith(KEPT_ENV_PREFIXES)}),
+        steps=tuple(
+            LogStep(step=int(s.step), seconds=_f(s.seconds), loss=_f(s.loss), tgs=_f(s.tgs), time=_f(s.time))
+            for s in res.steps
+            if _i(s.step) is not None
+        ),
+        failures=failures,
+        platform=str(ref.platform) if ref.platform else None,
+        next_steps=tuple(str(s) for s in res.next_steps or []),
     )

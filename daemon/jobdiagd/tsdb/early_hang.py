@@ -139,6 +139,32 @@ def _fresh(pts: list[tuple[float, float]], at: float, stale_after: float) -> boo
     return len(pts) >= 2 and at - pts[-1][0] <= stale_after
 
 
+def _last_two_scrapes(
+    d: _HostData, gpus: Sequence[str], prof: GpuProfile, th: Thresholds
+) -> tuple[list[str], bool]:
+    """(GPU states of the newest and the previous scrape, newest first per GPU; whether every GPU sat
+    idle below the busy-wait band in both)."""
+    states: list[str] = []
+    dead = True
+    for g in gpus:
+        p, u = d.power[g], d.util[g]
+        for i in (-1, -2):
+            states.append(gpu_state(u[i][1], p[i][1], prof, th))
+            if not (u[i][1] <= th.idle_util_pct and p[i][1] < prof.busy_wait_power_min_w * 0.85):
+                dead = False
+    return states, dead
+
+
+def _idle_state(d: _HostData, gpus: Sequence[str], at: float, stale_after: float) -> tuple[str, str]:
+    """An idle host: dead when its GPU process count is 0 for 2 scrapes, else alive or unknown."""
+    procs = [d.procs.get(g) for g in gpus]
+    if any(pts is None or not _fresh(pts, at, stale_after) for pts in procs):
+        return "no-data", f"{len(gpus)} GPU(s) idle, no fresh {PROCS} to tell a dead process"
+    if all(pts is not None and pts[-1][1] == 0 and pts[-2][1] == 0 for pts in procs):
+        return "dead", f"{len(gpus)} GPU(s) idle with no GPU process for 2 scrapes"
+    return "other", f"{len(gpus)} GPU(s) idle with their process alive (compilation, restore or a wait)"
+
+
 def _host_state(
     d: _HostData, at: float, stale_after: float, prof: GpuProfile, th: Thresholds
 ) -> tuple[str, str]:
@@ -154,23 +180,11 @@ def _host_state(
     gpus = sorted(set(d.power) | set(d.util))
     if set(d.power) != set(d.util):
         return "no-data", "power and utilization name different GPUs"
-    states: list[str] = []
-    dead = True
-    for g in gpus:
-        p, u = d.power[g], d.util[g]
-        for i in (-1, -2):
-            states.append(gpu_state(u[i][1], p[i][1], prof, th))
-            if not (u[i][1] <= th.idle_util_pct and p[i][1] < prof.busy_wait_power_min_w * 0.85):
-                dead = False
+    states, dead = _last_two_scrapes(d, gpus, prof, th)
     if all(s == "busy-wait" for s in states):
         return "busy-wait", f"{len(gpus)} GPU(s) busy-wait for 2 scrapes"
     if dead:
-        procs = [d.procs.get(g) for g in gpus]
-        if any(pts is None or not _fresh(pts, at, stale_after) for pts in procs):
-            return "no-data", f"{len(gpus)} GPU(s) idle, no fresh {PROCS} to tell a dead process"
-        if all(pts is not None and pts[-1][1] == 0 and pts[-2][1] == 0 for pts in procs):
-            return "dead", f"{len(gpus)} GPU(s) idle with no GPU process for 2 scrapes"
-        return "other", f"{len(gpus)} GPU(s) idle with their process alive (compilation, restore or a wait)"
+        return _idle_state(d, gpus, at, stale_after)
     counts: dict[str, int] = {}
     for s in states[::2]:  # the newest scrape
         counts[s] = counts.get(s, 0) + 1

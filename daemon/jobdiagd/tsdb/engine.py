@@ -12,14 +12,14 @@ cluster-wide event, not one host's trigger, and is never adopted.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from jobdiagd.tsdb.access import NoTsdb, SshTunnelPool, TsdbHandle, open_tsdb
 from jobdiagd.tsdb.anomaly import AnomalyReport, earliest_anomaly
 from jobdiagd.tsdb.context import DiagnosisContext
 from jobdiagd.tsdb.discovery import Discovery, WrongDatabase, discover
 from jobdiagd.tsdb.playbooks import playbook_name_for_class
-from jobdiagd.tsdb.playbooks.base import PlaybookEnv, PlaybookResult, hang_window
+from jobdiagd.tsdb.playbooks.base import PlaybookEnv, PlaybookResult, Verdict, hang_window
 from jobdiagd.tsdb.playbooks.heartbeat import heartbeat_times
 from jobdiagd.tsdb.playbooks.registry import PLAYBOOKS
 from jobdiagd.tsdb.settings import TsdbSettings
@@ -48,17 +48,17 @@ def incident_time(env: PlaybookEnv, res: PlaybookResult) -> float | None:
     if not res.applicable:
         return None  # the playbook's trigger is absent: no incident
     if res.playbook == "hang":
-        return hang_window(env)[0]
+        return hang_window(env).last
     if res.playbook == "heartbeat":
-        stop = heartbeat_times(env)[2]
-        if res.verdict == "hang-then-heartbeat":
+        stop = heartbeat_times(env).stop
+        if res.verdict == Verdict.HANG_THEN_HEARTBEAT:
             # The hang, not the heartbeat kill, is the incident whose first anomaly matters.
             before = [p.t for p in env.disc.timeline.points if p.t <= stop]
             return before[-1] if before else stop
         return stop
     if ctx.incident_time is not None:
         return ctx.incident_time
-    if res.playbook in ("oom", "hardware") and res.verdict != "healthy":
+    if res.playbook in ("oom", "hardware") and res.verdict != Verdict.HEALTHY:
         # A crash: the last real training step is the best estimate of when it happened.
         return env.disc.timeline.last_time or res.window[1]
     # Steady-state findings (constant RDMA load, a restore leak) have no incident to sweep around.
@@ -68,31 +68,38 @@ def incident_time(env: PlaybookEnv, res: PlaybookResult) -> float | None:
 NETWORK_ERROR_PREFIXES = ("hw_rdma_", "hw_tcp_", "hw_net_")
 
 
-def adopt_earliest_root(res: PlaybookResult, rep: AnomalyReport) -> None:
-    """Put the sweep's root at the head of the result when the playbook found no cause of that kind."""
+def adopt_earliest_root(res: PlaybookResult, rep: AnomalyReport) -> PlaybookResult:
+    """The result with the sweep's root at its head when the playbook found no cause of that kind."""
     root = rep.root
     if root is None or root.symptom:
-        return
+        return res
     if (
         res.playbook == "training-stability"
         and not res.chain
         and root.family.startswith("tb_learning_")
         and not res.root_cause.startswith("Training-level root cause")
     ):
-        res.root_cause = f"Training-level root cause (earliest anomaly): {root.describe()}. {res.root_cause}"
-        res.chain = rep.chain()
-    elif (
+        return replace(
+            res,
+            root_cause=f"Training-level root cause (earliest anomaly): {root.describe()}. {res.root_cause}",
+            chain=rep.chain(),
+        )
+    if (
         res.playbook in ("hang", "heartbeat")
-        and res.verdict in ("rccl-busy-wait-hang", "hang-then-heartbeat")
+        and res.verdict in (Verdict.RCCL_BUSY_WAIT_HANG, Verdict.HANG_THEN_HEARTBEAT)
         and root.family.startswith(NETWORK_ERROR_PREFIXES)
         and root.kind == "up"
         and not root.peers_alike  # a cluster-wide rise is not one host's trigger
         and root.onset <= rep.incident
         and root.host not in res.anomalous_hosts
     ):
-        res.anomalous_hosts = sorted({*res.anomalous_hosts, root.host})
-        res.root_cause = f"Trigger (earliest anomaly): {root.describe()}. {res.root_cause}"
-        res.chain = [f"network error on {root.host}: {root.describe()}", *res.chain]
+        return replace(
+            res,
+            anomalous_hosts=sorted({*res.anomalous_hosts, root.host}),
+            root_cause=f"Trigger (earliest anomaly): {root.describe()}. {res.root_cause}",
+            chain=[f"network error on {root.host}: {root.describe()}", *res.chain],
+        )
+    return res
 
 
 def stalled(disc: Discovery) -> bool:
@@ -151,7 +158,7 @@ async def diagnose(
                     out.anomaly = await earliest_anomaly(
                         handle.client, disc, t, settings.thresholds, checkpoint_period=ctx.checkpoint_period
                     )
-                    adopt_earliest_root(res, out.anomaly)
+                    out.result = adopt_earliest_root(res, out.anomaly)
             out.queries = handle.client.query_count
     except NoTsdb as exc:
         out.no_tsdb = str(exc)

@@ -102,6 +102,18 @@ class _Acc:
         self.high = [-math.inf] * n
         self.gpus = 0
 
+    def add(self, kind: str, i: int, v: float) -> None:
+        """Fold one sample of the `kind` arm (mean | min | max | n) at grid index i."""
+        if kind == "mean":
+            self.sums[i] += v
+            self.counts[i] += 1
+        elif kind == "min":
+            self.low[i] = min(self.low[i], v)
+        elif kind == "max":
+            self.high[i] = max(self.high[i], v)
+        else:
+            self.gpus = max(self.gpus, int(v))
+
 
 def _fold(
     arms: dict[str, list[Series]], prefix: str, grid: list[float], nodes: Sequence[str], dropped: set[str]
@@ -125,17 +137,8 @@ def _fold(
                 continue
             for t, v in s.points:
                 i = index.get(round(t, 3))
-                if i is None or math.isnan(v):
-                    continue
-                if kind == "mean":
-                    acc.sums[i] += v
-                    acc.counts[i] += 1
-                elif kind == "min":
-                    acc.low[i] = min(acc.low[i], v)
-                elif kind == "max":
-                    acc.high[i] = max(acc.high[i], v)
-                else:
-                    acc.gpus = max(acc.gpus, int(v))
+                if i is not None and not math.isnan(v):
+                    acc.add(kind, i, v)
     return out
 
 

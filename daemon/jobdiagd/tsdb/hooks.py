@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -121,7 +122,9 @@ async def hang_power_verdict(
                 if strip_s:
                     end = verdict.at if verdict.at is not None else now
                     try:
-                        strip = await fetch_gpu_strip(handle.client, start=end - strip_s, end=end, nodes=ctx.nodes)
+                        strip = await fetch_gpu_strip(
+                            handle.client, start=end - strip_s, end=end, nodes=ctx.nodes
+                        )
                     except (PromError, ValueError):
                         strip = None
                     verdict = dataclasses.replace(verdict, strip=strip)
@@ -140,18 +143,23 @@ async def playbook_for_class(class_name: str | None) -> str:
 
 
 async def job_end_diagnosis(
-    triage_doc: dict[str, Any], now: float, *, settings: TsdbSettings | None = None, timeout_s: float = 120.0
+    triage: DiagnosisContext | Mapping[str, Any],
+    now: float,
+    *,
+    settings: TsdbSettings | None = None,
+    timeout_s: float = 120.0,
 ) -> dict[str, Any] | None:
     """For the job-end report of a failed RAY=1 job: run the playbook matching its class, return the JSON report.
 
     None for RAY=0 jobs or jobs without a failure class; errors are returned as {"error": ...} so the
-    job-end report still goes out.
+    job-end report still goes out. `triage`: the job's context (the daemon builds it from its triage
+    result), or a triage document as `TriageResult.to_dict()` writes it.
     """
     from jobdiagd.tsdb.context import context_from_triage
     from jobdiagd.tsdb.engine import diagnose
     from jobdiagd.tsdb.report import to_json
 
-    ctx = context_from_triage(triage_doc)
+    ctx = triage if isinstance(triage, DiagnosisContext) else context_from_triage(triage)
     if ctx.ray is False or not ctx.primary_class:
         return None
     name = await playbook_for_class(ctx.primary_class)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from jobdiagd.tsdb.engine import Diagnosis
-from jobdiagd.tsdb.playbooks.base import EvidenceTable, iso, short_host
+from jobdiagd.tsdb.playbooks.base import EvidenceTable, PlaybookResult, iso, short_host
 
 
 def _dur(s: float) -> str:
@@ -210,26 +210,48 @@ def md_table(t: EvidenceTable) -> list[str]:
     return out + [""]
 
 
+def _no_tsdb_markdown(d: Diagnosis, where: str) -> str:
+    ctx = d.ctx
+    lines = [
+        f"## TSDB Diagnosis: {where}",
+        "",
+        "**Analysis type:** log-only (no TSDB)",
+        f"**Nodes:** {len(ctx.nodes)} ({', '.join(short_host(n) for n in ctx.nodes)})",
+        "",
+        "### Findings",
+        f"no TSDB: {d.no_tsdb}.",
+        no_tsdb_root(d),
+        f"Log-only diagnosis from triage: status **{ctx.status}**, primary failure **{ctx.primary_class or 'none'}**.",
+        "",
+        "### Recommended next steps",
+    ]
+    steps = no_tsdb_next_steps(d)
+    lines += [f"{i}. {s}" for i, s in enumerate(steps, 1)]
+    return "\n".join(lines) + "\n"
+
+
+def _anomalies_markdown(d: Diagnosis, r: PlaybookResult) -> list[str]:
+    """The anomalous hosts, hosts only noted, and the earliest deviations of the sweep."""
+    lines = ["### Anomalies detected", ", ".join(r.anomalous_hosts) if r.anomalous_hosts else "None"]
+    noted = [f for f in r.findings if f.hosts and not set(f.hosts) <= set(r.anomalous_hosts)]
+    for f in noted:
+        lines.append(
+            f"- Noted, not acted on: {', '.join(h for h in f.hosts if h not in r.anomalous_hosts)} -- {f.title}"
+        )
+    if d.anomaly and d.anomaly.deviations:
+        lines += [
+            "",
+            f"Earliest deviations around {iso(d.anomaly.incident)} ({d.anomaly.families_checked} families checked):",
+        ]
+        lines += [f"- {x.describe()}" for x in d.anomaly.deviations[:8]]
+    return lines
+
+
 def to_markdown(d: Diagnosis) -> str:
     ctx = d.ctx
     where = str(ctx.job_dir or ctx.log_path or ctx.label)
     if d.result is None or d.discovery is None:
-        lines = [
-            f"## TSDB Diagnosis: {where}",
-            "",
-            "**Analysis type:** log-only (no TSDB)",
-            f"**Nodes:** {len(ctx.nodes)} ({', '.join(short_host(n) for n in ctx.nodes)})",
-            "",
-            "### Findings",
-            f"no TSDB: {d.no_tsdb}.",
-            no_tsdb_root(d),
-            f"Log-only diagnosis from triage: status **{ctx.status}**, primary failure **{ctx.primary_class or 'none'}**.",
-            "",
-            "### Recommended next steps",
-        ]
-        steps = no_tsdb_next_steps(d)
-        lines += [f"{i}. {s}" for i, s in enumerate(steps, 1)]
-        return "\n".join(lines) + "\n"
+        return _no_tsdb_markdown(d, where)
     r, disc = d.result, d.discovery
     lines = [
         f"## TSDB Diagnosis: {where}",
@@ -259,19 +281,7 @@ def to_markdown(d: Diagnosis) -> str:
     for f in r.findings:
         for t in f.evidence:
             lines += md_table(t)
-    lines += ["### Anomalies detected"]
-    lines.append(", ".join(r.anomalous_hosts) if r.anomalous_hosts else "None")
-    noted = [f for f in r.findings if f.hosts and not set(f.hosts) <= set(r.anomalous_hosts)]
-    for f in noted:
-        lines.append(
-            f"- Noted, not acted on: {', '.join(h for h in f.hosts if h not in r.anomalous_hosts)} -- {f.title}"
-        )
-    if d.anomaly and d.anomaly.deviations:
-        lines += [
-            "",
-            f"Earliest deviations around {iso(d.anomaly.incident)} ({d.anomaly.families_checked} families checked):",
-        ]
-        lines += [f"- {x.describe()}" for x in d.anomaly.deviations[:8]]
+    lines += _anomalies_markdown(d, r)
     if r.triage_correlation:
         lines += ["", "### Correlation with triage", r.triage_correlation]
     lines += ["", "### Recommended next steps"]

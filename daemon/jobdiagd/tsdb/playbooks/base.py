@@ -1,4 +1,11 @@
-"""The playbook interface, the result/evidence model every playbook returns, and shared numeric helpers."""
+"""The playbook interface, the result/evidence model every playbook returns, and shared numeric helpers.
+
+Every playbook's `run` is fetch -> judge -> render: `fetch_*` queries the TSDB through the client
+into a frozen `*Series` of plain values (the only I/O); `judge_*` is pure (series and plain facts
+in, a frozen `*Judgement` with its `Verdict` and the evidence of each rule out; no client, no
+clock; unit-tested on in-memory series in tests/tsdb/test_*_judge.py); `render_*` words the
+judgement into the `PlaybookResult` (root cause, chain, findings, evidence tables, next steps).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +13,7 @@ import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Protocol
 
 from jobdiagd.tsdb.client import PromClient, Sample, multi_arm, regex_union, split_arms
@@ -14,21 +22,26 @@ from jobdiagd.tsdb.context import short_host as short_host  # re-exported for pl
 from jobdiagd.tsdb.discovery import Discovery
 from jobdiagd.tsdb.settings import GpuProfile, Thresholds, TsdbSettings
 
-VERDICTS = (
-    "healthy",
-    "rccl-busy-wait-hang",
-    "dead-node",
-    "network-partition",
-    "heartbeat-false-positive",
-    "hang-then-heartbeat",
-    "host-oom-ramp",
-    "checkpoint-oom",
-    "hardware-fault",
-    "rdma-degradation",
-    "restore-resource-leak",
-    "thermal-throttle",
-    "io-contention",
-)
+
+class Verdict(StrEnum):
+    """The fixed verdict set every playbook chooses from (rule PB-MAP-2); values are the report text."""
+
+    HEALTHY = "healthy"
+    RCCL_BUSY_WAIT_HANG = "rccl-busy-wait-hang"
+    DEAD_NODE = "dead-node"
+    NETWORK_PARTITION = "network-partition"
+    HEARTBEAT_FALSE_POSITIVE = "heartbeat-false-positive"
+    HANG_THEN_HEARTBEAT = "hang-then-heartbeat"
+    HOST_OOM_RAMP = "host-oom-ramp"
+    CHECKPOINT_OOM = "checkpoint-oom"
+    HARDWARE_FAULT = "hardware-fault"
+    RDMA_DEGRADATION = "rdma-degradation"
+    RESTORE_RESOURCE_LEAK = "restore-resource-leak"
+    THERMAL_THROTTLE = "thermal-throttle"
+    IO_CONTENTION = "io-contention"
+
+
+VERDICTS: tuple[str, ...] = tuple(v.value for v in Verdict)
 
 
 @dataclass
@@ -50,11 +63,13 @@ class Finding:
     evidence: list[EvidenceTable] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(kw_only=True, frozen=True)
 class PlaybookResult:
+    """One playbook's answer (rule PB-MAP-2); keyword-only, immutable: adjust with `dataclasses.replace`."""
+
     playbook: str
     analysis_type: str
-    verdict: str
+    verdict: Verdict
     window: tuple[float, float]
     findings: list[Finding] = field(default_factory=list)
     anomalous_hosts: list[str] = field(default_factory=list)
@@ -68,8 +83,12 @@ class PlaybookResult:
     applicable: bool = True  # False: the playbook's trigger is absent (nothing to sweep around)
 
     def __post_init__(self) -> None:
-        if self.verdict not in VERDICTS:
-            raise ValueError(f"unknown verdict {self.verdict!r}")
+        # A plain string of the fixed set is accepted (and stored as the enum); anything else is a bug.
+        try:
+            verdict = Verdict(self.verdict)
+        except ValueError:
+            raise ValueError(f"unknown verdict {self.verdict!r}") from None
+        object.__setattr__(self, "verdict", verdict)
 
 
 def not_applicable(
@@ -77,11 +96,11 @@ def not_applicable(
 ) -> PlaybookResult:
     """The playbook's trigger is absent (no hang, no heartbeat error): say so, never invent one."""
     return PlaybookResult(
-        playbook,
-        analysis_type,
-        "healthy",
-        (env.disc.min_time, env.disc.max_time),
-        [Finding(title, root, "info")],
+        playbook=playbook,
+        analysis_type=analysis_type,
+        verdict=Verdict.HEALTHY,
+        window=(env.disc.min_time, env.disc.max_time),
+        findings=[Finding(title, root, "info")],
         root_cause=root,
         next_steps=[next_step],
         applicable=False,
@@ -233,8 +252,18 @@ def scrape_interval(env: PlaybookEnv) -> float:
     return 10.0  # node_hw scrape interval of the job scripts; only used for tolerances
 
 
-def hang_window(env: PlaybookEnv, last_step_t: float | None = None) -> tuple[float, float, float]:
-    """(last step time, hang start, end): the hang window starts a couple of step times after the last step.
+@dataclass(frozen=True)
+class HangWindow:
+    """The hang window of rule PB-HANG-1: from `start` (a couple of step times after the last step at
+    `last`) to `end`, the end of the data."""
+
+    last: float
+    start: float
+    end: float
+
+
+def hang_window(env: PlaybookEnv, last_step_t: float | None = None) -> HangWindow:
+    """The hang window: it starts a couple of step times after the last step (rule PB-HANG-1).
 
     last_step_t: when neither the TSDB nor triage dates a step, the caller's estimate (GPU power)."""
     tl = env.disc.timeline
@@ -244,7 +273,7 @@ def hang_window(env: PlaybookEnv, last_step_t: float | None = None) -> tuple[flo
     start = last + max(2 * st, 60.0)
     if end - start < 60:
         start = max(last, end - 60)
-    return last, start, end
+    return HangWindow(last, start, end)
 
 
 def stall_budget(env: PlaybookEnv) -> float:

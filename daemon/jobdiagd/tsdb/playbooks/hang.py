@@ -49,6 +49,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from jobdiagd.tsdb.client import Sample
 from jobdiagd.tsdb.patterns import (
@@ -66,6 +67,7 @@ from jobdiagd.tsdb.playbooks.base import (
     Finding,
     PlaybookEnv,
     PlaybookResult,
+    Verdict,
     by_gpu,
     by_host,
     dur,
@@ -353,6 +355,709 @@ def no_step_completed(env: PlaybookEnv) -> bool:
     return env.ctx.last_step is None and not env.ctx.steps
 
 
+class HangMechanism(StrEnum):
+    """Which branch of the hang decision fired (rules PB-HANG-2..4, PB-HANG-7); the render step words it."""
+
+    SILENT_HOSTS = "silent-hosts"  # hosts stopped reporting while others run (PB-HANG-2)
+    PROCESS_GONE = "process-gone"  # training process gone while peers busy-wait (PB-HANG-2)
+    PARTITION = "partition"  # scrape gaps / RDMA port down (PB-HANG-3)
+    BUSY_WAIT = "busy-wait"  # collective deadlock (PB-HANG-4)
+    TRAINING = "training"  # most GPUs at training power (PB-HANG-7)
+    ALL_IDLE = "all-idle"  # every GPU idle (PB-HANG-7)
+    NONE = "none"  # no hang signature
+
+
+@dataclass(frozen=True)
+class HangSeries:
+    """What the hang judgement reads from the TSDB (fetch step): per-GPU and per-host values of the hang
+    window, the network counters of the lead-up, and the windows they were read over."""
+
+    last: float  # last step (or when the GPUs left training power)
+    start: float
+    end: float
+    before: float  # length of the pre-hang window read for "power before" and sample counts
+    net_windows: NetworkWindows
+    util: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    power: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    power_before: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    samples: Mapping[str, float] = field(default_factory=dict)
+    samples_before: Mapping[str, float] = field(default_factory=dict)
+    last_seen: Mapping[str, float] = field(default_factory=dict)
+    gpu_procs: Mapping[str, float] = field(default_factory=dict)
+    gpu_procs_before: Mapping[str, float] = field(default_factory=dict)
+    tcp_hang: Mapping[str, float] = field(default_factory=dict)
+    tcp_total: Mapping[str, float] = field(default_factory=dict)
+    rdma_retx: Mapping[str, float] = field(default_factory=dict)
+    port_min: Mapping[str, float] = field(default_factory=dict)
+    network: Mapping[tuple[str, str, str], Sequence[tuple[float, float]]] = field(default_factory=dict)
+    network_before: Mapping[tuple[str, str, str], float] = field(default_factory=dict)
+    has_reporting: bool = True  # the TSDB has hw_procs_running (liveness can be judged)
+    has_rdma: bool = False  # the TSDB has hw_rdma_tx_retx_pkts_total
+    power_end: float | None = None  # no dated step: when the GPUs left training power
+
+    @property
+    def w(self) -> float:
+        return self.end - self.start
+
+    @property
+    def ws(self) -> float:
+        """GPU state is judged on the last <= 10 minutes: an init-phase hang window may still contain compilation."""
+        return min(self.w, 600.0)
+
+
+@dataclass(frozen=True)
+class HangFacts:
+    """Plain facts of the job (discovery and triage) the hang judgement needs besides the series."""
+
+    hosts: tuple[str, ...]
+    gpus_per_host: int
+    heartbeat_crash: float | None = None  # triage's heartbeat error time, when it reports one
+    last_step: int | None = None  # TSDB timeline, else the log
+    step_source: str = "none"
+
+
+@dataclass(frozen=True)
+class HeartbeatKill:
+    """The heartbeat error that ended a hung job and the stall before it (rule PB-HANG-8)."""
+
+    crash: float
+    stall: StallJudgement
+
+
+@dataclass(frozen=True)
+class HangJudgement:
+    """The verdict of the hang window and the evidence it rests on (judge step; no prose)."""
+
+    verdict: Verdict
+    mechanism: HangMechanism
+    hosts: list[str]
+    states: Mapping[tuple[str, str], str]
+    host_gpus: Mapping[str, Mapping[str, str]]
+    expected: float  # hw samples the best-reporting host has in the hang window
+    dead: list[str]  # stopped reporting
+    partitioned: list[str]  # scrape gaps
+    procs: Mapping[str, str]  # present | gone | unknown
+    gone: list[str]  # left the collective
+    still_listed: list[str]  # of those, still listing a GPU process
+    counts: Mapping[str, int]  # GPU state -> GPUs
+    total: int
+    busy_frac: float
+    majority: frozenset[str]  # GPU indices spinning on most hosts
+    partial: bool  # only a subset of GPUs entered the collective
+    outlier_hosts: list[str]  # stuck-GPU set differs from the majority
+    port_down: list[str]
+    patterns: Mapping[str, Mapping[str, Hashable]]
+    deviating: Mapping[str, list[str]]
+    anomalous: list[str]
+    tcp_lifetime_outliers: list[str]
+    net: NetworkJudgement
+    trigger_hosts: list[str]
+    kill: HeartbeatKill | None = None  # set only when the verdict is hang-then-heartbeat
+
+
+def reporting_states(
+    data: HangSeries, hosts: Sequence[str]
+) -> tuple[dict[str, str], list[str], list[str], float]:
+    """(host -> reporting | scrape gaps | silent, silent hosts, hosts with gaps, expected samples)."""
+    sbefore = data.samples_before
+    interval = (data.before / sbefore[max(sbefore, key=lambda h: sbefore[h])]) if sbefore else 10.0
+    # Compare with the best-reporting peer, not with w/interval: the TSDB may start after the hang began.
+    expected = max(data.samples.values(), default=data.w / max(interval, 1.0))
+    dead: list[str] = []
+    partitioned: list[str] = []
+    reporting: dict[str, str] = {}
+    for h in hosts:
+        n = data.samples.get(h, 0.0)
+        seen = data.last_seen.get(h)
+        if data.has_reporting and (n == 0 or seen is None or seen < data.end - max(3 * interval, 30.0)):
+            reporting[h] = "silent"
+            dead.append(h)
+        elif n < 0.7 * expected:
+            reporting[h] = "scrape gaps"
+            partitioned.append(h)
+        else:
+            reporting[h] = "reporting"
+    return reporting, dead, partitioned, expected
+
+
+def hang_mechanism(
+    *,
+    dead: Sequence[str],
+    active_hosts: Sequence[str],
+    gone: Sequence[str],
+    partitioned: Sequence[str],
+    port_down: Sequence[str],
+    counts: Mapping[str, int],
+    total: int,
+    partial: bool,
+) -> HangMechanism:
+    """The decision of rules PB-HANG-2 (dead node), -3 (partition), -4 (busy-wait) and -7, in that order."""
+    busy_frac = counts.get("busy-wait", 0) / total
+    if dead and active_hosts:
+        return HangMechanism.SILENT_HOSTS
+    if gone and busy_frac > 0:
+        return HangMechanism.PROCESS_GONE
+    if partitioned or port_down:
+        return HangMechanism.PARTITION
+    if busy_frac >= 0.5 or (partial and busy_frac > 0):
+        return HangMechanism.BUSY_WAIT
+    if counts.get("training", 0) / total >= 0.5:
+        return HangMechanism.TRAINING
+    if counts and counts.get("idle", 0) == total:
+        return HangMechanism.ALL_IDLE
+    return HangMechanism.NONE
+
+
+MECHANISM_VERDICT = {
+    HangMechanism.SILENT_HOSTS: Verdict.DEAD_NODE,
+    HangMechanism.PROCESS_GONE: Verdict.DEAD_NODE,
+    HangMechanism.PARTITION: Verdict.NETWORK_PARTITION,
+    HangMechanism.BUSY_WAIT: Verdict.RCCL_BUSY_WAIT_HANG,
+    HangMechanism.TRAINING: Verdict.HEALTHY,
+    HangMechanism.ALL_IDLE: Verdict.DEAD_NODE,
+    HangMechanism.NONE: Verdict.HEALTHY,
+}
+
+
+def heartbeat_kill(facts: HangFacts, last: float, busy_frac: float) -> HeartbeatKill | None:
+    """The heartbeat error that ended a hung job (triage context) and the stall before it: from the last
+    step to the heartbeat error, with the hang window's busy-wait share of GPUs as the GPU evidence."""
+    crash = facts.heartbeat_crash
+    if crash is None or crash <= last:
+        return None
+    return HeartbeatKill(
+        crash,
+        StallJudgement(last, facts.last_step, facts.step_source, crash - last, (last, crash), busy_frac),
+    )
+
+
+def judge_hang(data: HangSeries, facts: HangFacts, prof: GpuProfile, th: Thresholds) -> HangJudgement:
+    """Pure: the hang window's series in, the verdict and its evidence out (rules PB-HANG-2..8)."""
+    net = judge_network(data.network, data.network_before, data.net_windows, th)
+    hosts = sorted(
+        set(facts.hosts)
+        | set(data.samples_before)
+        | {h for h, _ in data.power}
+        | {h for h, _ in data.power_before}
+    )
+    states = {
+        k: gpu_state(data.util.get(k), data.power.get(k), prof, th) for k in set(data.util) | set(data.power)
+    }
+    host_gpus: dict[str, dict[str, str]] = {}
+    for (h, g), state in states.items():
+        host_gpus.setdefault(h, {})[g] = state
+    host_power = {
+        h: median(v for (hh, _), v in data.power.items() if hh == h) for h in {h for h, _ in data.power}
+    }
+    reporting, dead, partitioned, expected = reporting_states(data, hosts)
+    procs = process_states(hosts, data.gpu_procs, data.gpu_procs_before, reporting)
+    gone, still_listed = left_collective(hosts, dead, procs, host_gpus, host_power, prof)
+
+    total = max(1, len(states))
+    counts = Counter(states.values())
+    busy_frac = counts.get("busy-wait", 0) / total
+    active_hosts = [h for h in hosts if h not in dead and h not in gone]
+
+    # Partial-init pattern: which GPU indices spin on each host; hosts off the majority set are suspects.
+    busy_sets = {
+        h: frozenset(g for g, s in host_gpus.get(h, {}).items() if s in ("busy-wait", "busy"))
+        for h in active_hosts
+    }
+    majority: frozenset[str] = Counter(busy_sets.values()).most_common(1)[0][0] if busy_sets else frozenset()
+    # Init-phase pattern: on most nodes only a subset of GPUs entered the stuck collective.
+    partial = 0 < len(majority) < max(1, facts.gpus_per_host)
+    outlier_hosts = sorted(h for h, s in busy_sets.items() if s != majority) if majority else []
+
+    port_down = sorted(h for h, v in data.port_min.items() if v < 1)
+    patterns = host_patterns(
+        hosts, reporting, host_gpus, host_power, procs, port_down, net.standout_hosts, prof
+    )
+    deviating = deviations(patterns)
+    # anomalous_hosts: the hosts off the majority pattern of any family (module docstring).
+    anomalous = sorted({h for hs in deviating.values() for h in hs})
+
+    mechanism = hang_mechanism(
+        dead=dead,
+        active_hosts=active_hosts,
+        gone=gone,
+        partitioned=partitioned,
+        port_down=port_down,
+        counts=counts,
+        total=total,
+        partial=partial,
+    )
+    verdict = MECHANISM_VERDICT[mechanism]
+    kill = heartbeat_kill(facts, data.last, busy_frac)
+    if verdict == Verdict.RCCL_BUSY_WAIT_HANG and kill is not None and kill.stall.hang_first(th):
+        verdict = Verdict.HANG_THEN_HEARTBEAT
+    return HangJudgement(
+        verdict=verdict,
+        mechanism=mechanism,
+        hosts=hosts,
+        states=states,
+        host_gpus=host_gpus,
+        expected=expected,
+        dead=dead,
+        partitioned=partitioned,
+        procs=procs,
+        gone=gone,
+        still_listed=still_listed,
+        counts=counts,
+        total=total,
+        busy_frac=busy_frac,
+        majority=majority,
+        partial=partial,
+        outlier_hosts=outlier_hosts,
+        port_down=port_down,
+        patterns=patterns,
+        deviating=deviating,
+        anomalous=anomalous,
+        tcp_lifetime_outliers=outliers_high(data.tcp_total, factor=th.tcp_outlier_factor, floor=1e5),
+        net=net,
+        trigger_hosts=sorted({h for h, _ in net.triggers}),
+        kill=kill if verdict == Verdict.HANG_THEN_HEARTBEAT else None,
+    )
+
+
+# --- fetch ---------------------------------------------------------------------------------------------
+
+
+async def fetch_hang(
+    env: PlaybookEnv, last: float, start: float, end: float, power_end: float | None
+) -> HangSeries:
+    """Query the hang window's GPU, liveness and network series (the playbook's only I/O)."""
+    w = end - start
+    ws = min(w, 600.0)
+    before = max(60.0, min(600.0, last - env.disc.min_time))
+    off = dur(end - last)
+    full = dur(end - env.disc.min_time + 60)
+    # The process count is read at the very end: a process that died during the window is gone now.
+    tail = min(ws, 180.0)
+    th = env.th
+    st = env.disc.timeline.median_step_time() or env.ctx.step_time_s or 30.0
+    # Network counters: the host's own baseline before the lead-up (increase() in the instant query),
+    # then the lead-up and the first minutes of the hang at scrape resolution (when errors began,
+    # whether they stand out).
+    lead = last - max(300.0, 10 * st)
+    win = NetworkWindows(
+        max(env.disc.min_time, lead - th.anomaly_baseline_s),
+        lead,
+        last,
+        st,
+        min(end, last + max(600.0, 10 * st)),
+    )
+    arms = baseline_arms(env, win, end) | present(
+        env,
+        {
+            "util": f"avg_over_time(ray_node_gpus_utilization[{dur(ws)}])",
+            "power": f"avg_over_time(hw_gpu_power_watts[{dur(ws)}])",
+            "power_before": f"avg_over_time(hw_gpu_power_watts[{dur(before)}] offset {off})",
+            "samples": f"count_over_time(hw_procs_running[{dur(w)}])",
+            "samples_before": f"count_over_time(hw_procs_running[{dur(before)}] offset {off})",
+            # Sample time of each host's newest scrape (absent once it is older than the lookback).
+            "last_seen": "timestamp(hw_procs_running)",
+            "gpu_procs": f"sum by (host) (last_over_time(hw_gpu_user_processes[{dur(tail)}]))",
+            "gpu_procs_before": f"sum by (host) (last_over_time(hw_gpu_user_processes[{dur(before)}] offset {off}))",
+            "tcp_hang": f"increase(hw_tcp_retransmits_total[{dur(w)}])",
+            "tcp_total": f"last_over_time(hw_tcp_retransmits_total[{full}])",
+            "rdma_retx": f"sum by (host) (increase(hw_rdma_tx_retx_pkts_total[{dur(w)}]))",
+            "port_min": f"min by (host) (min_over_time(hw_rdma_port_state[{dur(w)}]))",
+        },
+        {
+            "util": "ray_node_gpus_utilization",
+            "power": "hw_gpu_power_watts",
+            "power_before": "hw_gpu_power_watts",
+            "samples": "hw_procs_running",
+            "samples_before": "hw_procs_running",
+            "last_seen": "hw_procs_running",
+            "gpu_procs": "hw_gpu_user_processes",
+            "gpu_procs_before": "hw_gpu_user_processes",
+            "tcp_hang": "hw_tcp_retransmits_total",
+            "tcp_total": "hw_tcp_retransmits_total",
+            "rdma_retx": "hw_rdma_tx_retx_pkts_total",
+            "port_min": "hw_rdma_port_state",
+        },
+    )
+    r = await env.arms(arms, end)
+    return HangSeries(
+        last=last,
+        start=start,
+        end=end,
+        before=before,
+        net_windows=win,
+        util=by_gpu(r.get("util", [])),
+        power=by_gpu(r.get("power", [])),
+        power_before=by_gpu(r.get("power_before", [])),
+        samples=by_host(r.get("samples", [])),
+        samples_before=by_host(r.get("samples_before", [])),
+        last_seen=by_host(r.get("last_seen", [])),
+        gpu_procs=by_host(r.get("gpu_procs", [])),
+        gpu_procs_before=by_host(r.get("gpu_procs_before", [])),
+        tcp_hang=by_host(r.get("tcp_hang", [])),
+        tcp_total=by_host(r.get("tcp_total", [])),
+        rdma_retx=by_host(r.get("rdma_retx", [])),
+        port_min=by_host(r.get("port_min", [])),
+        network=await network_series(env, win.lead, win.hi),
+        network_before=baseline_rates(r, win),
+        has_reporting="samples" in arms,
+        has_rdma="rdma_retx" in r,
+        power_end=power_end,
+    )
+
+
+def hang_facts(env: PlaybookEnv) -> HangFacts:
+    tl = env.disc.timeline
+    return HangFacts(
+        hosts=tuple(env.disc.hosts),
+        gpus_per_host=env.disc.gpus_per_host,
+        heartbeat_crash=heartbeat_times(env).crash if heartbeat_reported(env) else None,
+        last_step=tl.last_step if tl.last_step is not None else env.ctx.last_step,
+        step_source=tl.source,
+    )
+
+
+# --- render --------------------------------------------------------------------------------------------
+
+
+def host_states(data: HangSeries, j: HangJudgement) -> dict[str, str]:
+    """The per-host state column (and the evidence of a gone process in the root cause)."""
+    out: dict[str, str] = {}
+    for h in j.hosts:
+        gstates = Counter(j.host_gpus.get(h, {}).values())
+        summary = ", ".join(f"{c} {s}" for s, c in gstates.most_common()) or "no GPU data"
+        if h in j.dead:
+            out[h] = "stopped reporting" + (f" at {iso(data.last_seen[h])}" if h in data.last_seen else "")
+        elif h in j.partitioned:
+            out[h] = f"scrape gaps ({int(data.samples.get(h, 0))}/{int(j.expected)} samples)"
+        elif h in j.still_listed:
+            out[h] = f"GPUs idle, process still listed ({summary})"
+        elif h in j.gone:
+            why = {
+                "gone": "no GPU user process" if h in data.gpu_procs else "GPU process series stopped"
+            }.get(j.procs[h], "all GPUs idle")
+            out[h] = f"process gone ({why}; {summary})"
+        else:
+            out[h] = summary
+    return out
+
+
+def evidence_tables(data: HangSeries, j: HangJudgement, host_state: Mapping[str, str]) -> list[EvidenceTable]:
+    """Per-host, per-GPU and majority-pattern tables of the hang window."""
+    hosts = j.hosts
+    host_table = EvidenceTable(
+        "Per-host state during the hang window",
+        f"avg_over_time(... [{dur(data.w)}]) at {iso(data.end)}",
+        (
+            "Host",
+            "GPU states",
+            "mean util %",
+            "mean power W",
+            "power before hang W",
+            "hw samples",
+            "GPU processes",
+            "TCP retx (hang)",
+            "TCP retx lifetime",
+            "RDMA retx (hang)",
+        ),
+    )
+    for h in hosts:
+        hu = [v for (hh, _), v in data.util.items() if hh == h]
+        hp = [v for (hh, _), v in data.power.items() if hh == h]
+        hb = [v for (hh, _), v in data.power_before.items() if hh == h]
+        host_table.rows.append(
+            (
+                h,
+                host_state.get(h, ""),
+                fmt(sum(hu) / len(hu) if hu else None),
+                fmt(sum(hp) / len(hp) if hp else None),
+                fmt(sum(hb) / len(hb) if hb else None),
+                f"{int(data.samples.get(h, 0))}/{int(j.expected)}",
+                fmt(data.gpu_procs.get(h), digits=0)
+                if h in data.gpu_procs
+                else ("none" if j.procs.get(h) == "gone" else "n/a"),
+                fmt(data.tcp_hang.get(h), digits=0),
+                fmt(data.tcp_total.get(h), digits=0),
+                fmt(data.rdma_retx.get(h), digits=0),
+            )
+        )
+    states = j.states
+    interesting = set(j.dead) | set(j.outlier_hosts) | set(j.gone) | set(j.partitioned) | set(j.anomalous)
+    gpu_keys = [
+        k for k in states if len(states) <= 64 or k[0] in interesting or k[0] == (hosts[0] if hosts else "")
+    ]
+    gpu_table = EvidenceTable(
+        "Per-GPU utilization and power during the hang"
+        + (
+            ""
+            if len(gpu_keys) == len(states)
+            else f" (first host and anomalous hosts; {len(states)} GPUs in total)"
+        ),
+        f"avg_over_time(ray_node_gpus_utilization[{dur(data.ws)}]), avg_over_time(hw_gpu_power_watts[{dur(data.ws)}]) at {iso(data.end)}",
+        ("Host", "GPU", "util %", "power W", "power before W", "state"),
+        per_gpu_rows(gpu_keys, [data.util, data.power, data.power_before], ["", "", ""], states),
+    )
+    pattern_table = EvidenceTable(
+        "Majority pattern per metric family (hosts off it are anomalous)",
+        "hang-window values above, per host",
+        ("Family", "majority pattern", "hosts off it"),
+        [
+            (
+                fam,
+                _pattern_text(cats, j.deviating.get(fam, [])),
+                ", ".join(j.deviating.get(fam, [])) or "none",
+            )
+            for fam, cats in j.patterns.items()
+        ],
+    )
+    return [host_table, gpu_table, pattern_table]
+
+
+def busy_wait_root(
+    j: HangJudgement, prof: GpuProfile, th: Thresholds, *, init_phase: bool, last_step: int | None
+) -> str:
+    """The root cause of a collective deadlock (rule PB-HANG-4), before any trigger."""
+    if j.partial:
+        phase = (
+            "Init-phase RCCL deadlock (no training step completed)"
+            if init_phase
+            else f"Mid-training RCCL deadlock after step {last_step} (not init-phase: steps had completed)"
+        )
+        return (
+            f"{phase}: on most nodes GPUs {{{', '.join(sorted(j.majority, key=int))}}} spin in the stuck collective while the rest have not entered it."
+            + (
+                f" Nodes with a different stuck-GPU set: {', '.join(j.outlier_hosts)} -- likely where the deadlock originated."
+                if j.outlier_hosts
+                else ""
+            )
+        )
+    return (
+        f"RCCL/NCCL busy-wait deadlock: {j.counts.get('busy-wait', 0)}/{j.total} GPUs at >= {th.busy_util_pct:.0f}% utilization "
+        f"but {prof.busy_wait_power_min_w:.0f}-{prof.busy_wait_power_max_w:.0f} W (idle-level) power; no node died."
+        + (
+            f" GPUs not spinning on {', '.join(j.outlier_hosts)} (off the majority pattern): investigate those nodes."
+            if j.outlier_hosts
+            else ""
+        )
+    )
+
+
+def root_and_chain(
+    j: HangJudgement,
+    host_state: Mapping[str, str],
+    trig_desc: str,
+    prof: GpuProfile,
+    th: Thresholds,
+    *,
+    init_phase: bool,
+    last_step: int | None,
+) -> tuple[str, list[str]]:
+    """The root cause and failure chain of the judged mechanism, in the report's words."""
+    root = ""
+    chain: list[str] = []
+    m = j.mechanism
+    if m == HangMechanism.SILENT_HOSTS:
+        root = f"{', '.join(j.dead)} stopped reporting metrics; the remaining nodes wait on it in the next collective."
+        chain = [
+            f"{', '.join(j.dead)} died",
+            "surviving ranks block in the collective",
+            f"{j.counts.get('busy-wait', 0)} GPUs spin at busy-wait power",
+            "training steps stop",
+        ]
+    elif m == HangMechanism.PROCESS_GONE:
+        evidence = "; ".join(f"{h}: {host_state[h]}" for h in j.gone)
+        root = (
+            f"Training processes on {', '.join(j.gone)} were gone ({evidence}) while the other nodes spun in a "
+            "collective waiting for them."
+            + (
+                f" {', '.join(j.still_listed)} still lists a GPU process but its GPUs are idle: the rank hangs outside "
+                "the collective (host-side stall) or its process is defunct -- either way the others wait for it."
+                if j.still_listed
+                else ""
+            )
+        )
+        chain = [
+            f"process death on {', '.join(j.gone)}",
+            "peers block in the collective",
+            "busy-wait on the other nodes",
+        ]
+    elif m == HangMechanism.PARTITION:
+        cut = sorted(set(j.partitioned) | set(j.port_down))
+        root = f"{', '.join(cut)} lost connectivity during the hang (scrape gaps / RDMA port down) while GPUs kept spinning."
+        chain = ["network partition", "collective cannot complete", "busy-wait hang"]
+    elif m == HangMechanism.BUSY_WAIT:
+        root = busy_wait_root(j, prof, th, init_phase=init_phase, last_step=last_step)
+        chain = [
+            "collective deadlock (RCCL/NCCL)",
+            "GPUs spin in the polling loop (100% util, low watts)",
+            "no step progress",
+        ]
+        if j.trigger_hosts:
+            trig = ", ".join(j.trigger_hosts)
+            hard = "retry exhaustion" in trig_desc
+            root = (
+                f"Trigger: RDMA link errors on {trig} before the hang ({trig_desc})"
+                + (
+                    " -- retry exhaustion means packets were permanently lost: a hard link failure, not congestion"
+                    if hard
+                    else ""
+                )
+                + ". The collective using that link could not complete and every rank blocked in it. "
+                + root
+            )
+            chain = [
+                f"RDMA link failure on {trig} ({trig_desc})",
+                "collective on that link cannot complete",
+                *chain,
+            ]
+    elif m == HangMechanism.TRAINING:
+        root = "GPUs were at training power during the supposed hang: training continued. The Slurm log may be truncated (RAY=1); check ray_logs/<head>/worker*.out."
+    elif m == HangMechanism.ALL_IDLE:
+        root = (
+            "All GPUs idle: the training processes were gone on every node (crash without a log signature?)."
+        )
+    if j.kill is not None:
+        judged = j.kill.stall
+        root += (
+            f" The heartbeat error at {iso(j.kill.crash)} came {judged.stall_s / 60 if judged.stall_s else 0:.0f} min after the last step, "
+            "with the GPUs busy-waiting in between: the hang is the primary failure and the heartbeat timeout "
+            "(gRPC channel deadlock after a long hang) was only the kill mechanism."
+        )
+        chain += ["gRPC channel deadlock after a long hang", "heartbeat timeout kills the job"]
+    return root, chain
+
+
+def network_findings(data: HangSeries, j: HangJudgement, th: Thresholds) -> list[Finding]:
+    """TCP lifetime outliers (rule PB-HANG-6) and the RDMA/TCP counters around the hang (PB-HANG-5)."""
+    findings: list[Finding] = []
+    net = j.net
+    if j.tcp_lifetime_outliers:
+        findings.append(
+            Finding(
+                "TCP retransmit lifetime-total outliers (reported, not excluded)",
+                f"{', '.join(j.tcp_lifetime_outliers)} carry lifetime totals orders of magnitude above peers "
+                f"(median {fmt(median(data.tcp_total.values()), digits=0)}). These are cumulative since boot: note them, "
+                "but do not exclude the nodes unless the hang recurs on them.",
+                "info",
+                tuple(j.tcp_lifetime_outliers),
+            )
+        )
+    bad_net = sorted(set(net.standout_hosts) | set(j.port_down))
+    background = {LABELS[f]: hs for f, hs in net.background.items()}
+    bg_txt = (
+        " Background counts that do not stand out against the hosts' own baseline and their peers "
+        f"(minimum rates: retransmits {th.rdma_retx_min_per_s:g}/s, ACK timeouts {th.rdma_ack_timeout_min_per_s:g}/s, "
+        f"TCP {th.tcp_rate_min_per_s:g}/s): "
+        + "; ".join(f"{k} on {len(hs)}/{len(j.hosts)} hosts" for k, hs in sorted(background.items()))
+        + " -- not a trigger."
+        if background
+        else ""
+    )
+    if bad_net:
+        findings.append(
+            Finding(
+                "RDMA/TCP counters around the hang",
+                "Error rates standing out around the hang: "
+                + "; ".join(
+                    f"{h}: {', '.join(net.standout_parts.get(h, ['RDMA port down']))}" for h in bad_net
+                )
+                + "."
+                + bg_txt,
+                "warning",
+                tuple(bad_net),
+            )
+        )
+    elif data.has_rdma or net.background:
+        findings.append(
+            Finding(
+                "RDMA/TCP counters around the hang",
+                "No RDMA retransmit bursts, ACK timeouts, TCP retransmit outliers or link-downs around the hang."
+                + bg_txt,
+                "info",
+            )
+        )
+    return findings
+
+
+def hang_next_steps(j: HangJudgement, *, live: bool, init_phase: bool) -> list[str]:
+    nxt = [
+        ("Kill the job (scancel) and retry" if live else "Retry")
+        + " on the same nodes first; "
+        + ("init-phase hangs are often transient." if init_phase else "RCCL hangs are often transient."),
+        "Only if the hang recurs on the same nodes: --exclude the outlier nodes, add _env_NCCL_DEBUG=INFO.",
+    ]
+    verdict = j.verdict
+    if j.trigger_hosts and verdict in (Verdict.RCCL_BUSY_WAIT_HANG, Verdict.HANG_THEN_HEARTBEAT):
+        nxt = [
+            f"Check the RDMA link of {', '.join(j.trigger_hosts)} (cable, switch port, `ibstat`/`rdma link`); run --playbook network-health.",
+            f"Resubmit with --exclude={','.join(j.trigger_hosts)} until the link is repaired.",
+        ]
+    if verdict == Verdict.HANG_THEN_HEARTBEAT:
+        nxt.append(
+            "Raising jax_distributed_heartbeat_timeout_seconds only delays the kill; fix the hang "
+            "(and detect it early from step progress rather than heartbeats)."
+        )
+    if verdict == Verdict.DEAD_NODE:
+        named = sorted(set(j.dead) | set(j.gone)) or j.anomalous
+        nxt = [
+            f"Inspect {', '.join(named) or 'every node'}: dmesg (OOM kill, GPU errors), run --playbook hardware and --playbook oom.",
+            "Resubmit excluding the node if it shows hardware errors.",
+        ]
+    return nxt
+
+
+def render_hang(env: PlaybookEnv, data: HangSeries, j: HangJudgement) -> PlaybookResult:
+    """The report of a judged hang: findings with their evidence tables, root cause, chain, next steps."""
+    prof, th = env.profile, env.th
+    init_phase = no_step_completed(env)
+    tl = env.disc.timeline
+    host_state = host_states(data, j)
+    trig_desc = describe_triggers(j.net, data.last, data.net_windows.hi)
+    root, chain = root_and_chain(
+        j,
+        host_state,
+        trig_desc,
+        prof,
+        th,
+        init_phase=init_phase,
+        last_step=tl.last_step if tl.last_step is not None else env.ctx.last_step,
+    )
+    findings = [
+        Finding(
+            "Hang mechanism",
+            root or "No hang signature in the GPU metrics.",
+            "critical" if j.verdict != "healthy" else "info",
+            tuple(j.anomalous),
+            evidence_tables(data, j, host_state),
+        ),
+        *network_findings(data, j, th),
+    ]
+    start, end, last, w = data.start, data.end, data.last, data.w
+    window_txt = (
+        f"{iso(start)} to {iso(end)} ({int(w)} s after last step {tl.last_step} at {iso(last)})"
+        if data.power_end is None
+        else f"{iso(start)} to {iso(end)} ({int(w)} s after the GPUs left training power at {iso(last)}; no dated step)"
+    )
+    corr = ""
+    if env.ctx.primary_class in ("hang", "cancelled", "train-timeout", "heartbeat-timeout"):
+        confirms = j.verdict == "rccl-busy-wait-hang" or (
+            j.verdict == "hang-then-heartbeat" and env.ctx.primary_class == "hang"
+        )
+        corr = f"Triage classified this as {env.ctx.primary_class}. TSDB {'confirms' if confirms else 'refines'}: {j.verdict}."
+    return PlaybookResult(
+        playbook=HangPlaybook.name,
+        analysis_type=HangPlaybook.analysis_type,
+        verdict=j.verdict,
+        window=(start, end),
+        findings=findings,
+        anomalous_hosts=j.anomalous,
+        root_cause=root,
+        chain=chain,
+        next_steps=hang_next_steps(j, live=env.ctx.live, init_phase=init_phase),
+        triage_correlation=corr + (f" Window: {window_txt}." if corr else ""),
+        incident=data.power_end,
+    )
+
+
 class HangPlaybook:
     name = "hang"
     analysis_type = "hang"
@@ -363,7 +1068,8 @@ class HangPlaybook:
             # No step is dated anywhere: the hang began when the GPUs left training power.
             power_t, _ = await gpu_trend(env, env.disc.min_time, env.disc.max_time)
             power_end = training_end_from_power(power_t, env.profile, env.disc.max_time)
-        last, start, end = hang_window(env, power_end)
+        win = hang_window(env, power_end)
+        last, start, end = win.last, win.start, win.end
         why = no_stall_reason(env)
         if why is not None:
             root = (
@@ -378,425 +1084,8 @@ class HangPlaybook:
                 root,
                 "No hang to diagnose; use --playbook training-stability for throughput questions.",
             )
-        w = end - start
-        # GPU state is judged on the last <= 10 minutes: an init-phase hang window may still contain compilation.
-        ws = min(w, 600.0)
-        before = max(60.0, min(600.0, last - env.disc.min_time))
-        off = dur(end - last)
-        full = dur(end - env.disc.min_time + 60)
-        # The process count is read at the very end: a process that died during the window is gone now.
-        tail = min(ws, 180.0)
-        prof, th = env.profile, env.th
-        st = env.disc.timeline.median_step_time() or env.ctx.step_time_s or 30.0
-        # Network counters: the host's own baseline before the lead-up (increase() in the instant query),
-        # then the lead-up and the first minutes of the hang at scrape resolution (when errors began,
-        # whether they stand out).
-        lead = last - max(300.0, 10 * st)
-        win = NetworkWindows(
-            max(env.disc.min_time, lead - th.anomaly_baseline_s),
-            lead,
-            last,
-            st,
-            min(end, last + max(600.0, 10 * st)),
-        )
-        arms = baseline_arms(env, win, end) | present(
-            env,
-            {
-                "util": f"avg_over_time(ray_node_gpus_utilization[{dur(ws)}])",
-                "power": f"avg_over_time(hw_gpu_power_watts[{dur(ws)}])",
-                "power_before": f"avg_over_time(hw_gpu_power_watts[{dur(before)}] offset {off})",
-                "samples": f"count_over_time(hw_procs_running[{dur(w)}])",
-                "samples_before": f"count_over_time(hw_procs_running[{dur(before)}] offset {off})",
-                # Sample time of each host's newest scrape (absent once it is older than the lookback).
-                "last_seen": "timestamp(hw_procs_running)",
-                "gpu_procs": f"sum by (host) (last_over_time(hw_gpu_user_processes[{dur(tail)}]))",
-                "gpu_procs_before": f"sum by (host) (last_over_time(hw_gpu_user_processes[{dur(before)}] offset {off}))",
-                "tcp_hang": f"increase(hw_tcp_retransmits_total[{dur(w)}])",
-                "tcp_total": f"last_over_time(hw_tcp_retransmits_total[{full}])",
-                "rdma_retx": f"sum by (host) (increase(hw_rdma_tx_retx_pkts_total[{dur(w)}]))",
-                "port_min": f"min by (host) (min_over_time(hw_rdma_port_state[{dur(w)}]))",
-            },
-            {
-                "util": "ray_node_gpus_utilization",
-                "power": "hw_gpu_power_watts",
-                "power_before": "hw_gpu_power_watts",
-                "samples": "hw_procs_running",
-                "samples_before": "hw_procs_running",
-                "last_seen": "hw_procs_running",
-                "gpu_procs": "hw_gpu_user_processes",
-                "gpu_procs_before": "hw_gpu_user_processes",
-                "tcp_hang": "hw_tcp_retransmits_total",
-                "tcp_total": "hw_tcp_retransmits_total",
-                "rdma_retx": "hw_rdma_tx_retx_pkts_total",
-                "port_min": "hw_rdma_port_state",
-            },
-        )
-        r = await env.arms(arms, end)
-        util, power, pbefore = (
-            by_gpu(r.get("util", [])),
-            by_gpu(r.get("power", [])),
-            by_gpu(r.get("power_before", [])),
-        )
-        samples, sbefore, last_seen = (
-            by_host(r.get("samples", [])),
-            by_host(r.get("samples_before", [])),
-            by_host(r.get("last_seen", [])),
-        )
-        gpu_procs, gpu_procs_before = by_host(r.get("gpu_procs", [])), by_host(r.get("gpu_procs_before", []))
-        tcp_hang, tcp_total = by_host(r.get("tcp_hang", [])), by_host(r.get("tcp_total", []))
-        rdma_retx = by_host(r.get("rdma_retx", []))
-        port_min = by_host(r.get("port_min", []))
-
-        net = judge_network(await network_series(env, win.lead, win.hi), baseline_rates(r, win), win, th)
-
-        hosts = sorted(set(env.disc.hosts) | set(sbefore) | {h for h, _ in power} | {h for h, _ in pbefore})
-        states = {k: gpu_state(util.get(k), power.get(k), prof, th) for k in set(util) | set(power)}
-        host_gpus: dict[str, dict[str, str]] = {}
-        for (h, g), state in states.items():
-            host_gpus.setdefault(h, {})[g] = state
-        host_power = {h: median(v for (hh, _), v in power.items() if hh == h) for h in {h for h, _ in power}}
-        interval = (before / sbefore[max(sbefore, key=lambda h: sbefore[h])]) if sbefore else 10.0
-        # Compare with the best-reporting peer, not with w/interval: the TSDB may start after the hang began.
-        expected = max(samples.values(), default=w / max(interval, 1.0))
-
-        dead: list[str] = []
-        partitioned: list[str] = []
-        reporting: dict[str, str] = {}
-        for h in hosts:
-            n = samples.get(h, 0.0)
-            seen = last_seen.get(h)
-            if "samples" in arms and (n == 0 or seen is None or seen < end - max(3 * interval, 30.0)):
-                reporting[h] = "silent"
-                dead.append(h)
-            elif n < 0.7 * expected:
-                reporting[h] = "scrape gaps"
-                partitioned.append(h)
-            else:
-                reporting[h] = "reporting"
-        procs = process_states(hosts, gpu_procs, gpu_procs_before, reporting)
-        gone, still_listed = left_collective(hosts, dead, procs, host_gpus, host_power, prof)
-        host_state: dict[str, str] = {}
-        for h in hosts:
-            gstates = Counter(host_gpus.get(h, {}).values())
-            summary = ", ".join(f"{c} {s}" for s, c in gstates.most_common()) or "no GPU data"
-            if h in dead:
-                host_state[h] = "stopped reporting" + (f" at {iso(last_seen[h])}" if h in last_seen else "")
-            elif h in partitioned:
-                host_state[h] = f"scrape gaps ({int(samples.get(h, 0))}/{int(expected)} samples)"
-            elif h in still_listed:
-                host_state[h] = f"GPUs idle, process still listed ({summary})"
-            elif h in gone:
-                why = {"gone": "no GPU user process" if h in gpu_procs else "GPU process series stopped"}.get(
-                    procs[h], "all GPUs idle"
-                )
-                host_state[h] = f"process gone ({why}; {summary})"
-            else:
-                host_state[h] = summary
-
-        total = max(1, len(states))
-        counts = Counter(states.values())
-        busy_frac = counts.get("busy-wait", 0) / total
-        train_frac = counts.get("training", 0) / total
-        active_hosts = [h for h in hosts if h not in dead and h not in gone]
-
-        # Partial-init pattern: which GPU indices spin on each host; hosts off the majority set are suspects.
-        busy_sets = {
-            h: frozenset(g for g, s in host_gpus.get(h, {}).items() if s in ("busy-wait", "busy"))
-            for h in active_hosts
-        }
-        majority: frozenset[str] = (
-            Counter(busy_sets.values()).most_common(1)[0][0] if busy_sets else frozenset()
-        )
-        # Init-phase pattern: on most nodes only a subset of GPUs entered the stuck collective.
-        partial = 0 < len(majority) < max(1, env.disc.gpus_per_host)
-        outlier_hosts = sorted(h for h, s in busy_sets.items() if s != majority) if majority else []
-
-        port_down = sorted(h for h, v in port_min.items() if v < 1)
-        patterns = host_patterns(
-            hosts, reporting, host_gpus, host_power, procs, port_down, net.standout_hosts, prof
-        )
-        deviating = deviations(patterns)
-        # anomalous_hosts: the hosts off the majority pattern of any family (module docstring).
-        anomalous = sorted({h for hs in deviating.values() for h in hs})
-
-        tcp_life_out = outliers_high(tcp_total, factor=th.tcp_outlier_factor, floor=1e5)
-        trig_hosts = sorted({h for h, _ in net.triggers})
-        trig_desc = describe_triggers(net, last, win.hi)
-        findings: list[Finding] = []
-        host_table = EvidenceTable(
-            "Per-host state during the hang window",
-            f"avg_over_time(... [{dur(w)}]) at {iso(end)}",
-            (
-                "Host",
-                "GPU states",
-                "mean util %",
-                "mean power W",
-                "power before hang W",
-                "hw samples",
-                "GPU processes",
-                "TCP retx (hang)",
-                "TCP retx lifetime",
-                "RDMA retx (hang)",
-            ),
-        )
-        for h in hosts:
-            hu = [v for (hh, _), v in util.items() if hh == h]
-            hp = [v for (hh, _), v in power.items() if hh == h]
-            hb = [v for (hh, _), v in pbefore.items() if hh == h]
-            host_table.rows.append(
-                (
-                    h,
-                    host_state.get(h, ""),
-                    fmt(sum(hu) / len(hu) if hu else None),
-                    fmt(sum(hp) / len(hp) if hp else None),
-                    fmt(sum(hb) / len(hb) if hb else None),
-                    f"{int(samples.get(h, 0))}/{int(expected)}",
-                    fmt(gpu_procs.get(h), digits=0)
-                    if h in gpu_procs
-                    else ("none" if procs.get(h) == "gone" else "n/a"),
-                    fmt(tcp_hang.get(h), digits=0),
-                    fmt(tcp_total.get(h), digits=0),
-                    fmt(rdma_retx.get(h), digits=0),
-                )
-            )
-        interesting = set(dead) | set(outlier_hosts) | set(gone) | set(partitioned) | set(anomalous)
-        gpu_keys = [
-            k
-            for k in states
-            if len(states) <= 64 or k[0] in interesting or k[0] == (hosts[0] if hosts else "")
-        ]
-        gpu_table = EvidenceTable(
-            "Per-GPU utilization and power during the hang"
-            + (
-                ""
-                if len(gpu_keys) == len(states)
-                else f" (first host and anomalous hosts; {len(states)} GPUs in total)"
-            ),
-            f"avg_over_time(ray_node_gpus_utilization[{dur(ws)}]), avg_over_time(hw_gpu_power_watts[{dur(ws)}]) at {iso(end)}",
-            ("Host", "GPU", "util %", "power W", "power before W", "state"),
-            per_gpu_rows(gpu_keys, [util, power, pbefore], ["", "", ""], states),
-        )
-        pattern_table = EvidenceTable(
-            "Majority pattern per metric family (hosts off it are anomalous)",
-            "hang-window values above, per host",
-            ("Family", "majority pattern", "hosts off it"),
-            [
-                (
-                    fam,
-                    _pattern_text(cats, deviating.get(fam, [])),
-                    ", ".join(deviating.get(fam, [])) or "none",
-                )
-                for fam, cats in patterns.items()
-            ],
-        )
-
-        verdict = "healthy"
-        root = ""
-        chain: list[str] = []
-        window_txt = (
-            f"{iso(start)} to {iso(end)} ({int(w)} s after last step {env.disc.timeline.last_step} at {iso(last)})"
-            if power_end is None
-            else f"{iso(start)} to {iso(end)} ({int(w)} s after the GPUs left training power at {iso(last)}; no dated step)"
-        )
-        if dead and active_hosts:
-            verdict = "dead-node"
-            root = f"{', '.join(dead)} stopped reporting metrics; the remaining nodes wait on it in the next collective."
-            chain = [
-                f"{', '.join(dead)} died",
-                "surviving ranks block in the collective",
-                f"{counts.get('busy-wait', 0)} GPUs spin at busy-wait power",
-                "training steps stop",
-            ]
-        elif gone and busy_frac > 0:
-            verdict = "dead-node"
-            evidence = "; ".join(f"{h}: {host_state[h]}" for h in gone)
-            root = (
-                f"Training processes on {', '.join(gone)} were gone ({evidence}) while the other nodes spun in a "
-                "collective waiting for them."
-                + (
-                    f" {', '.join(still_listed)} still lists a GPU process but its GPUs are idle: the rank hangs outside "
-                    "the collective (host-side stall) or its process is defunct -- either way the others wait for it."
-                    if still_listed
-                    else ""
-                )
-            )
-            chain = [
-                f"process death on {', '.join(gone)}",
-                "peers block in the collective",
-                "busy-wait on the other nodes",
-            ]
-        elif partitioned or port_down:
-            verdict = "network-partition"
-            cut = sorted(set(partitioned) | set(port_down))
-            root = f"{', '.join(cut)} lost connectivity during the hang (scrape gaps / RDMA port down) while GPUs kept spinning."
-            chain = ["network partition", "collective cannot complete", "busy-wait hang"]
-        elif busy_frac >= 0.5 or (partial and busy_frac > 0):
-            verdict = "rccl-busy-wait-hang"
-            if partial:
-                tl = env.disc.timeline
-                phase = (
-                    "Init-phase RCCL deadlock (no training step completed)"
-                    if no_step_completed(env)
-                    else f"Mid-training RCCL deadlock after step {tl.last_step if tl.last_step is not None else env.ctx.last_step} (not init-phase: steps had completed)"
-                )
-                root = (
-                    f"{phase}: on most nodes GPUs {{{', '.join(sorted(majority, key=int))}}} spin in the stuck collective while the rest have not entered it."
-                    + (
-                        f" Nodes with a different stuck-GPU set: {', '.join(outlier_hosts)} -- likely where the deadlock originated."
-                        if outlier_hosts
-                        else ""
-                    )
-                )
-            else:
-                root = (
-                    f"RCCL/NCCL busy-wait deadlock: {counts.get('busy-wait', 0)}/{total} GPUs at >= {th.busy_util_pct:.0f}% utilization "
-                    f"but {prof.busy_wait_power_min_w:.0f}-{prof.busy_wait_power_max_w:.0f} W (idle-level) power; no node died."
-                    + (
-                        f" GPUs not spinning on {', '.join(outlier_hosts)} (off the majority pattern): investigate those nodes."
-                        if outlier_hosts
-                        else ""
-                    )
-                )
-            chain = [
-                "collective deadlock (RCCL/NCCL)",
-                "GPUs spin in the polling loop (100% util, low watts)",
-                "no step progress",
-            ]
-            if trig_hosts:
-                hard = "retry exhaustion" in trig_desc
-                root = (
-                    f"Trigger: RDMA link errors on {', '.join(trig_hosts)} before the hang ({trig_desc})"
-                    + (
-                        " -- retry exhaustion means packets were permanently lost: a hard link failure, not congestion"
-                        if hard
-                        else ""
-                    )
-                    + ". The collective using that link could not complete and every rank blocked in it. "
-                    + root
-                )
-                chain = [
-                    f"RDMA link failure on {', '.join(trig_hosts)} ({trig_desc})",
-                    "collective on that link cannot complete",
-                    *chain,
-                ]
-        elif train_frac >= 0.5:
-            verdict = "healthy"
-            root = "GPUs were at training power during the supposed hang: training continued. The Slurm log may be truncated (RAY=1); check ray_logs/<head>/worker*.out."
-        elif counts and counts.get("idle", 0) == total:
-            verdict = "dead-node"
-            root = "All GPUs idle: the training processes were gone on every node (crash without a log signature?)."
-
-        killed = heartbeat_kill(env, last, busy_frac)
-        if verdict == "rccl-busy-wait-hang" and killed is not None and killed[1].hang_first(th):
-            crash, judged = killed
-            verdict = "hang-then-heartbeat"
-            root += (
-                f" The heartbeat error at {iso(crash)} came {judged.stall_s / 60 if judged.stall_s else 0:.0f} min after the last step, "
-                "with the GPUs busy-waiting in between: the hang is the primary failure and the heartbeat timeout "
-                "(gRPC channel deadlock after a long hang) was only the kill mechanism."
-            )
-            chain += ["gRPC channel deadlock after a long hang", "heartbeat timeout kills the job"]
-
-        findings.append(
-            Finding(
-                "Hang mechanism",
-                root or "No hang signature in the GPU metrics.",
-                "critical" if verdict != "healthy" else "info",
-                tuple(anomalous),
-                [host_table, gpu_table, pattern_table],
-            )
-        )
-
-        if tcp_life_out:
-            findings.append(
-                Finding(
-                    "TCP retransmit lifetime-total outliers (reported, not excluded)",
-                    f"{', '.join(tcp_life_out)} carry lifetime totals orders of magnitude above peers "
-                    f"(median {fmt(median(tcp_total.values()), digits=0)}). These are cumulative since boot: note them, "
-                    "but do not exclude the nodes unless the hang recurs on them.",
-                    "info",
-                    tuple(tcp_life_out),
-                )
-            )
-        bad_net = sorted(set(net.standout_hosts) | set(port_down))
-        background = {LABELS[f]: hs for f, hs in net.background.items()}
-        bg_txt = (
-            " Background counts that do not stand out against the hosts' own baseline and their peers "
-            f"(minimum rates: retransmits {th.rdma_retx_min_per_s:g}/s, ACK timeouts {th.rdma_ack_timeout_min_per_s:g}/s, "
-            f"TCP {th.tcp_rate_min_per_s:g}/s): "
-            + "; ".join(f"{k} on {len(hs)}/{len(hosts)} hosts" for k, hs in sorted(background.items()))
-            + " -- not a trigger."
-            if background
-            else ""
-        )
-        if bad_net:
-            findings.append(
-                Finding(
-                    "RDMA/TCP counters around the hang",
-                    "Error rates standing out around the hang: "
-                    + "; ".join(
-                        f"{h}: {', '.join(net.standout_parts.get(h, ['RDMA port down']))}" for h in bad_net
-                    )
-                    + "."
-                    + bg_txt,
-                    "warning",
-                    tuple(bad_net),
-                )
-            )
-        elif "rdma_retx" in r or net.background:
-            findings.append(
-                Finding(
-                    "RDMA/TCP counters around the hang",
-                    "No RDMA retransmit bursts, ACK timeouts, TCP retransmit outliers or link-downs around the hang."
-                    + bg_txt,
-                    "info",
-                )
-            )
-
-        init_phase = no_step_completed(env)
-        nxt = [
-            ("Kill the job (scancel) and retry" if env.ctx.live else "Retry")
-            + " on the same nodes first; "
-            + ("init-phase hangs are often transient." if init_phase else "RCCL hangs are often transient."),
-            "Only if the hang recurs on the same nodes: --exclude the outlier nodes, add _env_NCCL_DEBUG=INFO.",
-        ]
-        if trig_hosts and verdict in ("rccl-busy-wait-hang", "hang-then-heartbeat"):
-            nxt = [
-                f"Check the RDMA link of {', '.join(trig_hosts)} (cable, switch port, `ibstat`/`rdma link`); run --playbook network-health.",
-                f"Resubmit with --exclude={','.join(trig_hosts)} until the link is repaired.",
-            ]
-        if verdict == "hang-then-heartbeat":
-            nxt.append(
-                "Raising jax_distributed_heartbeat_timeout_seconds only delays the kill; fix the hang "
-                "(and detect it early from step progress rather than heartbeats)."
-            )
-        if verdict == "dead-node":
-            named = sorted(set(dead) | set(gone)) or anomalous
-            nxt = [
-                f"Inspect {', '.join(named) or 'every node'}: dmesg (OOM kill, GPU errors), run --playbook hardware and --playbook oom.",
-                "Resubmit excluding the node if it shows hardware errors.",
-            ]
-        corr = ""
-        if env.ctx.primary_class in ("hang", "cancelled", "train-timeout", "heartbeat-timeout"):
-            confirms = verdict == "rccl-busy-wait-hang" or (
-                verdict == "hang-then-heartbeat" and env.ctx.primary_class == "hang"
-            )
-            corr = f"Triage classified this as {env.ctx.primary_class}. TSDB {'confirms' if confirms else 'refines'}: {verdict}."
-        res = PlaybookResult(
-            self.name,
-            self.analysis_type,
-            verdict,
-            (start, end),
-            findings,
-            anomalous,
-            root,
-            chain,
-            nxt,
-            corr + (f" Window: {window_txt}." if corr else ""),
-        )
-        if power_end is not None:
-            res.incident = power_end
-        return res
+        data = await fetch_hang(env, last, start, end, power_end)
+        return render_hang(env, data, judge_hang(data, hang_facts(env), env.profile, env.th))
 
 
 def _pattern_text(cats: Mapping[str, Hashable], off: Sequence[str]) -> str:
@@ -811,16 +1100,3 @@ def _pattern_text(cats: Mapping[str, Hashable], off: Sequence[str]) -> str:
             else "no GPU active"
         )
     return str(c)
-
-
-def heartbeat_kill(env: PlaybookEnv, last: float, busy_frac: float) -> tuple[float, StallJudgement] | None:
-    """The heartbeat error that ended a hung job (triage context) and the stall before it: from the last
-    step to the heartbeat error, with the hang window's busy-wait share of GPUs as the GPU evidence."""
-    if not heartbeat_reported(env):
-        return None
-    crash = heartbeat_times(env)[0]
-    if crash <= last:
-        return None
-    tl = env.disc.timeline
-    step = tl.last_step if tl.last_step is not None else env.ctx.last_step
-    return crash, StallJudgement(last, step, tl.source, crash - last, (last, crash), busy_frac)

@@ -34,6 +34,7 @@ from jobdiagd.tsdb.playbooks.base import (
     Finding,
     PlaybookEnv,
     PlaybookResult,
+    Verdict,
     by_gpu,
     by_host,
     dur,
@@ -50,8 +51,17 @@ from jobdiagd.tsdb.settings import GpuProfile, Thresholds
 Points = Sequence[tuple[float, float]]
 
 
-def heartbeat_times(env: PlaybookEnv) -> tuple[float, float, float]:
-    """(crash time, timeout, heartbeat-stop time) from triage, falling back to the end of the data."""
+@dataclass(frozen=True)
+class HeartbeatTimes:
+    """The heartbeat error (`crash`), the configured timeout and the heartbeat-stop time before it."""
+
+    crash: float
+    timeout: float
+    stop: float
+
+
+def heartbeat_times(env: PlaybookEnv) -> HeartbeatTimes:
+    """The heartbeat error, timeout and heartbeat-stop time from triage, falling back to the end of the data."""
     hb = env.ctx.heartbeat
     crash = (hb.time if hb and hb.time else None) or env.ctx.incident_time or env.disc.max_time
     timeout = hb.timeout_s if hb and hb.timeout_s else None
@@ -60,7 +70,7 @@ def heartbeat_times(env: PlaybookEnv) -> tuple[float, float, float]:
         timeout = (
             float(raw) if raw and raw.replace(".", "", 1).isdigit() else env.th.heartbeat_timeout_default_s
         )
-    return crash, timeout, crash - timeout
+    return HeartbeatTimes(crash, timeout, crash - timeout)
 
 
 def heartbeat_reported(env: PlaybookEnv) -> bool:
@@ -214,6 +224,378 @@ def judge_stall(
     )
 
 
+@dataclass(frozen=True)
+class HeartbeatSeries:
+    """What the heartbeat judgement reads (fetch step): the heartbeat window's per-host state and
+    liveness, and the GPU power/utilization trend from before the last step to the heartbeat error."""
+
+    crash: float  # the heartbeat error
+    timeout: float
+    stop: float  # heartbeat-stop time: crash - timeout
+    at: float  # liveness read at min(crash, end of data)
+    at_state: float  # GPU state read at the start of the heartbeat window
+    util: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    power: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    tcp: Mapping[str, float] = field(default_factory=dict)
+    io: Mapping[str, float] = field(default_factory=dict)
+    mem: Mapping[str, float] = field(default_factory=dict)
+    oom: Mapping[str, float] = field(default_factory=dict)
+    dmesg: Mapping[str, float] = field(default_factory=dict)
+    samples: Mapping[str, float] = field(default_factory=dict)
+    seen: Mapping[str, float] = field(default_factory=dict)  # host -> newest sample time up to the crash
+    up_down: Sequence[str] = ()  # scrape target down for most of the window
+    last_step: tuple[float | None, int | None, str] = (None, None, "none")  # last_step_before(crash)
+    step_time: float = 30.0
+    power_trend: Mapping[str, Points] = field(default_factory=dict)
+    util_trend: Mapping[str, Points] = field(default_factory=dict)
+
+    @property
+    def w(self) -> float:
+        return max(self.timeout, 60.0)
+
+    @property
+    def ws(self) -> float:
+        return min(self.w, 120.0)
+
+
+@dataclass(frozen=True)
+class HeartbeatJudgement:
+    """The verdict of the heartbeat playbook and its evidence (judge step; no prose)."""
+
+    verdict: Verdict
+    states: Mapping[tuple[str, str], str]
+    stall: StallJudgement
+    stopped: Mapping[str, float | None]  # host -> its last metrics, well before the crash
+    dead: list[str]
+    idle_accused: list[str]
+    anomalous: list[str]
+    accused_states: Mapping[str, int]  # GPU state -> GPUs of the accused hosts (all hosts if none)
+
+
+def judge_heartbeat(
+    data: HeartbeatSeries, accused: Sequence[str], hosts: Sequence[str], prof: GpuProfile, th: Thresholds
+) -> HeartbeatJudgement:
+    """Pure: the heartbeat window in, the verdict and its evidence out (rules PB-HB-1..4)."""
+    states = {
+        k: gpu_state(data.util.get(k), data.power.get(k), prof, th) for k in set(data.util) | set(data.power)
+    }
+    stall = judge_stall(
+        data.crash, data.last_step, data.power_trend, data.util_trend, prof, th, data.step_time
+    )
+    seen = data.seen
+    # Metrics that end well before the crash (while the newest peer goes on) mean the host died in or
+    # before the heartbeat window; the job's own end stops everyone at the crash.
+    ref = min(data.at, max(seen.values(), default=data.at))
+    margin = max(3 * 10.0, 30.0)
+    judged = list(accused) or list(hosts)
+    stopped = {h: seen.get(h) for h in judged if seen and seen.get(h, 0.0) < ref - margin}
+    dead = [
+        h
+        for h in judged
+        if data.samples.get(h, 0) == 0
+        or h in stopped
+        or h in data.up_down
+        or data.oom.get(h, 0) > 0.5
+        or data.dmesg.get(h, 0) > 0.5
+    ]
+    idle_accused = [
+        h
+        for h in accused
+        if states
+        and all(s == "idle" for (hh, _), s in states.items() if hh == h)
+        and any(hh == h for hh, _ in states)
+    ]
+    anomalous: list[str] = []
+    if dead or idle_accused:
+        verdict = Verdict.DEAD_NODE
+        anomalous = sorted(set(dead) | set(idle_accused))
+    elif stall.hang_first(th) and stall.stall_s is not None:
+        verdict = Verdict.HANG_THEN_HEARTBEAT
+    else:
+        verdict = Verdict.HEARTBEAT_FALSE_POSITIVE
+    return HeartbeatJudgement(
+        verdict=verdict,
+        states=states,
+        stall=stall,
+        stopped=stopped,
+        dead=dead,
+        idle_accused=idle_accused,
+        anomalous=anomalous,
+        accused_states=Counter(s for (hh, _), s in states.items() if not accused or hh in accused),
+    )
+
+
+# --- fetch ---------------------------------------------------------------------------------------------
+
+
+async def fetch_heartbeat(env: PlaybookEnv) -> HeartbeatSeries:
+    """The heartbeat window's host state and liveness, and the GPU trend before the error (the only I/O)."""
+    times = heartbeat_times(env)
+    crash, timeout, stop = times.crash, times.timeout, times.stop
+    # Liveness is judged over the heartbeat window itself (heartbeats stopped -> kill); the GPU state
+    # over its first <= 2 minutes, right after the heartbeats stopped (a long window would mix in a
+    # hang that began later and say "busy" for GPUs that were training when the heartbeats failed).
+    w = max(timeout, 60.0)
+    at = min(crash, env.disc.max_time)
+    ws = min(w, 120.0)
+    at_state = min(stop + ws, at)
+    full = dur(at - env.disc.min_time + 60)
+    state_arms = present(
+        env,
+        {
+            "util": f"avg_over_time(ray_node_gpus_utilization[{dur(ws)}])",
+            "power": f"avg_over_time(hw_gpu_power_watts[{dur(ws)}])",
+            "tcp": f"rate(hw_tcp_retransmits_total[{dur(ws)}])",
+            "io": f"avg_over_time(hw_io_pressure_full_pct[{dur(ws)}])",
+            "mem": f"max_over_time(ray_node_mem_used[{dur(ws)}]) / max_over_time(ray_node_mem_total[{dur(ws)}])",
+        },
+        {
+            "util": "ray_node_gpus_utilization",
+            "power": "hw_gpu_power_watts",
+            "tcp": "hw_tcp_retransmits_total",
+            "io": "hw_io_pressure_full_pct",
+            "mem": "ray_node_mem_used",
+        },
+    )
+    live_arms = present(
+        env,
+        {
+            "oom": f"increase(hw_oom_kills_total[{full}])",
+            "dmesg": f"increase(hw_dmesg_gpu_errors_total[{full}])",
+            "samples": f"count_over_time(hw_procs_running[{dur(w)}])",
+            # Newest sample time per host up to the crash, and whether a scrape target was down.
+            "seen": f"max by (host) (max_over_time(timestamp(hw_procs_running)[{dur(w + 600)}:10s]))",
+            # Down for most of the window (one failed scrape of a training host is not a death).
+            "up_min": f"avg_over_time(up[{dur(w)}])",
+        },
+        {
+            "oom": "hw_oom_kills_total",
+            "dmesg": "hw_dmesg_gpu_errors_total",
+            "samples": "hw_procs_running",
+            "seen": "hw_procs_running",
+            "up_min": "up",
+        },
+    )
+    r = await env.arms(state_arms, at_state) | await env.arms(live_arms, at)
+    st = env.disc.timeline.median_step_time() or env.ctx.step_time_s or 30.0
+    last = last_step_before(env, crash)
+    # Enough history to see training end before a long hang (runbook: "30-60 minutes before").
+    span = max(3600.0, crash - last[0] + 600.0) if last[0] is not None else 4 * 3600.0
+    power_t, util_t = await gpu_trend(env, max(env.disc.min_time, crash - span), at)
+    return HeartbeatSeries(
+        crash=crash,
+        timeout=timeout,
+        stop=stop,
+        at=at,
+        at_state=at_state,
+        util=by_gpu(r.get("util", [])),
+        power=by_gpu(r.get("power", [])),
+        tcp=by_host(r.get("tcp", [])),
+        io=by_host(r.get("io", [])),
+        mem=by_host(r.get("mem", [])),
+        oom=by_host(r.get("oom", [])),
+        dmesg=by_host(r.get("dmesg", [])),
+        samples=by_host(r.get("samples", [])),
+        seen=by_host_max(r.get("seen", [])),
+        up_down=sorted({host_of(x.labels) for x in r.get("up_min", []) if x.v < 0.5}),
+        last_step=last,
+        step_time=st,
+        power_trend=power_t,
+        util_trend=util_t,
+    )
+
+
+# --- render --------------------------------------------------------------------------------------------
+
+
+def host_table(
+    data: HeartbeatSeries, j: HeartbeatJudgement, accused: Sequence[str], hosts: Sequence[str]
+) -> EvidenceTable:
+    states = j.states
+
+    def host_summary(h: str) -> str:
+        c = Counter(s for (hh, _), s in states.items() if hh == h)
+        return ", ".join(f"{n} {s}" for s, n in c.most_common()) or "no GPU samples"
+
+    table = EvidenceTable(
+        f"Host state from heartbeat-stop time {iso(data.stop)} to crash {iso(data.crash)} (timeout {data.timeout:.0f} s)",
+        f"avg_over_time(...[{dur(data.ws)}]) at {iso(data.at_state)}; liveness (last sample, up, samples) over [{dur(data.w)}] at {iso(data.at)}",
+        (
+            "Host",
+            "accused",
+            "GPU states",
+            "mean util %",
+            "mean power W",
+            "TCP retx/s",
+            "IO full %",
+            "mem used",
+            "OOM kills",
+            "dmesg GPU errs",
+            "last metrics",
+        ),
+    )
+    for h in hosts:
+        hu = [v for (hh, _), v in data.util.items() if hh == h]
+        hp = [v for (hh, _), v in data.power.items() if hh == h]
+        table.rows.append(
+            (
+                h,
+                "yes" if h in accused else "",
+                host_summary(h),
+                fmt(sum(hu) / len(hu) if hu else None),
+                fmt(sum(hp) / len(hp) if hp else None),
+                fmt(data.tcp.get(h), digits=2),
+                fmt(data.io.get(h)),
+                fmt(100 * data.mem[h], "%") if h in data.mem else "n/a",
+                fmt(data.oom.get(h), digits=0),
+                fmt(data.dmesg.get(h), digits=0),
+                iso(data.seen[h]) if h in data.seen else "none in window",
+            )
+        )
+    return table
+
+
+def dead_root(data: HeartbeatSeries, j: HeartbeatJudgement) -> str:
+    """Why each anomalous host counts as dead (rule PB-HB-2)."""
+    why = []
+    for h in j.anomalous:
+        if data.oom.get(h, 0) > 0.5:
+            why.append(f"{h}: OOM kill")
+        elif data.dmesg.get(h, 0) > 0.5:
+            why.append(f"{h}: GPU driver errors in dmesg")
+        elif h in j.stopped or data.samples.get(h, 0) == 0:
+            t_last = j.stopped.get(h)
+            why.append(
+                f"{h}: metrics stop at {iso(t_last)}, {data.crash - t_last:.0f} s before the crash (heartbeat-stop time {iso(data.stop)}) while the other hosts kept reporting"
+                if t_last
+                else f"{h}: no metrics in the heartbeat window"
+            )
+        elif h in data.up_down:
+            why.append(f"{h}: scrape target down (up == 0) in the heartbeat window")
+        else:
+            why.append(f"{h}: GPUs idle")
+    return "The heartbeat timeout was a true positive: " + "; ".join(why) + "."
+
+
+def false_positive_root(j: HeartbeatJudgement, accused: Sequence[str], th: Thresholds) -> str:
+    """The wording of rule PB-HB-4 (init-phase kill, live accused hosts, or a stall without busy-wait)."""
+    stall_j, stall = j.stall, j.stall.stall_s
+    if stall_j.last_step_t is None:
+        return "No training step had completed: init-phase kill -- the heartbeat timeout is shorter than XLA compilation + initial checkpoint time. Increase it."
+    if stall is not None and stall >= th.stall_min_s:
+        # A stall without the busy-wait signature: say what the GPUs did instead of claiming training.
+        return (
+            f"Training had stalled {stall / 60:.0f} min before the heartbeat error (last step {stall_j.last_step}), "
+            f"but the GPUs did not show the busy-wait signature in between ({100 * stall_j.busy_wait_frac:.0f}% busy-wait, "
+            f"{100 * stall_j.training_frac:.0f}% training of {stall_j.samples} host samples); no host died. "
+            "The heartbeat mechanism declared live tasks dead (shared gRPC channel bug, "
+            "docs/jax-heartbeat-false-positive-postmortem.md); check the stall in the log."
+        )
+    n_acc = max(1, sum(j.accused_states.values()))
+    return (
+        f"Between the heartbeat-stop time and the crash the accused hosts ({', '.join(accused) or 'all'}) were alive and training "
+        f"({j.accused_states.get('training', 0)}/{n_acc} GPUs at training power; last step {stall_j.last_step} {int(stall or 0)} s before the heartbeat error), "
+        "TCP retransmits near zero and no I/O pressure. Root cause: the shared gRPC channel bug (docs/jax-heartbeat-false-positive-postmortem.md)."
+    )
+
+
+def heartbeat_root_and_chain(
+    data: HeartbeatSeries, j: HeartbeatJudgement, accused: Sequence[str], th: Thresholds
+) -> tuple[str, list[str]]:
+    if j.verdict == Verdict.DEAD_NODE:
+        return dead_root(data, j), [
+            f"{', '.join(j.anomalous)} died (metrics stop / target down / GPUs idle)",
+            "its heartbeats stop",
+            f"coordinator kills the job after the {data.timeout:.0f} s timeout",
+        ]
+    stall_j = j.stall
+    if j.verdict == Verdict.HANG_THEN_HEARTBEAT:
+        win = stall_j.window
+        when = (
+            f"last step {stall_j.last_step} at {iso(stall_j.last_step_t or 0)}, from the {stall_j.source}"
+            if stall_j.source != "power"
+            else f"no dated step; the GPUs left training power at {iso(stall_j.last_step_t or 0)}"
+        )
+        root = (
+            f"Training had stalled {(stall_j.stall_s or 0) / 60:.0f} min before the heartbeat error ({when}; "
+            f"heartbeat error at {iso(data.crash)}), and the GPUs were spinning at busy-wait power in between "
+            f"({100 * stall_j.busy_wait_frac:.0f}% of {stall_j.samples} host samples"
+            + (f" from {iso(win[0])} to {iso(win[1])}" if win else "")
+            + "): an RCCL hang came first; the heartbeat timeout (gRPC deadlock after a long hang) was only the kill mechanism."
+        )
+        return root, [
+            "RCCL/NCCL collective hang",
+            "GPUs busy-wait, no step progress",
+            "gRPC channel deadlock after a long hang",
+            "heartbeat timeout kills the job",
+        ]
+    return false_positive_root(j, accused, th), [
+        "gRPC channel blocks heartbeat RPCs",
+        "coordinator declares healthy tasks dead",
+        "job killed",
+    ]
+
+
+def render_heartbeat(
+    env: PlaybookEnv, data: HeartbeatSeries, j: HeartbeatJudgement, accused: Sequence[str]
+) -> PlaybookResult:
+    """The report of a judged heartbeat kill: host table, the stall's GPUs, root cause, chain, next steps."""
+    root, chain = heartbeat_root_and_chain(data, j, accused, env.th)
+    stall_j = j.stall
+    evidence = [host_table(data, j, accused, sorted(set(env.disc.hosts)))]
+    if stall_j.per_host and stall_j.window is not None:
+        lo_w, hi_w = stall_j.window
+        evidence.append(
+            EvidenceTable(
+                f"GPUs between the last step ({iso(stall_j.last_step_t or lo_w)}, from the {stall_j.source}) "
+                f"and the heartbeat error ({iso(data.crash)})",
+                f"avg by (host) (ray_node_gpus_utilization), avg by (host) (hw_gpu_power_watts) over {iso(lo_w)}..{iso(hi_w)}",
+                ("Host", "accused", "mean util %", "mean power W", "busy-wait share"),
+                [
+                    (h, "yes" if h in accused else "", fmt(u), fmt(pw), f"{100 * b:.0f}%")
+                    for h, (u, pw, b) in stall_j.per_host.items()
+                ],
+            )
+        )
+    findings = [
+        Finding(
+            "Accused hosts from heartbeat-stop time to crash",
+            root,
+            "critical" if j.verdict != "heartbeat-false-positive" else "warning",
+            tuple(accused),
+            evidence,
+        )
+    ]
+    nxt = {
+        Verdict.HEARTBEAT_FALSE_POSITIVE: [
+            "Increase jax_distributed_heartbeat_timeout_seconds to several hours (e.g. 14400).",
+            "Rely on step-progress hang detection (jobdiagd) rather than heartbeats.",
+        ],
+        Verdict.HANG_THEN_HEARTBEAT: [
+            "Treat as a hang: run --playbook hang for the stall window.",
+            "Raising the heartbeat timeout only delays the kill; fix the hang.",
+        ],
+        Verdict.DEAD_NODE: [
+            f"Investigate {', '.join(j.anomalous)} (dmesg, --playbook oom / --playbook hardware)."
+        ],
+    }[j.verdict]
+    corr = f"Triage reported heartbeat-timeout accusing {', '.join(accused) or 'unknown tasks'}; TSDB verdict: {j.verdict}."
+    return PlaybookResult(
+        playbook=HeartbeatPlaybook.name,
+        analysis_type=HeartbeatPlaybook.analysis_type,
+        verdict=j.verdict,
+        window=(data.stop, data.at),
+        findings=findings,
+        anomalous_hosts=j.anomalous,
+        root_cause=root,
+        chain=chain,
+        next_steps=nxt,
+        triage_correlation=corr,
+        # the hang, not the kill, is what the earliest anomaly explains
+        incident=stall_j.last_step_t if j.verdict == Verdict.HANG_THEN_HEARTBEAT else None,
+    )
+
+
 class HeartbeatPlaybook:
     name = "heartbeat"
     analysis_type = "heartbeat"
@@ -234,262 +616,7 @@ class HeartbeatPlaybook:
                 root,
                 "Run the playbook matching triage's primary failure (default `jobdiagd diagnose` without --playbook).",
             )
-        crash, timeout, stop = heartbeat_times(env)
-        # Liveness is judged over the heartbeat window itself (heartbeats stopped -> kill); the GPU state
-        # over its first <= 2 minutes, right after the heartbeats stopped (a long window would mix in a
-        # hang that began later and say "busy" for GPUs that were training when the heartbeats failed).
-        w = max(timeout, 60.0)
-        at = min(crash, env.disc.max_time)
-        ws = min(w, 120.0)
-        at_state = min(stop + ws, at)
-        full = dur(at - env.disc.min_time + 60)
-        state_arms = present(
-            env,
-            {
-                "util": f"avg_over_time(ray_node_gpus_utilization[{dur(ws)}])",
-                "power": f"avg_over_time(hw_gpu_power_watts[{dur(ws)}])",
-                "tcp": f"rate(hw_tcp_retransmits_total[{dur(ws)}])",
-                "io": f"avg_over_time(hw_io_pressure_full_pct[{dur(ws)}])",
-                "mem": f"max_over_time(ray_node_mem_used[{dur(ws)}]) / max_over_time(ray_node_mem_total[{dur(ws)}])",
-            },
-            {
-                "util": "ray_node_gpus_utilization",
-                "power": "hw_gpu_power_watts",
-                "tcp": "hw_tcp_retransmits_total",
-                "io": "hw_io_pressure_full_pct",
-                "mem": "ray_node_mem_used",
-            },
-        )
-        live_arms = present(
-            env,
-            {
-                "oom": f"increase(hw_oom_kills_total[{full}])",
-                "dmesg": f"increase(hw_dmesg_gpu_errors_total[{full}])",
-                "samples": f"count_over_time(hw_procs_running[{dur(w)}])",
-                # Newest sample time per host up to the crash, and whether a scrape target was down.
-                "seen": f"max by (host) (max_over_time(timestamp(hw_procs_running)[{dur(w + 600)}:10s]))",
-                # Down for most of the window (one failed scrape of a training host is not a death).
-                "up_min": f"avg_over_time(up[{dur(w)}])",
-            },
-            {
-                "oom": "hw_oom_kills_total",
-                "dmesg": "hw_dmesg_gpu_errors_total",
-                "samples": "hw_procs_running",
-                "seen": "hw_procs_running",
-                "up_min": "up",
-            },
-        )
-        r = await env.arms(state_arms, at_state) | await env.arms(live_arms, at)
-        util, power = by_gpu(r.get("util", [])), by_gpu(r.get("power", []))
-        tcp, io, mem = by_host(r.get("tcp", [])), by_host(r.get("io", [])), by_host(r.get("mem", []))
-        oom, dmesg, samples = (
-            by_host(r.get("oom", [])),
-            by_host(r.get("dmesg", [])),
-            by_host(r.get("samples", [])),
-        )
-        seen = by_host_max(r.get("seen", []))
-        up_down = sorted({host_of(x.labels) for x in r.get("up_min", []) if x.v < 0.5})
-        prof, th = env.profile, env.th
-        states = {k: gpu_state(util.get(k), power.get(k), prof, th) for k in set(util) | set(power)}
+        data = await fetch_heartbeat(env)
         accused = accused_hosts(env)
-        hosts = sorted(set(env.disc.hosts))
-
-        def host_summary(h: str) -> str:
-            c = Counter(s for (hh, _), s in states.items() if hh == h)
-            return ", ".join(f"{n} {s}" for s, n in c.most_common()) or "no GPU samples"
-
-        table = EvidenceTable(
-            f"Host state from heartbeat-stop time {iso(stop)} to crash {iso(crash)} (timeout {timeout:.0f} s)",
-            f"avg_over_time(...[{dur(ws)}]) at {iso(at_state)}; liveness (last sample, up, samples) over [{dur(w)}] at {iso(at)}",
-            (
-                "Host",
-                "accused",
-                "GPU states",
-                "mean util %",
-                "mean power W",
-                "TCP retx/s",
-                "IO full %",
-                "mem used",
-                "OOM kills",
-                "dmesg GPU errs",
-                "last metrics",
-            ),
-        )
-        for h in hosts:
-            hu = [v for (hh, _), v in util.items() if hh == h]
-            hp = [v for (hh, _), v in power.items() if hh == h]
-            table.rows.append(
-                (
-                    h,
-                    "yes" if h in accused else "",
-                    host_summary(h),
-                    fmt(sum(hu) / len(hu) if hu else None),
-                    fmt(sum(hp) / len(hp) if hp else None),
-                    fmt(tcp.get(h), digits=2),
-                    fmt(io.get(h)),
-                    fmt(100 * mem[h], "%") if h in mem else "n/a",
-                    fmt(oom.get(h), digits=0),
-                    fmt(dmesg.get(h), digits=0),
-                    iso(seen[h]) if h in seen else "none in window",
-                )
-            )
-
-        st = env.disc.timeline.median_step_time() or env.ctx.step_time_s or 30.0
-        last = last_step_before(env, crash)
-        # Enough history to see training end before a long hang (runbook: "30-60 minutes before").
-        span = max(3600.0, crash - last[0] + 600.0) if last[0] is not None else 4 * 3600.0
-        power_t, util_t = await gpu_trend(env, max(env.disc.min_time, crash - span), at)
-        stall_j = judge_stall(crash, last, power_t, util_t, prof, th, st)
-        stall = stall_j.stall_s
-        # Metrics that end well before the crash (while the newest peer goes on) mean the host died in or
-        # before the heartbeat window; the job's own end stops everyone at the crash.
-        ref = min(at, max(seen.values(), default=at))
-        margin = max(3 * 10.0, 30.0)
-        stopped = {h: seen.get(h) for h in (accused or hosts) if seen and seen.get(h, 0.0) < ref - margin}
-        dead = [
-            h
-            for h in (accused or hosts)
-            if samples.get(h, 0) == 0
-            or h in stopped
-            or h in up_down
-            or oom.get(h, 0) > 0.5
-            or dmesg.get(h, 0) > 0.5
-        ]
-        idle_accused = [
-            h
-            for h in accused
-            if states
-            and all(s == "idle" for (hh, _), s in states.items() if hh == h)
-            and any(hh == h for hh, _ in states)
-        ]
-        acc_states = Counter(s for (hh, _), s in states.items() if not accused or hh in accused)
-        n_acc = max(1, sum(acc_states.values()))
-
-        anomalous: list[str] = []
-        chain: list[str] = []
-        if dead or idle_accused:
-            verdict = "dead-node"
-            anomalous = sorted(set(dead) | set(idle_accused))
-            why = []
-            for h in anomalous:
-                if oom.get(h, 0) > 0.5:
-                    why.append(f"{h}: OOM kill")
-                elif dmesg.get(h, 0) > 0.5:
-                    why.append(f"{h}: GPU driver errors in dmesg")
-                elif h in stopped or samples.get(h, 0) == 0:
-                    t_last = stopped.get(h)
-                    why.append(
-                        f"{h}: metrics stop at {iso(t_last)}, {crash - t_last:.0f} s before the crash (heartbeat-stop time {iso(stop)}) while the other hosts kept reporting"
-                        if t_last
-                        else f"{h}: no metrics in the heartbeat window"
-                    )
-                elif h in up_down:
-                    why.append(f"{h}: scrape target down (up == 0) in the heartbeat window")
-                else:
-                    why.append(f"{h}: GPUs idle")
-            root = "The heartbeat timeout was a true positive: " + "; ".join(why) + "."
-            chain = [
-                f"{', '.join(anomalous)} died (metrics stop / target down / GPUs idle)",
-                "its heartbeats stop",
-                f"coordinator kills the job after the {timeout:.0f} s timeout",
-            ]
-        elif stall_j.hang_first(th) and stall is not None:
-            verdict = "hang-then-heartbeat"
-            win = stall_j.window
-            when = (
-                f"last step {stall_j.last_step} at {iso(stall_j.last_step_t or 0)}, from the {stall_j.source}"
-                if stall_j.source != "power"
-                else f"no dated step; the GPUs left training power at {iso(stall_j.last_step_t or 0)}"
-            )
-            root = (
-                f"Training had stalled {stall / 60:.0f} min before the heartbeat error ({when}; "
-                f"heartbeat error at {iso(crash)}), and the GPUs were spinning at busy-wait power in between "
-                f"({100 * stall_j.busy_wait_frac:.0f}% of {stall_j.samples} host samples"
-                + (f" from {iso(win[0])} to {iso(win[1])}" if win else "")
-                + "): an RCCL hang came first; the heartbeat timeout (gRPC deadlock after a long hang) was only the kill mechanism."
-            )
-            chain = [
-                "RCCL/NCCL collective hang",
-                "GPUs busy-wait, no step progress",
-                "gRPC channel deadlock after a long hang",
-                "heartbeat timeout kills the job",
-            ]
-        else:
-            verdict = "heartbeat-false-positive"
-            if stall_j.last_step_t is None:
-                root = "No training step had completed: init-phase kill -- the heartbeat timeout is shorter than XLA compilation + initial checkpoint time. Increase it."
-            else:
-                root = (
-                    f"Between the heartbeat-stop time and the crash the accused hosts ({', '.join(accused) or 'all'}) were alive and training "
-                    f"({acc_states.get('training', 0)}/{n_acc} GPUs at training power; last step {stall_j.last_step} {int(stall or 0)} s before the heartbeat error), "
-                    "TCP retransmits near zero and no I/O pressure. Root cause: the shared gRPC channel bug (docs/jax-heartbeat-false-positive-postmortem.md)."
-                )
-                if stall is not None and stall >= th.stall_min_s:
-                    # A stall without the busy-wait signature: say what the GPUs did instead of claiming training.
-                    root = (
-                        f"Training had stalled {stall / 60:.0f} min before the heartbeat error (last step {stall_j.last_step}), "
-                        f"but the GPUs did not show the busy-wait signature in between ({100 * stall_j.busy_wait_frac:.0f}% busy-wait, "
-                        f"{100 * stall_j.training_frac:.0f}% training of {stall_j.samples} host samples); no host died. "
-                        "The heartbeat mechanism declared live tasks dead (shared gRPC channel bug, "
-                        "docs/jax-heartbeat-false-positive-postmortem.md); check the stall in the log."
-                    )
-            chain = [
-                "gRPC channel blocks heartbeat RPCs",
-                "coordinator declares healthy tasks dead",
-                "job killed",
-            ]
-        evidence = [table]
-        if stall_j.per_host and stall_j.window is not None:
-            lo_w, hi_w = stall_j.window
-            evidence.append(
-                EvidenceTable(
-                    f"GPUs between the last step ({iso(stall_j.last_step_t or lo_w)}, from the {stall_j.source}) "
-                    f"and the heartbeat error ({iso(crash)})",
-                    f"avg by (host) (ray_node_gpus_utilization), avg by (host) (hw_gpu_power_watts) over {iso(lo_w)}..{iso(hi_w)}",
-                    ("Host", "accused", "mean util %", "mean power W", "busy-wait share"),
-                    [
-                        (h, "yes" if h in accused else "", fmt(u), fmt(pw), f"{100 * b:.0f}%")
-                        for h, (u, pw, b) in stall_j.per_host.items()
-                    ],
-                )
-            )
-        findings = [
-            Finding(
-                "Accused hosts from heartbeat-stop time to crash",
-                root,
-                "critical" if verdict != "heartbeat-false-positive" else "warning",
-                tuple(accused),
-                evidence,
-            )
-        ]
-        nxt = {
-            "heartbeat-false-positive": [
-                "Increase jax_distributed_heartbeat_timeout_seconds to several hours (e.g. 14400).",
-                "Rely on step-progress hang detection (jobdiagd) rather than heartbeats.",
-            ],
-            "hang-then-heartbeat": [
-                "Treat as a hang: run --playbook hang for the stall window.",
-                "Raising the heartbeat timeout only delays the kill; fix the hang.",
-            ],
-            "dead-node": [
-                f"Investigate {', '.join(anomalous)} (dmesg, --playbook oom / --playbook hardware)."
-            ],
-        }[verdict]
-        corr = f"Triage reported heartbeat-timeout accusing {', '.join(accused) or 'unknown tasks'}; TSDB verdict: {verdict}."
-        res = PlaybookResult(
-            self.name,
-            self.analysis_type,
-            verdict,
-            (stop, at),
-            findings,
-            anomalous,
-            root,
-            chain,
-            nxt,
-            corr,
-        )
-        if verdict == "hang-then-heartbeat":
-            res.incident = (
-                stall_j.last_step_t
-            )  # the hang, not the kill, is what the earliest anomaly explains
-        return res
+        judged = judge_heartbeat(data, accused, sorted(set(env.disc.hosts)), env.profile, env.th)
+        return render_heartbeat(env, data, judged, accused)
