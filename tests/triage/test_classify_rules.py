@@ -7,6 +7,7 @@ rule's own input/output so a rule can be read and changed on its own.
 from __future__ import annotations
 
 from jobdiagd.logs.state import LogState
+from jobdiagd.model.kinds import FailureClass, JobStatus, StallBasis, StallPhase
 from jobdiagd.model.records import Evidence
 from jobdiagd.model.triage import Stall, TgsAnalysis
 from jobdiagd.triage import classify as C
@@ -19,7 +20,7 @@ def ev(cls: str, line: int, text: str = "x", *, source: str = MAIN, rule: str | 
 
 
 def stall(stalled: bool) -> Stall:
-    return Stall(stalled, 500.0 if stalled else 10.0, 120.0, "steady", "timestamps")
+    return Stall(stalled, 500.0 if stalled else 10.0, 120.0, StallPhase.STEADY, StallBasis.TIMESTAMPS)
 
 
 def tgs(degraded: bool) -> TgsAnalysis:
@@ -87,7 +88,7 @@ def test_ud2_srun_killed_is_the_oom_kill_with_an_oom_report() -> None:
     killed = ev("node-fail", 30, "srun: error: n1: task 3: Killed", rule="NODE-srun-killed")
     oom = ev("oom-host", 25, "Out of memory: Killed process")
     hits = {"oom-host": [oom], "node-fail": [killed]}
-    out, derived, classes = C._route_srun_killed(hits, {}, ["oom-host", "node-fail"], "failed", main)
+    out, derived, classes = C._route_srun_killed(hits, {}, ["oom-host", "node-fail"], JobStatus.FAILED, main)
     assert classes == ["oom-host"] and derived == {}
     assert [(e.cls, e.line) for e in out["oom-host"]] == [("oom-host", 25), ("oom-host", 30)]
 
@@ -96,11 +97,11 @@ def test_ud2_srun_killed_is_unknown_death_evidence_without_a_summary() -> None:
     main = LogState(MAIN, ref_time=0.0)
     killed = ev("node-fail", 30, "srun: error: n1: task 3: Killed", rule="NODE-srun-killed")
     hits = {"node-fail": [killed]}
-    out, derived, classes = C._route_srun_killed(hits, {}, ["node-fail"], "unknown-death", main)
+    out, derived, classes = C._route_srun_killed(hits, {}, ["node-fail"], JobStatus.UNKNOWN_DEATH, main)
     assert out == {} and classes == []
     assert [e.cls for e in derived["unknown-death"]] == ["unknown-death"]
     # With a JOB SUMMARY (status failed) and no OOM report it stays node-fail evidence.
-    assert C._route_srun_killed(hits, {}, ["node-fail"], "failed", main)[0] == hits
+    assert C._route_srun_killed(hits, {}, ["node-fail"], JobStatus.FAILED, main)[0] == hits
 
 
 def test_cl7_train_timeout_after_a_stall_is_a_hang() -> None:
@@ -111,35 +112,35 @@ def test_cl7_train_timeout_after_a_stall_is_a_hang() -> None:
 
 
 def test_cas4_cancel_after_a_stall_is_a_hang_and_cl9_otherwise_cancelled() -> None:
-    assert C._stalled_primary("cancelled", stall(True)) == "hang"
-    assert C._stalled_primary("cancelled", stall(False)) is None
-    assert C._stalled_primary("hanging", stall(False)) == "hang"
-    assert C._job_state_primary("cancelled") == "cancelled"
-    assert C._job_state_primary("unknown-death") == "unknown-death"
-    assert C._job_state_primary("failed") is None
+    assert C._stalled_primary(JobStatus.CANCELLED, stall(True)) is FailureClass.HANG
+    assert C._stalled_primary(JobStatus.CANCELLED, stall(False)) is None
+    assert C._stalled_primary(JobStatus.HANGING, stall(False)) is FailureClass.HANG
+    assert C._job_state_primary(JobStatus.CANCELLED) is FailureClass.CANCELLED
+    assert C._job_state_primary(JobStatus.UNKNOWN_DEATH) is FailureClass.UNKNOWN_DEATH
+    assert C._job_state_primary(JobStatus.FAILED) is None
 
 
 def test_cl8_carriers_never_on_a_completed_job() -> None:
-    cands = C._Candidates([], [], [ev("traceback", 3)])
-    assert C._carrier_primary(cands, "failed") == "traceback"
-    assert C._carrier_primary(cands, "completed") is None
+    cands = C._Candidates([], [], [ev("signal-kill", 3)])
+    assert C._carrier_primary(cands, JobStatus.FAILED) is FailureClass.SIGNAL_KILL
+    assert C._carrier_primary(cands, JobStatus.COMPLETED) is None
 
 
 def test_cl9_tgs_degradation_only_for_a_running_job() -> None:
-    assert C._tgs_primary("running", tgs(True)) == "tgs-degradation"
-    assert C._tgs_primary("running", tgs(False)) is None
-    assert C._tgs_primary("completed", tgs(True)) is None
+    assert C._tgs_primary(JobStatus.RUNNING, tgs(True)) is FailureClass.TGS_DEGRADATION
+    assert C._tgs_primary(JobStatus.RUNNING, tgs(False)) is None
+    assert C._tgs_primary(JobStatus.COMPLETED, tgs(True)) is None
 
 
 def test_cas7_hanging_job_with_a_signature_primary_gets_the_waiting_note() -> None:
-    assert C._hung_waiting_note("hanging", "oom-host")
-    assert C._hung_waiting_note("hanging", "hang") == []
-    assert C._hung_waiting_note("failed", "oom-host") == []
+    assert C._hung_waiting_note(JobStatus.HANGING, FailureClass.OOM_HOST)
+    assert C._hung_waiting_note(JobStatus.HANGING, FailureClass.HANG) == []
+    assert C._hung_waiting_note(JobStatus.FAILED, FailureClass.OOM_HOST) == []
 
 
 def test_reported_classes_put_a_derived_primary_first() -> None:
-    assert C._reported_classes("hang", ["nccl-timeout"], tgs(True), "cancelled") == [
-        "hang",
+    assert C._reported_classes(FailureClass.HANG, ["nccl-timeout"], tgs(True), JobStatus.CANCELLED) == [
+        FailureClass.HANG,
         "nccl-timeout",
         "tgs-degradation",
         "cancelled",

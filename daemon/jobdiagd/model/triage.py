@@ -11,6 +11,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from jobdiagd.model.jobref import JobRef
+from jobdiagd.model.kinds import (
+    FailureClass,
+    HeartbeatPhase,
+    HeartbeatVerdict,
+    JobStatus,
+    StallBasis,
+    StallPhase,
+)
 from jobdiagd.model.records import Evidence, NodeExit, StepRecord, Summary
 
 
@@ -156,8 +164,8 @@ class HeartbeatInfo:
     earlier_error: Evidence | None
     stalled: bool
     stall_s: float | None
-    phase: str  # init | mid-training
-    verdict: str  # false-positive | hang | true-positive
+    phase: HeartbeatPhase
+    verdict: HeartbeatVerdict
 
 
 @dataclass
@@ -165,17 +173,17 @@ class Stall:
     stalled: bool
     gap_s: float | None
     budget_s: float
-    phase: str
-    basis: str  # timestamps | wall-time | none
+    phase: StallPhase
+    basis: StallBasis
 
 
 @dataclass
 class Classification:
-    status: str
-    primary: str | None
+    status: JobStatus
+    primary: FailureClass | None
     stage: str | None
     evidence: list[Evidence]
-    classes: list[str]
+    classes: list[FailureClass]
     notes: list[str] = field(default_factory=list)
     heartbeat: HeartbeatInfo | None = None
     stall: Stall | None = None
@@ -220,11 +228,11 @@ class TriageResult:
     node_exits: list[NodeExit]
 
     @property
-    def status(self) -> str:
+    def status(self) -> JobStatus:
         return self.cls.status
 
     @property
-    def primary(self) -> str | None:
+    def primary(self) -> FailureClass | None:
         return self.cls.primary
 
     @property

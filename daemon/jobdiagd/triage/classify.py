@@ -57,6 +57,7 @@ from dataclasses import dataclass, replace
 from jobdiagd.logs.job import JobLogs
 from jobdiagd.logs.prefixes import Stamp, parse_full_stamp
 from jobdiagd.logs.state import LogState
+from jobdiagd.model.kinds import FailureClass, HeartbeatPhase, HeartbeatVerdict, JobStatus, StallBasis
 from jobdiagd.model.records import Evidence, StepRecord, Summary
 from jobdiagd.model.triage import (
     CheckpointConfig,
@@ -134,11 +135,11 @@ def _stall(
     # *is* the last step (nothing stamped came after it), only the JOB SUMMARY wall time can tell.
     undated_end = gap is not None and gap <= 1.0 and progress.unaccounted_s is not None
     if gap is not None and not undated_end:
-        return Stall(gap > limit, gap, limit, budget.phase, "timestamps")
+        return Stall(gap > limit, gap, limit, budget.phase, StallBasis.TIMESTAMPS)
     if progress.unaccounted_s is not None and steps:
         over = progress.unaccounted_s - max(SETUP_BUDGET_S, setup_s or 0.0)
-        return Stall(over > limit, over, limit, budget.phase, "wall-time")
-    return Stall(False, None, limit, budget.phase, "none")
+        return Stall(over > limit, over, limit, budget.phase, StallBasis.WALL_TIME)
+    return Stall(False, None, limit, budget.phase, StallBasis.NONE)
 
 
 def _merged_config(logs: JobLogs) -> dict[str, str]:
@@ -257,13 +258,13 @@ def classify(
     # Stall before the end (rules CAS-4, CAS-8, HANG-5).
     at = _stall_instant(job, status)
     stall = job.stall_at(at, setup_s)
-    if status == "hanging":
+    if status is JobStatus.HANGING:
         stall = replace(stall, stalled=True)
 
     # Primary failure (rules CL-2 to CL-9) and its notes (CAS-7, UD-3).
     primary, hb_info = _primary(job, status, soft, hits, classes, infra, advisory, stall)
     notes += _hung_waiting_note(status, primary)
-    if status == "unknown-death":
+    if status is JobStatus.UNKNOWN_DEATH:
         notes += _unknown_death_notes(job)
 
     # Evidence (rules CL-10, CL-11).
@@ -280,7 +281,7 @@ def classify(
         soft,
         at,
         next((e.rule for e in evidence if e.cls == primary), None),
-        _cancel_reason(main) if status == "cancelled" else None,
+        _cancel_reason(main) if status is JobStatus.CANCELLED else None,
     )
 
 
@@ -288,7 +289,12 @@ def _no_log(logs: JobLogs) -> Classification:
     """Rule CL-1: no log at all is `prolog-kill-no-log`, status failed."""
     why = [*logs.errors, *([logs.ref.note] if logs.ref.note else [])]
     return Classification(
-        "failed", "prolog-kill-no-log", "Slurm prolog", [], ["prolog-kill-no-log"], notes=why
+        JobStatus.FAILED,
+        FailureClass.PROLOG_KILL_NO_LOG,
+        "Slurm prolog",
+        [],
+        [FailureClass.PROLOG_KILL_NO_LOG],
+        notes=why,
     )
 
 
@@ -378,27 +384,29 @@ def _infra_hits(hits: Hits, classes: list[str]) -> list[Evidence]:
     return infra + [e for e in hits.get("stage-fail", []) if "== Training " not in e.text][:1]
 
 
-def _status(job: _Job, hits: Hits, infra: list[Evidence], setup_s: float | None) -> tuple[str, str | None]:
+def _status(
+    job: _Job, hits: Hits, infra: list[Evidence], setup_s: float | None
+) -> tuple[JobStatus, str | None]:
     """The job's status and its soft-success variant (rules ST-1 to ST-8, SOFT-1)."""
     summary = job.main.summary
     if summary is not None and summary.exit_code is not None:
         return _summary_status(job, summary, summary.exit_code, hits)
     if summary is not None and summary.status == "SUCCESS":
-        return "completed", None
+        return JobStatus.COMPLETED, None
     if _finished_without_summary(job):
-        return "completed", None
+        return JobStatus.COMPLETED, None
     return _status_without_summary(job, infra, setup_s), None
 
 
-def _summary_status(job: _Job, summary: Summary, exit_code: int, hits: Hits) -> tuple[str, str | None]:
+def _summary_status(job: _Job, summary: Summary, exit_code: int, hits: Hits) -> tuple[JobStatus, str | None]:
     """Rules ST-1, ST-2, ST-3, SOFT-1: the JOB SUMMARY's exit code decides."""
     if exit_code == 0 and summary.status != "FAILED":
-        return "completed", None
+        return JobStatus.COMPLETED, None
     if job.progress.reached_end and (variant := _soft_variant(job.main, exit_code, hits)) is not None:
-        return "completed", variant
+        return JobStatus.COMPLETED, variant
     if exit_code in CANCEL_EXITS:
-        return "cancelled", None
-    return "failed", None
+        return JobStatus.CANCELLED, None
+    return JobStatus.FAILED, None
 
 
 def _finished_without_summary(job: _Job) -> bool:
@@ -410,23 +418,23 @@ def _finished_without_summary(job: _Job) -> bool:
     )
 
 
-def _finished_without_summary_note(job: _Job, status: str) -> list[str]:
-    if status == "completed" and _finished_without_summary(job):
+def _finished_without_summary_note(job: _Job, status: JobStatus) -> list[str]:
+    if status is JobStatus.COMPLETED and _finished_without_summary(job):
         return ["No JOB SUMMARY, but the authoritative step record reached the final step."]
     return []
 
 
-def _status_without_summary(job: _Job, infra: list[Evidence], setup_s: float | None) -> str:
+def _status_without_summary(job: _Job, infra: list[Evidence], setup_s: float | None) -> JobStatus:
     """Rules ST-4, ST-5, ST-8: no JOB SUMMARY; Slurm's state and the step progress decide."""
     recent = job.stall_at(job.now, setup_s)
-    advancing = recent.basis == "timestamps" and not recent.stalled
+    advancing = recent.basis is StallBasis.TIMESTAMPS and not recent.stalled
     if infra and not job.steps and not job.alive:
-        return "failed"  # an infrastructure failure before training; the summary may be missing
+        return JobStatus.FAILED  # an infrastructure failure before training; the summary may be missing
     if job.alive:
-        return "hanging" if recent.stalled else "running"
+        return JobStatus.HANGING if recent.stalled else JobStatus.RUNNING
     if advancing and not job.slurm_state:
-        return "running"
-    return "unknown-death"
+        return JobStatus.RUNNING
+    return JobStatus.UNKNOWN_DEATH
 
 
 def _time_limit_as_soft_success(
@@ -447,13 +455,13 @@ def _time_limit_as_soft_success(
 
 
 def _route_srun_killed(
-    hits: Hits, derived: Hits, classes: list[str], status: str, main: LogState
+    hits: Hits, derived: Hits, classes: list[str], status: JobStatus, main: LogState
 ) -> tuple[Hits, Hits, list[str]]:
     """Rule UD-2: srun's `task N: Killed` is the OOM kill itself when an OOM report exists
     (oom-host evidence), the unknown-death checklist's evidence of an external kill without a
     JOB SUMMARY, and node-fail evidence otherwise (left as it is)."""
     killed = [e for e in hits.get("node-fail", []) if e.rule == "NODE-srun-killed"]
-    if not killed or not (status == "unknown-death" or "oom-host" in hits):
+    if not killed or not (status is JobStatus.UNKNOWN_DEATH or "oom-host" in hits):
         return hits, derived, classes
     if "oom-host" in hits:
         oom = [*hits["oom-host"], *(replace(e, cls="oom-host") for e in killed)]
@@ -465,22 +473,22 @@ def _route_srun_killed(
     return hits, derived, [c for c in classes if c in hits]
 
 
-def _status_evidence(derived: Hits, status: str, main: LogState) -> Hits:
+def _status_evidence(derived: Hits, status: JobStatus, main: LogState) -> Hits:
     """Rules UD-3, CL-10: the preemption cancel line quoted for an unknown death (checklist
     item 3); the cancel line (or the summary's Status) for a cancelled job."""
-    if status == "unknown-death" and main.cancel_evidence is not None:
+    if status is JobStatus.UNKNOWN_DEATH and main.cancel_evidence is not None:
         ud = [*derived.get("unknown-death", []), replace(main.cancel_evidence, cls="unknown-death")]
         derived = {**derived, "unknown-death": ud}
-    cancel_ev = _cancel_evidence(main) if status == "cancelled" else None
+    cancel_ev = _cancel_evidence(main) if status is JobStatus.CANCELLED else None
     if cancel_ev is not None:
         derived = {**derived, "cancelled": [cancel_ev]}
     return derived
 
 
-def _stall_instant(job: _Job, status: str) -> float | None:
+def _stall_instant(job: _Job, status: JobStatus) -> float | None:
     """Where the stall is measured to (rules CAS-8, PRJ-4): now for a live job, the cancel
     instant of a cancelled one, else the last dated line of the job's logs."""
-    if status in ("running", "hanging"):
+    if status in (JobStatus.RUNNING, JobStatus.HANGING):
         return job.now
     if job.main.cancel is not None and (t := _cancel_instant(job.main)) is not None:
         return t
@@ -489,20 +497,20 @@ def _stall_instant(job: _Job, status: str) -> float | None:
 
 def _primary(
     job: _Job,
-    status: str,
+    status: JobStatus,
     soft: str | None,
     hits: Hits,
     classes: list[str],
     infra: list[Evidence],
     advisory: list[Evidence],
     stall: Stall,
-) -> tuple[str | None, HeartbeatInfo | None]:
+) -> tuple[FailureClass | None, HeartbeatInfo | None]:
     """The primary failure class and the heartbeat checklist's result (rules CL-2 to CL-9);
     the first rule that applies decides."""
     if soft is not None:
-        return "soft-success", None  # rule CL-2
+        return FailureClass.SOFT_SUCCESS, None  # rule CL-2
     if infra and not job.steps:
-        return min(infra, key=_pos).cls, None  # rule CL-3
+        return FailureClass(min(infra, key=_pos).cls), None  # rule CL-3
     cands = _candidates(job, hits, classes)
     hb_info = _heartbeat_info(job, hits, cands)
     primary = (
@@ -517,7 +525,7 @@ def _primary(
         or _late_infra_primary(infra, status)
         or _tgs_primary(status, job.tgs)
     )
-    if status == "completed":
+    if status is JobStatus.COMPLETED:
         primary = None  # rule CL-9: a completed job (no soft success) has no failure
     return primary or _advisory_primary(advisory) or _failed_stage_primary(status, job.main), hb_info
 
@@ -552,80 +560,87 @@ def _heartbeat_info(job: _Job, hits: Hits, cands: _Candidates) -> HeartbeatInfo 
     return _heartbeat_checklist(hb, cands.roots + cands.symptoms + cands.carriers, job)
 
 
-def _heartbeat_verdict_primary(hb_info: HeartbeatInfo | None, cands: _Candidates) -> str | None:
+def _heartbeat_verdict_primary(hb_info: HeartbeatInfo | None, cands: _Candidates) -> FailureClass | None:
     """Rules HB-2, HB-4: a true positive makes the earlier error primary; a stall before the
     heartbeat error makes it a hang (rule CAS-2)."""
     if hb_info is None:
         return None
-    if hb_info.verdict == "true-positive" and hb_info.earlier_error is not None:
-        return _pick(cands.roots, cands.symptoms, cands.carriers) or hb_info.earlier_error.cls
-    if hb_info.verdict == "hang":
-        return "hang"
+    if hb_info.verdict is HeartbeatVerdict.TRUE_POSITIVE and hb_info.earlier_error is not None:
+        return _pick(cands.roots, cands.symptoms, cands.carriers) or FailureClass(hb_info.earlier_error.cls)
+    if hb_info.verdict is HeartbeatVerdict.HANG:
+        return FailureClass.HANG
     return None
 
 
-def _root_cause_primary(cands: _Candidates) -> str | None:
+def _root_cause_primary(cands: _Candidates) -> FailureClass | None:
     """Rule CL-6: the earliest root-cause hit (rule CAS-1)."""
     return _pick(cands.roots, [], []) if cands.roots else None
 
 
-def _heartbeat_false_positive_primary(hb_info: HeartbeatInfo | None) -> str | None:
+def _heartbeat_false_positive_primary(hb_info: HeartbeatInfo | None) -> FailureClass | None:
     """Rule HB-5: a heartbeat timeout with no earlier error and no stall."""
-    return "heartbeat-timeout" if hb_info is not None else None
+    return FailureClass.HEARTBEAT_TIMEOUT if hb_info is not None else None
 
 
-def _train_timeout_primary(hits: Hits, stall: Stall) -> str | None:
+def _train_timeout_primary(hits: Hits, stall: Stall) -> FailureClass | None:
     """Rules CL-7, CAS-3: a train-timeout after a stall is a hang the timeout killed."""
     if "train-timeout" not in hits:
         return None
-    return "hang" if stall.stalled else "train-timeout"
+    return FailureClass.HANG if stall.stalled else FailureClass.TRAIN_TIMEOUT
 
 
-def _symptom_primary(cands: _Candidates) -> str | None:
+def _symptom_primary(cands: _Candidates) -> FailureClass | None:
     """Rule CL-6: nccl-timeout and the other symptoms, only without a root cause."""
     return _pick([], cands.symptoms, []) if cands.symptoms else None
 
 
-def _stalled_primary(status: str, stall: Stall) -> str | None:
+def _stalled_primary(status: JobStatus, stall: Stall) -> FailureClass | None:
     """Rules CL-9, CAS-4: a hanging job, or a cancelled one that had stalled, is a hang."""
-    return "hang" if status == "hanging" or (status == "cancelled" and stall.stalled) else None
+    stalled = status is JobStatus.HANGING or (status is JobStatus.CANCELLED and stall.stalled)
+    return FailureClass.HANG if stalled else None
 
 
-def _carrier_primary(cands: _Candidates, status: str) -> str | None:
+def _carrier_primary(cands: _Candidates, status: JobStatus) -> FailureClass | None:
     """Rule CL-8: carriers, by table order, never on a completed job."""
-    return _pick([], [], cands.carriers) if cands.carriers and status != "completed" else None
+    return _pick([], [], cands.carriers) if cands.carriers and status is not JobStatus.COMPLETED else None
 
 
-def _job_state_primary(status: str) -> str | None:
+def _job_state_primary(status: JobStatus) -> FailureClass | None:
     """Rule CL-9: no signature: a cancelled job is `cancelled`, a dead one `unknown-death`."""
-    return status if status in ("cancelled", "unknown-death") else None
-
-
-def _late_infra_primary(infra: list[Evidence], status: str) -> str | None:
-    """Rule CL-3: a failed job's earliest infrastructure hit, when nothing else was found."""
-    return min(infra, key=_pos).cls if infra and status == "failed" else None
-
-
-def _tgs_primary(status: str, tgs: TgsAnalysis) -> str | None:
-    """Rule CL-9: a running job whose throughput slid (rule TGS)."""
-    return "tgs-degradation" if status == "running" and tgs.degraded else None
-
-
-def _advisory_primary(advisory: list[Evidence]) -> str | None:
-    """Rule CL-3: an advisory hit (e.g. ray-start-fail) when it is the only thing that went wrong."""
-    return advisory[0].cls if advisory else None
-
-
-def _failed_stage_primary(status: str, main: LogState) -> str | None:
-    """Rule CL-9 (decision): a failed job with no signature but a FAILED stage line."""
-    if status == "failed" and any(s.kind == "FAILED" for s in main.stages):
-        return "stage-fail"
+    if status in (JobStatus.CANCELLED, JobStatus.UNKNOWN_DEATH):
+        return FailureClass(status)
     return None
 
 
-def _hung_waiting_note(status: str, primary: str | None) -> list[str]:
+def _late_infra_primary(infra: list[Evidence], status: JobStatus) -> FailureClass | None:
+    """Rule CL-3: a failed job's earliest infrastructure hit, when nothing else was found."""
+    return FailureClass(min(infra, key=_pos).cls) if infra and status is JobStatus.FAILED else None
+
+
+def _tgs_primary(status: JobStatus, tgs: TgsAnalysis) -> FailureClass | None:
+    """Rule CL-9: a running job whose throughput slid (rule TGS)."""
+    return FailureClass.TGS_DEGRADATION if status is JobStatus.RUNNING and tgs.degraded else None
+
+
+def _advisory_primary(advisory: list[Evidence]) -> FailureClass | None:
+    """Rule CL-3: an advisory hit (e.g. ray-start-fail) when it is the only thing that went wrong."""
+    return FailureClass(advisory[0].cls) if advisory else None
+
+
+def _failed_stage_primary(status: JobStatus, main: LogState) -> FailureClass | None:
+    """Rule CL-9 (decision): a failed job with no signature but a FAILED stage line."""
+    if status is JobStatus.FAILED and any(s.kind == "FAILED" for s in main.stages):
+        return FailureClass.STAGE_FAIL
+    return None
+
+
+def _hung_waiting_note(status: JobStatus, primary: FailureClass | None) -> list[str]:
     """Rule CAS-7: the remaining tasks of a hanging job wait for the failed one."""
-    if status == "hanging" and primary not in (None, "hang") and BY_CLASS.get(primary or "") is not None:
+    if (
+        status is JobStatus.HANGING
+        and primary not in (None, FailureClass.HANG)
+        and BY_CLASS.get(primary or "") is not None
+    ):
         return ["Training stopped after the error above; the remaining tasks are hung waiting for it."]
     return []
 
@@ -643,15 +658,17 @@ def _unknown_death_notes(job: _Job) -> list[str]:
     return notes
 
 
-def _reported_classes(primary: str | None, classes: list[str], tgs: TgsAnalysis, status: str) -> list[str]:
+def _reported_classes(
+    primary: FailureClass | None, classes: list[str], tgs: TgsAnalysis, status: JobStatus
+) -> list[FailureClass]:
     """Every class found: a derived primary first, then the hits', TGS degradation and cancel."""
-    out = list(classes)
+    out = [FailureClass(c) for c in classes]
     if primary and primary not in out:
         out.insert(0, primary)
-    if tgs.degraded and "tgs-degradation" not in out:
-        out.append("tgs-degradation")
-    if status == "cancelled" and "cancelled" not in out:
-        out.append("cancelled")
+    if tgs.degraded and FailureClass.TGS_DEGRADATION not in out:
+        out.append(FailureClass.TGS_DEGRADATION)
+    if status is JobStatus.CANCELLED and FailureClass.CANCELLED not in out:
+        out.append(FailureClass.CANCELLED)
     return out
 
 
@@ -703,16 +720,16 @@ def _pos(e: Evidence) -> tuple[float, int, int]:
     return (e.time if e.time is not None else float("inf"), _ORDER.get(e.cls, 99), e.line)
 
 
-def _pick(roots: list[Evidence], symptoms: list[Evidence], carriers: list[Evidence]) -> str | None:
+def _pick(roots: list[Evidence], symptoms: list[Evidence], carriers: list[Evidence]) -> FailureClass | None:
     for group in (roots, symptoms, carriers):
         if group:
             # Earliest wins: by timestamp when every hit has one, else by line within the main log.
             if all(e.time is not None for e in group):
-                return min(group, key=lambda e: (e.time or 0.0, _ORDER.get(e.cls, 99))).cls
+                return FailureClass(min(group, key=lambda e: (e.time or 0.0, _ORDER.get(e.cls, 99))).cls)
             same = {e.source for e in group}
             if len(same) == 1:
-                return min(group, key=lambda e: (e.line, _ORDER.get(e.cls, 99))).cls
-            return min(group, key=lambda e: _ORDER.get(e.cls, 99)).cls
+                return FailureClass(min(group, key=lambda e: (e.line, _ORDER.get(e.cls, 99))).cls)
+            return FailureClass(min(group, key=lambda e: _ORDER.get(e.cls, 99)).cls)
     return None
 
 
@@ -758,12 +775,12 @@ def _heartbeat_checklist(hb_state: LogState, errors: list[Evidence], job: _Job) 
         earlier = _killed_before(main, first, accused, nodes)
     # Item 3: stall before the error.
     stall = _stall(steps, job.progress, job.ckpt, job.policy, first.time, extra_s=timeout)
-    phase = "init" if not steps else "mid-training"
-    verdict = "false-positive"
+    phase = HeartbeatPhase.MID_TRAINING if steps else HeartbeatPhase.INIT
+    verdict = HeartbeatVerdict.FALSE_POSITIVE
     if earlier is not None:
-        verdict = "true-positive"
+        verdict = HeartbeatVerdict.TRUE_POSITIVE
     elif stall.stalled and steps:
-        verdict = "hang"
+        verdict = HeartbeatVerdict.HANG
     hosts = [nodes[t] for t in sorted(accused) if 0 <= t < len(nodes)]
     return HeartbeatInfo(
         time=first.time,
