@@ -6,9 +6,11 @@ rule's own input/output so a rule can be read and changed on its own.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from jobdiagd.logs.state import LogState
 from jobdiagd.model.kinds import FailureClass, JobStatus, StallBasis, StallPhase
-from jobdiagd.model.records import Evidence
+from jobdiagd.model.records import CancelLine, Evidence
 from jobdiagd.model.triage import Stall, TgsAnalysis
 from jobdiagd.triage import classify as C
 
@@ -24,7 +26,7 @@ def stall(stalled: bool) -> Stall:
 
 
 def tgs(degraded: bool) -> TgsAnalysis:
-    return TgsAnalysis(None, None, None, degraded, "none", None, None, None, "tgs", ())
+    return replace(TgsAnalysis.no_trend("tgs"), degraded=degraded)
 
 
 def test_hl3_clean_scancel_node_exits_are_dropped_but_real_exits_kept() -> None:
@@ -54,7 +56,7 @@ def test_cas5_sigterm_carriers_of_a_cancel_are_dropped() -> None:
 
 def test_cas5_hits_after_the_cancel_line_are_consequences() -> None:
     main = LogState(MAIN, ref_time=0.0)
-    main.cancel = ("n1", "2026-06-12T11:57:00", "CANCELLED AT 2026-06-12T11:57:00", 10)
+    main.cancel = CancelLine("n1", "2026-06-12T11:57:00", "CANCELLED AT 2026-06-12T11:57:00", 10)
     hits = {
         "nccl-timeout": [ev("nccl-timeout", 9), ev("nccl-timeout", 11)],
         "traceback": [ev("traceback", 12)],

@@ -28,7 +28,19 @@ from typing import Protocol, TypeVar
 from jobdiagd.logs.prefixes import Stamp, strip, strip_ansi
 from jobdiagd.logs.scan import HARMLESS_ONLY, NeedleGate
 from jobdiagd.logs.steps import TRIAGE, Retention, StepSeries, plausible_seconds, step_record
-from jobdiagd.model.records import ClassHits, Evidence, NodeExit, StageEvent, StepRecord, Summary
+from jobdiagd.model.records import (
+    CancelLine,
+    ClassHits,
+    Evidence,
+    MarkLine,
+    NodeExit,
+    Restart,
+    RestoreLine,
+    SrunError,
+    StageEvent,
+    StepRecord,
+    Summary,
+)
 from jobdiagd.rules.maxtext import DEFAULT_CHECKPOINT_PERIOD, int_setting, truthy
 from jobdiagd.rules.signatures import (
     EVIDENCE_CLASSES,
@@ -417,18 +429,18 @@ class LogState:
         self.profiler_steps: set[int] = set()
         self.hits: dict[str, ClassHits] = {}
         self.first_error_by_task: dict[int, Evidence] = {}
-        self.restore: tuple[str, int | None, int] | None = None  # (fresh|restored, step, line)
+        self.restore: RestoreLine | None = None
         self.saves: dict[int, int] = {}  # step -> line of "Saved a checkpoint"
         self.async_saves: set[int] = set()
         self.saves_seen = 0  # distinct save steps ever added (a change counter: saves may be trimmed)
-        self.barrier_sync: tuple[int, float | None] | None = None
-        self.barrier_passed: tuple[int, float | None] | None = None
+        self.barrier_sync: MarkLine | None = None
+        self.barrier_passed: MarkLine | None = None
         self.stages: list[StageEvent] = []
         self.summary: Summary | None = None
         self._in_summary = False
         self.node_exits: list[NodeExit] = []
-        self.srun_errors: list[tuple[str, str, int | None, int]] = []  # host, `task N: text`, exit, line
-        self.cancel: tuple[str, str, str, int] | None = None  # host, at, reason, line
+        self.srun_errors: list[SrunError] = []
+        self.cancel: CancelLine | None = None
         self.cancel_evidence: Evidence | None = None  # the cancel line, quoted when the job was cancelled
         # The first dated line after the cancel line: Slurm stamps the cancel in whole seconds,
         # and the cascade it starts is logged right after it, so this bounds the instant above.
@@ -458,7 +470,7 @@ class LogState:
         # Training restarted inside this log (a restore line after steps were logged): the
         # re-run's step lines replace the first run's records, and the seconds they supersede
         # are kept so the summed training time still covers every step line.
-        self.restarts: list[tuple[int, int]] = []  # (line of the restore, first re-run step)
+        self.restarts: list[Restart] = []
         self.superseded_seconds = 0.0
         self._rerun: tuple[int, int] | None = None  # steps [a, b] being re-run
         self._rerun_done: set[int] = set()
@@ -685,7 +697,7 @@ class LogState:
                     self.task_last_step[task] = step
             elif task == 0 and step < prev - 1 and self.steps.seen(step) and not self._in_rerun(step):
                 # Task 0 went back without a restore line: a new run re-does these steps.
-                self._push(self.restarts, (lineno, step))
+                self._push(self.restarts, Restart(lineno, step))
                 self._rerun = (step, self.steps.max_step)
                 self._rerun_done = set()
                 self._rerun_floor = -1
@@ -837,16 +849,16 @@ class LogState:
                     and (self._rerun is None or at + 1 != self._rerun[0])
                 ):
                     # a new run in the same log, restored from step `at`: it re-does at+1..max
-                    self._push(self.restarts, (lineno, at + 1))
+                    self._push(self.restarts, Restart(lineno, at + 1))
                     self._rerun = (at + 1, self.steps.max_step)
                     self._rerun_done = set()
                     self._rerun_floor = -1
-                    self.restore = ("restored", at, lineno)
-                elif self.restore is None or self.restore[0] != "restored":
-                    self.restore = ("restored", at, lineno)
+                    self.restore = RestoreLine("restored", at, lineno)
+                elif self.restore is None or self.restore.kind != "restored":
+                    self.restore = RestoreLine("restored", at, lineno)
                 return
             if "not restoring checkpoint" in text and self.restore is None:
-                self.restore = ("fresh", None, lineno)
+                self.restore = RestoreLine("fresh", None, lineno)
                 return
         if "checkpoint" in text:
             m = _SAVED.search(text) or _FINISHED_SAVE.search(text)
@@ -866,9 +878,9 @@ class LogState:
         if "BARRIER" in text:
             if "BARRIER PASSED" in text:
                 if self.barrier_passed is None:
-                    self.barrier_passed = (lineno, when)
+                    self.barrier_passed = MarkLine(lineno, when)
             elif "Synchronizing hosts" in text and self.barrier_sync is None:
-                self.barrier_sync = (lineno, when)
+                self.barrier_sync = MarkLine(lineno, when)
             return
         if text.startswith("== "):
             m = _STAGE.match(text)
@@ -890,12 +902,14 @@ class LogState:
             if m:
                 em = _EXIT_CODE.search(m.group(3))
                 what = f"task{'s' if not m.group(2).strip().isdigit() else ''} {m.group(2).strip()}: {m.group(3)}"
-                self._push(self.srun_errors, (m.group(1), what, int(em.group(1)) if em else None, lineno))
+                self._push(
+                    self.srun_errors, SrunError(m.group(1), what, int(em.group(1)) if em else None, lineno)
+                )
             return
         if "CANCELLED AT" in text:
             m = _STEPD_CANCEL.search(text)
             if m and self.cancel is None:
-                self.cancel = (m.group(2) or "", m.group(3), m.group(4).strip(), lineno)
+                self.cancel = CancelLine(m.group(2) or "", m.group(3), m.group(4).strip(), lineno)
                 self.cancel_evidence = self._evidence("cancelled", text, task, when, lineno, offset)
             return
         if "ssh" in text and "-J" in text and "-L" in text:
@@ -904,9 +918,9 @@ class LogState:
                 self.tunnel = text.strip()
                 target = m.group(2).split()[-1] if m.group(2).split() else ""
                 self.tunnel_host = target.rpartition("@")[2] or None
-                self.tunnel_ports = [
-                    port for p in _LFWD.finditer(text) if _is_port(port := int(p.group(1)))
-                ][:EVENTS_KEEP]
+                self.tunnel_ports = [port for p in _LFWD.finditer(text) if _is_port(port := int(p.group(1)))][
+                    :EVENTS_KEEP
+                ]
             return
         if "[Prometheus]" in text:
             m = _PROM_STARTED.search(text)

@@ -81,7 +81,7 @@ def _grid_hit(first: int, last: int, period: int, width: int) -> bool:
     return False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Progress:
     start: str | None
     restored_from_step: int | None
@@ -127,7 +127,7 @@ class Progress:
         return d
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TgsAnalysis:
     baseline: float | None
     recent: float | None
@@ -140,6 +140,23 @@ class TgsAnalysis:
     metric: str
     periodic_steps: tuple[int, ...]
     note: str | None = None
+
+    @classmethod
+    def no_trend(cls, metric: str, note: str | None = None) -> TgsAnalysis:
+        """No baseline, no trend: too few steps (or none) to judge throughput."""
+        return cls(
+            baseline=None,
+            recent=None,
+            change_pct=None,
+            degraded=False,
+            pattern="none",
+            range=None,
+            range_steps=None,
+            magnitude=None,
+            metric=metric,
+            periodic_steps=(),
+            note=note,
+        )
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -154,7 +171,7 @@ class TgsAnalysis:
         }
 
 
-@dataclass
+@dataclass(kw_only=True)
 class HeartbeatInfo:
     time: float | None
     timeout_s: float
@@ -177,7 +194,7 @@ class Stall:
     basis: StallBasis
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Classification:
     status: JobStatus
     primary: FailureClass | None
@@ -203,7 +220,7 @@ class Live:
         return {"head_node": self.head_node, "prometheus_port": self.prometheus_port, "tunnel": self.tunnel}
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TriageResult:
     ref: JobRef
     now: float

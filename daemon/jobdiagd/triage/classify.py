@@ -270,18 +270,18 @@ def classify(
     # Evidence (rules CL-10, CL-11).
     evidence = _evidence_order(primary, hits, classes, derived)
     return Classification(
-        status,
-        primary,
-        _stage(primary, main, steps),
-        evidence,
-        _reported_classes(primary, classes, tgs, status),
-        notes,
-        hb_info,
-        stall,
-        soft,
-        at,
-        next((e.rule for e in evidence if e.cls == primary), None),
-        _cancel_reason(main) if status is JobStatus.CANCELLED else None,
+        status=status,
+        primary=primary,
+        stage=_stage(primary, main, steps),
+        evidence=evidence,
+        classes=_reported_classes(primary, classes, tgs, status),
+        notes=notes,
+        heartbeat=hb_info,
+        stall=stall,
+        soft_success_variant=soft,
+        end_time=at,
+        primary_rule=next((e.rule for e in evidence if e.cls == primary), None),
+        cancel_reason=_cancel_reason(main) if status is JobStatus.CANCELLED else None,
     )
 
 
@@ -289,11 +289,11 @@ def _no_log(logs: JobLogs) -> Classification:
     """Rule CL-1: no log at all is `prolog-kill-no-log`, status failed."""
     why = [*logs.errors, *([logs.ref.note] if logs.ref.note else [])]
     return Classification(
-        JobStatus.FAILED,
-        FailureClass.PROLOG_KILL_NO_LOG,
-        "Slurm prolog",
-        [],
-        [FailureClass.PROLOG_KILL_NO_LOG],
+        status=JobStatus.FAILED,
+        primary=FailureClass.PROLOG_KILL_NO_LOG,
+        stage="Slurm prolog",
+        evidence=[],
+        classes=[FailureClass.PROLOG_KILL_NO_LOG],
         notes=why,
     )
 
@@ -680,7 +680,7 @@ def _cancel_reason(main: LogState) -> str | None:
     """`TIME LIMIT`, `PREEMPTION`, `JOB REQUEUE`, `NODE FAILURE, ...` from Slurm's cancel line."""
     if main.cancel is None:
         return None
-    m = re.search(r"DUE TO (.+?)(?: on \S+)?\s*$", main.cancel[2], re.IGNORECASE)
+    m = re.search(r"DUE TO (.+?)(?: on \S+)?\s*$", main.cancel.reason, re.IGNORECASE)
     return m.group(1).strip().upper() if m else None
 
 
@@ -706,8 +706,8 @@ def _measured_setup_s(logs: JobLogs, steps: list[StepRecord]) -> float | None:
 
 def _barrier_time(main: LogState) -> float | None:
     for mark in (main.barrier_passed, main.barrier_sync):
-        if mark is not None and mark[1] is not None:
-            return mark[1]
+        if mark is not None and mark.time is not None:
+            return mark.time
     return None
 
 
@@ -801,9 +801,9 @@ def _rank_exits(main: LogState) -> dict[str, int]:
     out: dict[str, int] = {}
     for n in main.node_exits:
         out[n.host] = n.exit_code
-    for host, text, code, _line in main.srun_errors:
-        if code is not None and host not in out and "task" in text:
-            out[host] = code
+    for err in main.srun_errors:
+        if err.exit_code is not None and err.host not in out and "task" in err.text:
+            out[err.host] = err.exit_code
     return out
 
 
@@ -818,18 +818,17 @@ def _killed_before(main: LogState, first: Evidence, accused: set[int], nodes: li
     if first.source != main.source:
         return None
     hosts = {nodes[t] for t in accused if 0 <= t < len(nodes)}
-    for host, text, code, line in main.srun_errors:
-        if line >= first.line:
+    for err in main.srun_errors:
+        if err.line >= first.line:
             break
-        if not ("Killed" in text or "signal" in text.lower() or code in (9, 134, 137, 139)):
+        if not ("Killed" in err.text or "signal" in err.text.lower() or err.exit_code in (9, 134, 137, 139)):
             continue
-        m = _SRUN_TASKS.search(": " + text)
+        m = _SRUN_TASKS.search(": " + err.text)
         tasks = set(range(int(m.group(1)), int(m.group(2) or m.group(1)) + 1)) if m else set()
-        if (tasks & accused) or host in hosts or not accused:
+        if (tasks & accused) or err.host in hosts or not accused:
             task = min(tasks & accused) if tasks & accused else None
-            return Evidence(
-                "node-fail", line, 0, main.source, task, host, f"srun: error: {host}: {text}", None
-            )
+            text = f"srun: error: {err.host}: {err.text}"
+            return Evidence("node-fail", err.line, 0, main.source, task, err.host, text, None)
     return None
 
 
@@ -863,7 +862,9 @@ def _soft_variant(main: LogState, exit_code: int, hits: dict[str, list[Evidence]
             return None
     if cascade:
         reason = " ".join(
-            filter(None, [main.cancel[2] if main.cancel else "", main.summary.reason if main.summary else ""])
+            filter(
+                None, [main.cancel.reason if main.cancel else "", main.summary.reason if main.summary else ""]
+            )
         )
         if "TIME LIMIT" in reason.upper() or "TIMEOUT" in reason.upper():
             return "c"
@@ -876,8 +877,8 @@ def _drop_after_cancel(hits: Hits, main: LogState) -> tuple[Hits, int]:
     other files) -- ranks dying from the SIGTERM print tracebacks, NCCL resets and actor
     deaths -- and how many were dropped."""
     assert main.cancel is not None
-    line = main.cancel[3]
-    at = _cancel_time(main.cancel[1], main)
+    line = main.cancel.line
+    at = _cancel_time(main.cancel.at, main)
 
     def before_cancel(e: Evidence) -> bool:
         if e.source == main.source:
@@ -906,7 +907,7 @@ def _cancel_instant(main: LogState) -> float | None:
     the stamp would shorten the stall by up to a second and could call a cancel that came after
     a paged hang a plain cancel."""
     assert main.cancel is not None
-    at = _cancel_time(main.cancel[1], main)
+    at = _cancel_time(main.cancel.at, main)
     after = main.after_cancel_stamp
     if at is not None and after is not None and at <= after < at + 1.0:
         return after

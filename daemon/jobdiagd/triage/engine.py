@@ -14,6 +14,7 @@ from pathlib import Path
 from jobdiagd.logs.job import JobLogs, load_job
 from jobdiagd.logs.safeopen import LogAccess
 from jobdiagd.model.jobref import JobRef
+from jobdiagd.model.records import RestoreLine
 from jobdiagd.model.stepguard import implausible_top
 from jobdiagd.model.triage import Live, TriageResult
 from jobdiagd.rules.hostlist import expand_hostlist, valid_host
@@ -43,8 +44,8 @@ def _live(logs: JobLogs, nodes: list[str]) -> Live:
 def _training_start(logs: JobLogs) -> float | None:
     """When training started, from a dated BARRIER PASSED line (any of the job's logs)."""
     for st in logs.states:
-        if st.barrier_passed is not None and st.barrier_passed[1] is not None:
-            return st.barrier_passed[1]
+        if st.barrier_passed is not None and st.barrier_passed.time is not None:
+            return st.barrier_passed.time
     return None
 
 
@@ -72,19 +73,19 @@ def analyze(
     ignored.update(ignore_steps or {})
     if ignored:
         steps = [s for s in steps if s.step not in ignored]
-    restart: tuple[int, int] | None = auth.restarts[-1] if auth is not None and auth.restarts else None
+    restart = auth.restarts[-1] if auth is not None and auth.restarts else None
     if restart is not None:
         # Training restarted inside this log: "this run" is the last one (runbook: steps
         # completed this run); the summed time below still covers every run.
         # Records of the earlier run beyond where this one got to were logged before the restart.
-        steps = [s for s in steps if s.step >= restart[1] and s.line >= restart[0]] or steps
+        steps = [s for s in steps if s.step >= restart.step and s.line >= restart.line] or steps
     passthrough = main.passthrough() if main else {}
     config: dict[str, str] = {}
     env: dict[str, str] = {}
     saves: set[int] = set()
     profiled: set[int] = set()
     async_seen = False
-    restore: tuple[str, int | None] | None = None
+    restore: RestoreLine | None = None
     for st in logs.states:
         for k, v in st.config.items():
             config.setdefault(k, v)
@@ -93,8 +94,8 @@ def analyze(
         saves |= set(st.saves) | st.async_saves
         profiled |= st.profiler_steps
         async_seen = async_seen or bool(st.async_saves)
-        if st.restore is not None and (restore is None or st.restore[0] == "restored"):
-            restore = (st.restore[0], st.restore[1])
+        if st.restore is not None and (restore is None or st.restore.kind == "restored"):
+            restore = st.restore
     nodes: list[str] = []
     if main is not None:
         raw = (
@@ -141,8 +142,8 @@ def analyze(
         )
     if restart is not None and auth is not None:
         cls.notes.append(
-            f"Training restarted within this log (line {restart[0]}: restored from step {restart[1] - 1}); "
-            f"this run starts at step {restart[1]}. The summed training time includes the re-run steps."
+            f"Training restarted within this log (line {restart.line}: restored from step {restart.step - 1}); "
+            f"this run starts at step {restart.step}. The summed training time includes the re-run steps."
         )
     if ignored:
         shown = ", ".join(f"{step} ({why})" for step, why in sorted(ignored.items())[:3])

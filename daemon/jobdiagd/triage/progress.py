@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 
-from jobdiagd.model.records import StepRecord
+from jobdiagd.model.records import RestoreLine, StepRecord
 from jobdiagd.model.triage import CheckpointConfig, Progress
 from jobdiagd.rules.maxtext import DEFAULT_CHECKPOINT_PERIOD, int_setting, truthy
 
@@ -146,7 +146,7 @@ def compute_progress(
     *,
     passthrough: dict[str, str],
     config: dict[str, str],
-    restore: tuple[str, int | None] | None,
+    restore: RestoreLine | None,
     saves: list[int],
     wall_s: float | None,
     at_time: float | None,
@@ -167,8 +167,8 @@ def compute_progress(
     last = steps[-1].step if steps else None
     start: str | None = None
     restored_from: int | None = None
-    if restore is not None and restore[0] == "restored":
-        start, restored_from = "restored", restore[1]
+    if restore is not None and restore.kind == "restored":
+        start, restored_from = "restored", restore.step
     elif first is not None and first > 0:
         start, restored_from = "restored", first - 1
     elif restore is not None or first == 0:
