@@ -917,17 +917,11 @@ class LogState:
     def _on_job_script_event(
         self, text: str, task: int | None, when: float | None, lineno: int, offset: int
     ) -> None:
-        """Stage lines, node exits, srun errors and Slurm's cancel line; else the launch events."""
-        if text.startswith("== "):
-            m = _STAGE.match(text)
-            if m:
-                detail = m.group(3) or ""
-                em = _STAGE_EXIT.search(detail)
-                self._push(
-                    self.stages,
-                    StageEvent(m.group(1), m.group(2), detail, lineno, int(em.group(1)) if em else None),
-                )
-                return
+        """Stage lines, node exits, srun errors, Slurm's cancel line and the launch events (ssh
+        tunnel, Prometheus port, Ray head and fallback). One function, not two: most lines fall
+        through every guard here, and each call on that path costs."""
+        if text.startswith("== ") and self._on_stage(text, lineno):
+            return
         if "NODE_EXIT" in text:
             m = _NODE_EXIT.search(text)
             if m:
@@ -937,33 +931,10 @@ class LogState:
             self._on_srun_error(text, lineno)
             return
         if "CANCELLED AT" in text:
-            m = _STEPD_CANCEL.search(text)
-            if m and self.cancel is None:
-                self.cancel = CancelLine(m.group(2) or "", m.group(3), m.group(4).strip(), lineno)
-                self.cancel_evidence = self._evidence("cancelled", text, task, when, lineno, offset)
+            self._on_cancel(text, task, when, lineno, offset)
             return
-        self._on_launch_event(text)
-
-    def _on_srun_error(self, text: str, lineno: int) -> None:
-        m = _SRUN_ERROR.search(text)
-        if m:
-            em = _EXIT_CODE.search(m.group(3))
-            what = f"task{'s' if not m.group(2).strip().isdigit() else ''} {m.group(2).strip()}: {m.group(3)}"
-            self._push(
-                self.srun_errors, SrunError(m.group(1), what, int(em.group(1)) if em else None, lineno)
-            )
-
-    def _on_launch_event(self, text: str) -> None:
-        """Where the job's services run: the ssh tunnel, Prometheus port, Ray head, Ray fallback."""
         if "ssh" in text and "-J" in text and "-L" in text:
-            m = _TUNNEL.search(text)
-            if m and self.tunnel is None:
-                self.tunnel = text.strip()
-                target = m.group(2).split()[-1] if m.group(2).split() else ""
-                self.tunnel_host = target.rpartition("@")[2] or None
-                self.tunnel_ports = [port for p in _LFWD.finditer(text) if _is_port(port := int(p.group(1)))][
-                    :EVENTS_KEEP
-                ]
+            self._on_tunnel(text)
             return
         if "[Prometheus]" in text:
             self._on_prometheus(text)
@@ -977,6 +948,44 @@ class LogState:
             self.pending_event_logger = True
         elif "falling back to non-Ray" in text:
             self.ray_fallback = True
+
+    def _on_stage(self, text: str, lineno: int) -> bool:
+        m = _STAGE.match(text)
+        if m is None:
+            return False
+        detail = m.group(3) or ""
+        em = _STAGE_EXIT.search(detail)
+        self._push(
+            self.stages, StageEvent(m.group(1), m.group(2), detail, lineno, int(em.group(1)) if em else None)
+        )
+        return True
+
+    def _on_srun_error(self, text: str, lineno: int) -> None:
+        m = _SRUN_ERROR.search(text)
+        if m:
+            em = _EXIT_CODE.search(m.group(3))
+            what = f"task{'s' if not m.group(2).strip().isdigit() else ''} {m.group(2).strip()}: {m.group(3)}"
+            self._push(
+                self.srun_errors, SrunError(m.group(1), what, int(em.group(1)) if em else None, lineno)
+            )
+
+    def _on_cancel(self, text: str, task: int | None, when: float | None, lineno: int, offset: int) -> None:
+        """slurmstepd's `CANCELLED AT` line (rules CAS-5, CAS-8): the first one counts."""
+        m = _STEPD_CANCEL.search(text)
+        if m and self.cancel is None:
+            self.cancel = CancelLine(m.group(2) or "", m.group(3), m.group(4).strip(), lineno)
+            self.cancel_evidence = self._evidence("cancelled", text, task, when, lineno, offset)
+
+    def _on_tunnel(self, text: str) -> None:
+        """The job script's printed `ssh -J ... -L ...` tunnel to the Ray head's dashboards."""
+        m = _TUNNEL.search(text)
+        if m and self.tunnel is None:
+            self.tunnel = text.strip()
+            target = m.group(2).split()[-1] if m.group(2).split() else ""
+            self.tunnel_host = target.rpartition("@")[2] or None
+            self.tunnel_ports = [port for p in _LFWD.finditer(text) if _is_port(port := int(p.group(1)))][
+                :EVENTS_KEEP
+            ]
 
     def _on_prometheus(self, text: str) -> None:
         m = _PROM_STARTED.search(text)
