@@ -32,6 +32,7 @@ from jobdiagd.config import Config
 from jobdiagd.detectors.base import NoData, Outcome, WatchedJob, register
 from jobdiagd.durations import exact_duration
 from jobdiagd.model.alerts import Finding
+from jobdiagd.model.kinds import FailureClass, JobStatus
 from jobdiagd.rules.signatures import BY_CLASS, Tier
 from jobdiagd.triage.nextsteps import next_steps
 from jobdiagd.triage.progress import steady_step_time
@@ -253,10 +254,12 @@ class HangDetector:
         if res.status == "running" and res.cls.primary is None:
             # Triage times stalls with the log's own stamps; a log without them looks "running" to
             # it. The daemon's clock saw the stall: report the triage it would give knowing that.
-            cls = dataclasses.replace(res.cls, status="hanging", primary="hang", stage="Training")
+            cls = dataclasses.replace(
+                res.cls, status=JobStatus.HANGING, primary=FailureClass.HANG, stage="Training"
+            )
             res = dataclasses.replace(res, cls=cls)
             res.next_steps = next_steps(res)
-            primary = "hang"
+            primary = FailureClass.HANG
         expected: int | None = None
         if last is not None and step_time:
             expected = last + int(gap // step_time)

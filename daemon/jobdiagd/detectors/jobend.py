@@ -49,7 +49,7 @@ class JobEndDetector:
         primary = res.primary
         state = view.end_state or res.status
         title = f"job {view.key} ended: {res.status}"
-        if primary and primary != res.status:
+        if primary and str(primary) != res.status:
             title += f" (primary {primary})"
         if view.slurm is not None:
             title += f" [Slurm {state}]"

@@ -91,32 +91,47 @@ def load_job(ref: JobRef, *, ref_time: float, access: LogAccess = ANYWHERE) -> J
     d = ref.job_dir
     if d is None or not d.is_dir():
         return logs
-    ray_dir = d / "ray_logs"
-    if ray_dir.is_dir():
-        head = None
-        if main is not None:
-            head = main.ray_head or main.tunnel_host
-        count = 0
-        for host_dir in sorted(p for p in ray_dir.iterdir() if p.is_dir()):
-            files = sorted(host_dir.glob("worker-*.out")) + sorted(host_dir.glob("worker-*.err"))
-            for f in files:
-                if count >= MAX_WORKER_FILES:
-                    break
-                count += 1
-                st = _safe_read(f, LogState(str(f), ref_time=ref_time), errors, access)
-                if st is not None:
-                    logs.workers.setdefault(host_dir.name, []).append(st)
-        if head is None and main is not None:
-            nodes = main.header.get("JOB_NODELIST")
-            if nodes:
-                expanded = expand_hostlist(nodes)
-                head = expanded[0] if expanded else None
-        logs.head_host = head if head in logs.workers else None
-    for f in sorted(d.glob("rank-*.log")):
+    if (d / "ray_logs").is_dir():
+        _load_ray_workers(logs, d / "ray_logs", ref_time, access)
+    _load_ranks(logs, d, ref_time, access)
+    return logs
+
+
+def _load_ray_workers(logs: JobLogs, ray_dir: Path, ref_time: float, access: LogAccess) -> None:
+    """RAY=1: every host's `worker-*.out`/`.err` (at most MAX_WORKER_FILES in all), and which
+    host is the head (its worker log is the authoritative step record, rule ST-7)."""
+    count = 0
+    for host_dir in sorted(p for p in ray_dir.iterdir() if p.is_dir()):
+        files = sorted(host_dir.glob("worker-*.out")) + sorted(host_dir.glob("worker-*.err"))
+        for f in files:
+            if count >= MAX_WORKER_FILES:
+                break
+            count += 1
+            st = _safe_read(f, LogState(str(f), ref_time=ref_time), logs.errors, access)
+            if st is not None:
+                logs.workers.setdefault(host_dir.name, []).append(st)
+    head = _ray_head(logs.main)
+    logs.head_host = head if head in logs.workers else None
+
+
+def _ray_head(main: LogState | None) -> str | None:
+    """The Ray head's host: the launch line, the tunnel's target, else the first allocated node."""
+    if main is None:
+        return None
+    head = main.ray_head or main.tunnel_host
+    if head is None and (nodes := main.header.get("JOB_NODELIST")):
+        expanded = expand_hostlist(nodes)
+        head = expanded[0] if expanded else None
+    return head
+
+
+def _load_ranks(logs: JobLogs, job_dir: Path, ref_time: float, access: LogAccess) -> None:
+    """k8s: `rank-N.log`, read with task = N."""
+    for f in sorted(job_dir.glob("rank-*.log")):
         m = _RANK.match(f.name)
         if not m:
             continue
-        st = _safe_read(f, LogState(str(f), ref_time=ref_time), errors, access)
+        st = _safe_read(f, LogState(str(f), ref_time=ref_time), logs.errors, access)
         if st is not None:
             rank = int(m.group(1))
             # Rank logs carry no srun prefix: stamp their evidence with the rank as task.
@@ -125,4 +140,3 @@ def load_job(ref: JobRef, *, ref_time: float, access: LogAccess = ANYWHERE) -> J
                     if ev.task is None:
                         ev.task = rank
             logs.ranks[rank] = st
-    return logs

@@ -28,7 +28,19 @@ from typing import Protocol, TypeVar
 from jobdiagd.logs.prefixes import Stamp, strip, strip_ansi
 from jobdiagd.logs.scan import HARMLESS_ONLY, NeedleGate
 from jobdiagd.logs.steps import TRIAGE, Retention, StepSeries, plausible_seconds, step_record
-from jobdiagd.model.records import ClassHits, Evidence, NodeExit, StageEvent, StepRecord, Summary
+from jobdiagd.model.records import (
+    CancelLine,
+    ClassHits,
+    Evidence,
+    MarkLine,
+    NodeExit,
+    Restart,
+    RestoreLine,
+    SrunError,
+    StageEvent,
+    StepRecord,
+    Summary,
+)
 from jobdiagd.rules.maxtext import DEFAULT_CHECKPOINT_PERIOD, int_setting, truthy
 from jobdiagd.rules.signatures import (
     EVIDENCE_CLASSES,
@@ -417,18 +429,18 @@ class LogState:
         self.profiler_steps: set[int] = set()
         self.hits: dict[str, ClassHits] = {}
         self.first_error_by_task: dict[int, Evidence] = {}
-        self.restore: tuple[str, int | None, int] | None = None  # (fresh|restored, step, line)
+        self.restore: RestoreLine | None = None
         self.saves: dict[int, int] = {}  # step -> line of "Saved a checkpoint"
         self.async_saves: set[int] = set()
         self.saves_seen = 0  # distinct save steps ever added (a change counter: saves may be trimmed)
-        self.barrier_sync: tuple[int, float | None] | None = None
-        self.barrier_passed: tuple[int, float | None] | None = None
+        self.barrier_sync: MarkLine | None = None
+        self.barrier_passed: MarkLine | None = None
         self.stages: list[StageEvent] = []
         self.summary: Summary | None = None
         self._in_summary = False
         self.node_exits: list[NodeExit] = []
-        self.srun_errors: list[tuple[str, str, int | None, int]] = []  # host, `task N: text`, exit, line
-        self.cancel: tuple[str, str, str, int] | None = None  # host, at, reason, line
+        self.srun_errors: list[SrunError] = []
+        self.cancel: CancelLine | None = None
         self.cancel_evidence: Evidence | None = None  # the cancel line, quoted when the job was cancelled
         # The first dated line after the cancel line: Slurm stamps the cancel in whole seconds,
         # and the cascade it starts is logged right after it, so this bounds the instant above.
@@ -458,7 +470,7 @@ class LogState:
         # Training restarted inside this log (a restore line after steps were logged): the
         # re-run's step lines replace the first run's records, and the seconds they supersede
         # are kept so the summed training time still covers every step line.
-        self.restarts: list[tuple[int, int]] = []  # (line of the restore, first re-run step)
+        self.restarts: list[Restart] = []
         self.superseded_seconds = 0.0
         self._rerun: tuple[int, int] | None = None  # steps [a, b] being re-run
         self._rerun_done: set[int] = set()
@@ -685,7 +697,7 @@ class LogState:
                     self.task_last_step[task] = step
             elif task == 0 and step < prev - 1 and self.steps.seen(step) and not self._in_rerun(step):
                 # Task 0 went back without a restore line: a new run re-does these steps.
-                self._push(self.restarts, (lineno, step))
+                self._push(self.restarts, Restart(lineno, step))
                 self._rerun = (step, self.steps.max_step)
                 self._rerun_done = set()
                 self._rerun_floor = -1
@@ -761,8 +773,41 @@ class LogState:
         return bool(self.steps) or self.barrier_passed is not None
 
     def _on_event(self, text: str, task: int | None, when: float | None, lineno: int, offset: int) -> None:
-        m: re.Match[str] | None
-        # Signatures first: a line can be both an event and evidence (e.g. NODE_EXIT).
+        """A line that is not a step: signatures first (a line can be both an event and evidence,
+        e.g. NODE_EXIT), then the one event it is, if any. Each handler below is only called when
+        its cheap substring guard matches: this runs for every non-step line of multi-GB logs."""
+        self._match_signatures(text, task, when, lineno, offset)
+        if self._in_summary and self._on_summary_line(text, lineno):
+            return
+        if "JOB SUMMARY" in text:
+            self.summary = Summary(line=lineno)
+            self._in_summary = True
+            return
+        if "jax_worker/replica" in text:
+            self._on_accused_paths(text)
+            return
+        if "Polled an error" in text or "Terminating process because" in text:
+            self._on_self_report(task)
+            return
+        if "=" in text and self._on_key_value(text, task, lineno):
+            return
+        if "Config param" in text:
+            self._on_config_param(text)
+            return
+        if "restoring" in text and self._on_restore(text, lineno):
+            return
+        if "checkpoint" in text and self._on_checkpoint_save(text, lineno):
+            return
+        if "BARRIER" in text:
+            self._on_barrier(text, when, lineno)
+            return
+        self._on_job_script_event(text, task, when, lineno, offset)
+
+    def _match_signatures(
+        self, text: str, task: int | None, when: float | None, lineno: int, offset: int
+    ) -> None:
+        """Record the line's failure signatures; a Traceback carries the class of the exception
+        that ends it (e.g. a coordination barrier timeout raised as XlaRuntimeError)."""
         in_traceback = task in self._tracebacks
         carried: str | None = None
         hits = (
@@ -779,149 +824,120 @@ class LogState:
             elif hit.cls != "python-exception" and carried is None:
                 carried = hit.cls
         if in_traceback and is_exception_line(text):
-            # The traceback ends in this exception: it carries that class (e.g. a coordination
-            # barrier timeout raised as XlaRuntimeError), it is not an error of its own.
+            # The traceback ends in this exception: it carries that class, it is not an error of its own.
             self._tracebacks.pop(task).carries = carried
         if "Error: " in text or "Exception: " in text or text.startswith(("Error", "Exception")):
             self.last_exception = Evidence(
                 "exception", lineno, offset, self.source, task, None, text[:MAX_TEXT], when
             )
 
-        if self._in_summary and self._on_summary_line(text, lineno):
-            return
-        if "JOB SUMMARY" in text:
-            self.summary = Summary(line=lineno)
-            self._in_summary = True
-            return
+    def _on_accused_paths(self, text: str) -> None:
+        """The heartbeat error's list of unhealthy `/job:jax_worker/replica:0/task:N` (rule HB-1)."""
+        for m in _TASK_PATH.finditer(text):
+            if self.heartbeat is not None and (text.strip().startswith("/job:") or "unhealthy" in text):
+                self._add_task(self.heartbeat.accused_tasks, int(m.group(1)))
 
-        if "jax_worker/replica" in text:
-            for m in _TASK_PATH.finditer(text):
-                if self.heartbeat is not None and (text.strip().startswith("/job:") or "unhealthy" in text):
-                    self._add_task(self.heartbeat.accused_tasks, int(m.group(1)))
+    def _on_self_report(self, task: int | None) -> None:
+        """A task reporting its own death (rule HB-1), before or after the heartbeat error."""
+        if task is None:
             return
-        if "Polled an error" in text or "Terminating process because" in text:
-            if task is not None:
-                if self.heartbeat is not None:
-                    self._add_task(self.heartbeat.self_reported, task)
-                else:
-                    self._add_task(self._pending_self_report, task)
-            return
-        if task is None and "=" in text and text[:1].isupper():
+        if self.heartbeat is not None:
+            self._add_task(self.heartbeat.self_reported, task)
+        else:
+            self._add_task(self._pending_self_report, task)
+
+    def _on_key_value(self, text: str, task: int | None, lineno: int) -> bool:
+        """A `KEY=value` header (the job script's, untasked and capitalised) or env line."""
+        if task is None and text[:1].isupper():
             m = _HEADER.match(text)
-            if m:
-                if m.group(1) == "JOB_ID" and self.summary is not None and not self._in_summary:
-                    self._new_run(lineno)  # a requeued job appending to the same log
-                self._on_kv(m.group(1), m.group(2), header=True)
-                return
-        elif "=" in text:
-            m = _HEADER.match(text.strip())
-            if m:
-                self._on_kv(m.group(1), m.group(2), header=False)
-                return
+            if m is None:
+                return False
+            if m.group(1) == "JOB_ID" and self.summary is not None and not self._in_summary:
+                self._new_run(lineno)  # a requeued job appending to the same log
+            self._on_kv(m.group(1), m.group(2), header=True)
+            return True
+        m = _HEADER.match(text.strip())
+        if m is None:
+            return False
+        self._on_kv(m.group(1), m.group(2), header=False)
+        return True
 
-        if "Config param" in text:
-            m = _CONFIG.search(text)
-            if m and (not self._capped or len(self.config) < MAX_CONFIG_KEYS or m.group(1) in self.config):
-                key, value = m.group(1), m.group(2).strip()
-                if key not in self.config:
-                    self.config[key] = value
-                    self._checkpoint_hint(key, value)
+    def _on_config_param(self, text: str) -> None:
+        m = _CONFIG.search(text)
+        if m and (not self._capped or len(self.config) < MAX_CONFIG_KEYS or m.group(1) in self.config):
+            key, value = m.group(1), m.group(2).strip()
+            if key not in self.config:
+                self.config[key] = value
+                self._checkpoint_hint(key, value)
+
+    def _on_restore(self, text: str, lineno: int) -> bool:
+        """A checkpoint restore (rule PRJ-2), which may start a new run inside the log (PRJ-10)."""
+        m = _RESTORE.search(text)
+        if m:
+            at = int(m.group(1))
+            if self.steps and at < self.steps.max_step and (self._rerun is None or at + 1 != self._rerun[0]):
+                # a new run in the same log, restored from step `at`: it re-does at+1..max
+                self._push(self.restarts, Restart(lineno, at + 1))
+                self._rerun = (at + 1, self.steps.max_step)
+                self._rerun_done = set()
+                self._rerun_floor = -1
+                self.restore = RestoreLine("restored", at, lineno)
+            elif self.restore is None or self.restore.kind != "restored":
+                self.restore = RestoreLine("restored", at, lineno)
+            return True
+        if "not restoring checkpoint" in text and self.restore is None:
+            self.restore = RestoreLine("fresh", None, lineno)
+            return True
+        return False
+
+    def _on_checkpoint_save(self, text: str, lineno: int) -> bool:
+        m = _SAVED.search(text) or _FINISHED_SAVE.search(text)
+        if m:
+            step = int(m.group(1))
+            if step not in self.saves:
+                self.saves[step] = lineno
+                self._on_save(step)
+            return True
+        m = _ASYNC_SAVE.search(text)
+        if m:
+            step = int(m.group(1))
+            if step not in self.async_saves:
+                self.async_saves.add(step)
+                self._on_save(step)
+            return True
+        return False
+
+    def _on_barrier(self, text: str, when: float | None, lineno: int) -> None:
+        if "BARRIER PASSED" in text:
+            if self.barrier_passed is None:
+                self.barrier_passed = MarkLine(lineno, when)
+        elif "Synchronizing hosts" in text and self.barrier_sync is None:
+            self.barrier_sync = MarkLine(lineno, when)
+
+    def _on_job_script_event(
+        self, text: str, task: int | None, when: float | None, lineno: int, offset: int
+    ) -> None:
+        """Stage lines, node exits, srun errors, Slurm's cancel line and the launch events (ssh
+        tunnel, Prometheus port, Ray head and fallback). One function, not two: most lines fall
+        through every guard here, and each call on that path costs."""
+        if text.startswith("== ") and self._on_stage(text, lineno):
             return
-        if "restoring" in text:
-            m = _RESTORE.search(text)
-            if m:
-                at = int(m.group(1))
-                if (
-                    self.steps
-                    and at < self.steps.max_step
-                    and (self._rerun is None or at + 1 != self._rerun[0])
-                ):
-                    # a new run in the same log, restored from step `at`: it re-does at+1..max
-                    self._push(self.restarts, (lineno, at + 1))
-                    self._rerun = (at + 1, self.steps.max_step)
-                    self._rerun_done = set()
-                    self._rerun_floor = -1
-                    self.restore = ("restored", at, lineno)
-                elif self.restore is None or self.restore[0] != "restored":
-                    self.restore = ("restored", at, lineno)
-                return
-            if "not restoring checkpoint" in text and self.restore is None:
-                self.restore = ("fresh", None, lineno)
-                return
-        if "checkpoint" in text:
-            m = _SAVED.search(text) or _FINISHED_SAVE.search(text)
-            if m:
-                step = int(m.group(1))
-                if step not in self.saves:
-                    self.saves[step] = lineno
-                    self._on_save(step)
-                return
-            m = _ASYNC_SAVE.search(text)
-            if m:
-                step = int(m.group(1))
-                if step not in self.async_saves:
-                    self.async_saves.add(step)
-                    self._on_save(step)
-                return
-        if "BARRIER" in text:
-            if "BARRIER PASSED" in text:
-                if self.barrier_passed is None:
-                    self.barrier_passed = (lineno, when)
-            elif "Synchronizing hosts" in text and self.barrier_sync is None:
-                self.barrier_sync = (lineno, when)
-            return
-        if text.startswith("== "):
-            m = _STAGE.match(text)
-            if m:
-                detail = m.group(3) or ""
-                em = _STAGE_EXIT.search(detail)
-                self._push(
-                    self.stages,
-                    StageEvent(m.group(1), m.group(2), detail, lineno, int(em.group(1)) if em else None),
-                )
-                return
         if "NODE_EXIT" in text:
             m = _NODE_EXIT.search(text)
             if m:
                 self._push(self.node_exits, NodeExit(m.group(1), int(m.group(2)), lineno, task))
             return
         if "srun: error:" in text:
-            m = _SRUN_ERROR.search(text)
-            if m:
-                em = _EXIT_CODE.search(m.group(3))
-                what = f"task{'s' if not m.group(2).strip().isdigit() else ''} {m.group(2).strip()}: {m.group(3)}"
-                self._push(self.srun_errors, (m.group(1), what, int(em.group(1)) if em else None, lineno))
+            self._on_srun_error(text, lineno)
             return
         if "CANCELLED AT" in text:
-            m = _STEPD_CANCEL.search(text)
-            if m and self.cancel is None:
-                self.cancel = (m.group(2) or "", m.group(3), m.group(4).strip(), lineno)
-                self.cancel_evidence = self._evidence("cancelled", text, task, when, lineno, offset)
+            self._on_cancel(text, task, when, lineno, offset)
             return
         if "ssh" in text and "-J" in text and "-L" in text:
-            m = _TUNNEL.search(text)
-            if m and self.tunnel is None:
-                self.tunnel = text.strip()
-                target = m.group(2).split()[-1] if m.group(2).split() else ""
-                self.tunnel_host = target.rpartition("@")[2] or None
-                self.tunnel_ports = [
-                    port for p in _LFWD.finditer(text) if _is_port(port := int(p.group(1)))
-                ][:EVENTS_KEEP]
+            self._on_tunnel(text)
             return
         if "[Prometheus]" in text:
-            m = _PROM_STARTED.search(text)
-            if m:
-                if _is_port(int(m.group(1))):
-                    self.prom_port = int(m.group(1))
-                return
-            m = _PROM_USING.search(text)
-            if m:
-                if _is_port(int(m.group(2))):
-                    self.prom_port = self.prom_port or int(m.group(2))
-                return
-            m = _PROM_TRYING.search(text)
-            if m and _is_port(int(m.group(1))):
-                self._push(self.prom_port_tried, int(m.group(1)))
+            self._on_prometheus(text)
             return
         if "[Ray] Starting HEAD" in text:
             m = _RAY_HEAD.search(text)
@@ -932,6 +948,59 @@ class LogState:
             self.pending_event_logger = True
         elif "falling back to non-Ray" in text:
             self.ray_fallback = True
+
+    def _on_stage(self, text: str, lineno: int) -> bool:
+        m = _STAGE.match(text)
+        if m is None:
+            return False
+        detail = m.group(3) or ""
+        em = _STAGE_EXIT.search(detail)
+        self._push(
+            self.stages, StageEvent(m.group(1), m.group(2), detail, lineno, int(em.group(1)) if em else None)
+        )
+        return True
+
+    def _on_srun_error(self, text: str, lineno: int) -> None:
+        m = _SRUN_ERROR.search(text)
+        if m:
+            em = _EXIT_CODE.search(m.group(3))
+            what = f"task{'s' if not m.group(2).strip().isdigit() else ''} {m.group(2).strip()}: {m.group(3)}"
+            self._push(
+                self.srun_errors, SrunError(m.group(1), what, int(em.group(1)) if em else None, lineno)
+            )
+
+    def _on_cancel(self, text: str, task: int | None, when: float | None, lineno: int, offset: int) -> None:
+        """slurmstepd's `CANCELLED AT` line (rules CAS-5, CAS-8): the first one counts."""
+        m = _STEPD_CANCEL.search(text)
+        if m and self.cancel is None:
+            self.cancel = CancelLine(m.group(2) or "", m.group(3), m.group(4).strip(), lineno)
+            self.cancel_evidence = self._evidence("cancelled", text, task, when, lineno, offset)
+
+    def _on_tunnel(self, text: str) -> None:
+        """The job script's printed `ssh -J ... -L ...` tunnel to the Ray head's dashboards."""
+        m = _TUNNEL.search(text)
+        if m and self.tunnel is None:
+            self.tunnel = text.strip()
+            target = m.group(2).split()[-1] if m.group(2).split() else ""
+            self.tunnel_host = target.rpartition("@")[2] or None
+            self.tunnel_ports = [port for p in _LFWD.finditer(text) if _is_port(port := int(p.group(1)))][
+                :EVENTS_KEEP
+            ]
+
+    def _on_prometheus(self, text: str) -> None:
+        m = _PROM_STARTED.search(text)
+        if m:
+            if _is_port(int(m.group(1))):
+                self.prom_port = int(m.group(1))
+            return
+        m = _PROM_USING.search(text)
+        if m:
+            if _is_port(int(m.group(2))):
+                self.prom_port = self.prom_port or int(m.group(2))
+            return
+        m = _PROM_TRYING.search(text)
+        if m and _is_port(int(m.group(1))):
+            self._push(self.prom_port_tried, int(m.group(1)))
 
     def _on_heartbeat(self, ev: Evidence, text: str, task: int | None) -> None:
         if self.heartbeat is None:

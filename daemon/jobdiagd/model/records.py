@@ -111,3 +111,48 @@ class StageEvent:
     detail: str
     line: int
     exit_code: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreLine:
+    """MaxText's checkpoint restore line, or its "not restoring checkpoint" (rule PRJ-2)."""
+
+    kind: str  # "restored" | "fresh"
+    step: int | None  # the restored step
+    line: int
+
+
+@dataclass(frozen=True, slots=True)
+class Restart:
+    """Training restarted inside one log (rule PRJ-10): where, and the first step run again."""
+
+    line: int
+    step: int
+
+
+@dataclass(frozen=True, slots=True)
+class MarkLine:
+    """A one-off line worth placing in time (the pre-training barrier's sync / PASSED lines)."""
+
+    line: int
+    time: float | None  # epoch seconds, when the line was dated
+
+
+@dataclass(frozen=True, slots=True)
+class SrunError:
+    """`srun: error: HOST: task N: ...` (rules HB-3, SOFT-1)."""
+
+    host: str
+    text: str  # from `task N:` on
+    exit_code: int | None
+    line: int
+
+
+@dataclass(frozen=True, slots=True)
+class CancelLine:
+    """slurmstepd's `*** JOB ... CANCELLED AT <at> [DUE TO <reason>] ***` (rules CAS-5, CAS-8)."""
+
+    host: str
+    at: str  # Slurm's stamp, `2026-06-12T11:57:00`
+    reason: str  # the line's text after the stamp
+    line: int

@@ -11,6 +11,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from jobdiagd.model.jobref import JobRef
+from jobdiagd.model.kinds import (
+    FailureClass,
+    HeartbeatPhase,
+    HeartbeatVerdict,
+    JobStatus,
+    StallBasis,
+    StallPhase,
+)
 from jobdiagd.model.records import Evidence, NodeExit, StepRecord, Summary
 
 
@@ -73,7 +81,7 @@ def _grid_hit(first: int, last: int, period: int, width: int) -> bool:
     return False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Progress:
     start: str | None
     restored_from_step: int | None
@@ -119,7 +127,7 @@ class Progress:
         return d
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TgsAnalysis:
     baseline: float | None
     recent: float | None
@@ -132,6 +140,23 @@ class TgsAnalysis:
     metric: str
     periodic_steps: tuple[int, ...]
     note: str | None = None
+
+    @classmethod
+    def no_trend(cls, metric: str, note: str | None = None) -> TgsAnalysis:
+        """No baseline, no trend: too few steps (or none) to judge throughput."""
+        return cls(
+            baseline=None,
+            recent=None,
+            change_pct=None,
+            degraded=False,
+            pattern="none",
+            range=None,
+            range_steps=None,
+            magnitude=None,
+            metric=metric,
+            periodic_steps=(),
+            note=note,
+        )
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -146,7 +171,7 @@ class TgsAnalysis:
         }
 
 
-@dataclass
+@dataclass(kw_only=True)
 class HeartbeatInfo:
     time: float | None
     timeout_s: float
@@ -156,8 +181,8 @@ class HeartbeatInfo:
     earlier_error: Evidence | None
     stalled: bool
     stall_s: float | None
-    phase: str  # init | mid-training
-    verdict: str  # false-positive | hang | true-positive
+    phase: HeartbeatPhase
+    verdict: HeartbeatVerdict
 
 
 @dataclass
@@ -165,17 +190,17 @@ class Stall:
     stalled: bool
     gap_s: float | None
     budget_s: float
-    phase: str
-    basis: str  # timestamps | wall-time | none
+    phase: StallPhase
+    basis: StallBasis
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Classification:
-    status: str
-    primary: str | None
+    status: JobStatus
+    primary: FailureClass | None
     stage: str | None
     evidence: list[Evidence]
-    classes: list[str]
+    classes: list[FailureClass]
     notes: list[str] = field(default_factory=list)
     heartbeat: HeartbeatInfo | None = None
     stall: Stall | None = None
@@ -195,7 +220,7 @@ class Live:
         return {"head_node": self.head_node, "prometheus_port": self.prometheus_port, "tunnel": self.tunnel}
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TriageResult:
     ref: JobRef
     now: float
@@ -220,11 +245,11 @@ class TriageResult:
     node_exits: list[NodeExit]
 
     @property
-    def status(self) -> str:
+    def status(self) -> JobStatus:
         return self.cls.status
 
     @property
-    def primary(self) -> str | None:
+    def primary(self) -> FailureClass | None:
         return self.cls.primary
 
     @property

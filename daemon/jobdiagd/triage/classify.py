@@ -51,12 +51,14 @@ lines for `unknown-death`, XLA's rendezvous watchdog lines for `hang`.
 from __future__ import annotations
 
 import re
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from jobdiagd.logs.job import JobLogs
 from jobdiagd.logs.prefixes import Stamp, parse_full_stamp
 from jobdiagd.logs.state import LogState
-from jobdiagd.model.records import Evidence, StepRecord
+from jobdiagd.model.kinds import FailureClass, HeartbeatPhase, HeartbeatVerdict, JobStatus, StallBasis
+from jobdiagd.model.records import Evidence, StepRecord, Summary
 from jobdiagd.model.triage import (
     CheckpointConfig,
     Classification,
@@ -133,11 +135,21 @@ def _stall(
     # *is* the last step (nothing stamped came after it), only the JOB SUMMARY wall time can tell.
     undated_end = gap is not None and gap <= 1.0 and progress.unaccounted_s is not None
     if gap is not None and not undated_end:
-        return Stall(gap > limit, gap, limit, budget.phase, "timestamps")
+        return Stall(gap > limit, gap, limit, budget.phase, StallBasis.TIMESTAMPS)
     if progress.unaccounted_s is not None and steps:
         over = progress.unaccounted_s - max(SETUP_BUDGET_S, setup_s or 0.0)
-        return Stall(over > limit, over, limit, budget.phase, "wall-time")
-    return Stall(False, None, limit, budget.phase, "none")
+        return Stall(over > limit, over, limit, budget.phase, StallBasis.WALL_TIME)
+    return Stall(False, None, limit, budget.phase, StallBasis.NONE)
+
+
+def _merged_config(logs: JobLogs) -> dict[str, str]:
+    """The main log's config dump, completed by the other files' (rule HB-6)."""
+    assert logs.main is not None
+    config = {**logs.main.config}
+    for st in logs.states:
+        for k, v in st.config.items():
+            config.setdefault(k, v)
+    return config
 
 
 def _heartbeat_timeout_s(passthrough: dict[str, str], config: dict[str, str]) -> float:
@@ -149,6 +161,55 @@ def _heartbeat_timeout_s(passthrough: dict[str, str], config: dict[str, str]) ->
             except ValueError:
                 continue
     return DEFAULT_HEARTBEAT_TIMEOUT_S
+
+
+Hits = dict[str, list[Evidence]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    """What several rules read about the job: its logs and the figures triage computed."""
+
+    logs: JobLogs
+    main: LogState
+    steps: list[StepRecord]
+    progress: Progress
+    ckpt: CheckpointConfig
+    tgs: TgsAnalysis
+    policy: StallPolicy
+    now: float
+    slurm_state: str | None
+    nodes: list[str]
+
+    @property
+    def slurm_word(self) -> str:
+        """Slurm's state word (`RUNNING`, `PREEMPTED`, ...), or "" without an answer."""
+        return (self.slurm_state or "").upper().split()[0] if self.slurm_state else ""
+
+    @property
+    def alive(self) -> bool:
+        return self.slurm_word in ALIVE_STATES
+
+    def stall_at(self, at: float | None, setup_s: float | None) -> Stall:
+        """The stall measured to `at` (rules HANG-1, HANG-2, HANG-5)."""
+        return _stall(
+            self.steps,
+            self.progress,
+            self.ckpt,
+            self.policy,
+            at,
+            barrier_time=_barrier_time(self.main),
+            setup_s=setup_s,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidates:
+    """Signature hits the job did not survive (rule CL-4), by tier."""
+
+    roots: list[Evidence]
+    symptoms: list[Evidence]
+    carriers: list[Evidence]
 
 
 def classify(
@@ -163,184 +224,323 @@ def classify(
     nodes: list[str],
     policy: StallPolicy | None = None,
 ) -> Classification:
-    policy = policy or StallPolicy()
+    """Status, primary failure, evidence and notes of one job: the rules of docs/rules.md
+    §§ 2-8, in order (status, harmless drops and cascades, stall, candidates, primary, evidence)."""
     if logs.ref.problem == "prolog-kill-no-log" or logs.main is None:
-        ev: list[Evidence] = []
-        why = [*logs.errors, *([logs.ref.note] if logs.ref.note else [])]
-        return Classification(
-            "failed", "prolog-kill-no-log", "Slurm prolog", ev, ["prolog-kill-no-log"], notes=why
-        )
+        return _no_log(logs)
     main = logs.main
-    states = {s.source: s for s in logs.states}
-    summary = main.summary
-    passthrough = main.passthrough()
-    config = {**main.config}
-    for st in logs.states:
-        for k, v in st.config.items():
-            config.setdefault(k, v)
+    job = _Job(logs, main, steps, progress, ckpt, tgs, policy or StallPolicy(), now, slurm_state, nodes)
+    notes: list[str] = list(logs.errors)
 
-    # ---- gather hits ------------------------------------------------------------------
-    hits: dict[str, list[Evidence]] = {}
-    for st in logs.states:
-        for cls, h in st.hits.items():
-            hits.setdefault(cls, []).extend(h.all())
-    # Evidence-only rows (XLA's rendezvous watchdog) describe a derived class; never a class.
-    derived_ev: dict[str, list[Evidence]] = {c: hits.pop(c) for c in EVIDENCE_CLASSES if c in hits}
-    cancelled = (summary is not None and summary.exit_code in CANCEL_EXITS) or (
-        summary is None and main.cancel is not None
-    )
-    if "node-fail" in hits:
-        kept = [e for e in hits["node-fail"] if not _exit_is(e.text, CANCEL_EXITS)]
-        if kept:
-            hits["node-fail"] = kept
-        else:
-            del hits["node-fail"]  # harmless: clean SIGTERM on every node
-    if cancelled:
-        for cls in ("stage-fail", "subprocess-fail", "signal-kill"):
-            if cls in hits:
-                kept = [
-                    e
-                    for e in hits[cls]
-                    if not _exit_is(e.text, CANCEL_EXITS | {15}) and "SIGTERM" not in e.text
-                ]
-                if kept:
-                    hits[cls] = kept
-                else:
-                    del hits[cls]
-    cancel_notes: list[str] = []
-    if cancelled and main.cancel is not None:
-        dropped = _drop_after_cancel(hits, main)
-        if dropped:
-            cancel_notes.append(
-                f"{dropped} error line(s) printed after the cancel (tasks dying from the SIGTERM) "
-                "are consequences of the cancel, not its cause."
-            )
-    if "xla-compile-fail" in hits and "signal-kill" in hits:
-        # The abort after a compiler fatal is its consequence (LLVM / ptxas / CHECK abort).
-        kept = [e for e in hits["signal-kill"] if not _is_abort(e.text)]
-        if kept:
-            hits["signal-kill"] = kept
-        else:
-            del hits["signal-kill"]
-    for evs in (*hits.values(), *derived_ev.values()):
-        evs.sort(key=lambda e: (e.source != main.source, e.line))
-
+    # Harmless lines and cascades (rules HL-3, CAS-5, CAS-6).
+    hits, derived = _split_evidence_only(_gather_hits(logs.states))
+    hits = _drop_clean_cancel_node_exits(hits)
+    if _cancel_exit_or_line(main):
+        hits = _drop_cancel_carriers(hits)
+        if main.cancel is not None:
+            hits, dropped = _drop_after_cancel(hits, main)
+            notes += _after_cancel_note(dropped)
+    hits = _drop_abort_after_compile_fail(hits)
+    hits, derived = _main_log_first(hits, main), _main_log_first(derived, main)
     classes = sorted(hits, key=lambda c: _ORDER.get(c, 99))
-    notes: list[str] = [*logs.errors, *cancel_notes]
-    end_time = _end_time(logs)
-    last_step_time = progress.last_step_time
-
-    infra = [hits[c][0] for c in classes if BY_CLASS.get(c) is not None and BY_CLASS[c].tier is Tier.INFRA]
-    # A failed pre-training stage (Preflight, Docker pull, ECC check) means the job never trained:
-    # it outranks the NODE_EXIT that carried it.
-    infra += [e for e in hits.get("stage-fail", []) if "== Training " not in e.text][:1]
-    advisory = [
-        hits[c][0] for c in classes if BY_CLASS.get(c) is not None and BY_CLASS[c].tier is Tier.ADVISORY
-    ]
-
+    infra = _infra_hits(hits, classes)
+    advisory = _tier_hits(hits, classes, Tier.ADVISORY)
     setup_s = _measured_setup_s(logs, steps)
 
-    # ---- status ---------------------------------------------------------------------------
-    state_up = (slurm_state or "").upper().split()[0] if slurm_state else ""
-    alive = state_up in ALIVE_STATES
-    status: str
-    soft: str | None = None
-    if summary is not None and summary.exit_code is not None:
-        if summary.exit_code == 0 and summary.status != "FAILED":
-            status = "completed"
-        elif progress.reached_end and (variant := _soft_variant(main, summary.exit_code, hits)) is not None:
-            status = "completed"
-            soft = variant
-        elif summary.exit_code in CANCEL_EXITS:
-            status = "cancelled"
-        else:
-            status = "failed"
-    elif summary is not None and summary.status == "SUCCESS":
-        status = "completed"
-    elif progress.reached_end and not alive:
-        # RAY=1 truncation can hide the summary's context; the worker log says training finished.
-        status = "completed"
-        notes.append("No JOB SUMMARY, but the authoritative step record reached the final step.")
-    else:
-        recent = _stall(
-            steps,
-            progress,
-            ckpt,
-            policy,
-            now,
-            barrier_time=_barrier_time(main),
-            setup_s=setup_s,
-        )
-        advancing = recent.basis == "timestamps" and not recent.stalled
-        if infra and not steps and not alive:
-            status = "failed"  # an infrastructure failure before training; the summary may be missing
-        elif alive:
-            status = "hanging" if recent.stalled else "running"
-        elif advancing and not slurm_state:
-            status = "running"
-        else:
-            status = "unknown-death"
+    # Status (rules ST-1 to ST-8, SOFT-1) and what it makes of the hits (SOFT-2, UD-2, UD-3).
+    status, soft = _status(job, hits, infra, setup_s)
+    notes += _finished_without_summary_note(job, status)
+    if soft == "c":
+        hits, derived, classes = _time_limit_as_soft_success(hits, derived, classes)
+    hits, derived, classes = _route_srun_killed(hits, derived, classes, status, main)
+    derived = _status_evidence(derived, status, main)
 
-    if soft == "c" and "train-timeout" in hits:
-        # Soft-success (c) *is* the walltime cancel after the last step: its evidence, not a
-        # failure of its own.
-        derived_ev["soft-success"] = [
-            replace(e, cls="soft-success") for e in hits["train-timeout"] if e.rule == "TT-slurm"
-        ]
-        hits["train-timeout"] = [e for e in hits["train-timeout"] if e.rule != "TT-slurm"]
-        if not hits["train-timeout"]:
-            del hits["train-timeout"]
-            classes = [c for c in classes if c != "train-timeout"]
-    killed = [e for e in hits.get("node-fail", []) if e.rule == "NODE-srun-killed"]
-    if killed and (status == "unknown-death" or "oom-host" in hits):
-        # srun's `task N: Killed`: with an OOM report it is the OOM kill itself (runbook oom-host:
-        # "Killed (from OOM killer)"); without a JOB SUMMARY, the unknown-death checklist's
-        # evidence of an external kill.
-        if "oom-host" in hits:
-            hits["oom-host"] = sorted(
-                [*hits["oom-host"], *(replace(e, cls="oom-host") for e in killed)],
-                key=lambda e: (e.source != main.source, e.line),
-            )
-        else:
-            derived_ev.setdefault("unknown-death", []).extend(replace(e, cls="unknown-death") for e in killed)
-        rest = [e for e in hits["node-fail"] if e.rule != "NODE-srun-killed"]
-        if rest:
-            hits["node-fail"] = rest
-        else:
-            del hits["node-fail"]
-            classes = [c for c in classes if c != "node-fail"]
-    if status == "unknown-death" and main.cancel_evidence is not None:  # checklist item 3: preemption
-        derived_ev.setdefault("unknown-death", []).append(replace(main.cancel_evidence, cls="unknown-death"))
-    cancel_ev = _cancel_evidence(main) if status == "cancelled" else None
-    if cancel_ev is not None:
-        derived_ev["cancelled"] = [cancel_ev]
+    # Stall before the end (rules CAS-4, CAS-8, HANG-5).
+    at = _stall_instant(job, status)
+    stall = job.stall_at(at, setup_s)
+    if status is JobStatus.HANGING:
+        stall = replace(stall, stalled=True)
 
-    # ---- stall before the end --------------------------------------------------------------
-    at: float | None
-    if status in ("running", "hanging"):
-        at = now
-    elif main.cancel is not None and (t := _cancel_instant(main)) is not None:
-        at = t
-    else:
-        at = end_time
-    stall = _stall(
-        steps,
-        progress,
-        ckpt,
-        policy,
-        at,
-        barrier_time=_barrier_time(main),
-        setup_s=setup_s,
+    # Primary failure (rules CL-2 to CL-9) and its notes (CAS-7, UD-3).
+    primary, hb_info = _primary(job, status, soft, hits, classes, infra, advisory, stall)
+    notes += _hung_waiting_note(status, primary)
+    if status is JobStatus.UNKNOWN_DEATH:
+        notes += _unknown_death_notes(job)
+
+    # Evidence (rules CL-10, CL-11).
+    evidence = _evidence_order(primary, hits, classes, derived)
+    return Classification(
+        status=status,
+        primary=primary,
+        stage=_stage(primary, main, steps),
+        evidence=evidence,
+        classes=_reported_classes(primary, classes, tgs, status),
+        notes=notes,
+        heartbeat=hb_info,
+        stall=stall,
+        soft_success_variant=soft,
+        end_time=at,
+        primary_rule=next((e.rule for e in evidence if e.cls == primary), None),
+        cancel_reason=_cancel_reason(main) if status is JobStatus.CANCELLED else None,
     )
-    if status == "hanging":
-        stall.stalled = True
 
-    # ---- candidates ----------------------------------------------------------------------------
-    def live_hits(tiers: tuple[Tier, ...]) -> list[Evidence]:
+
+def _no_log(logs: JobLogs) -> Classification:
+    """Rule CL-1: no log at all is `prolog-kill-no-log`, status failed."""
+    why = [*logs.errors, *([logs.ref.note] if logs.ref.note else [])]
+    return Classification(
+        status=JobStatus.FAILED,
+        primary=FailureClass.PROLOG_KILL_NO_LOG,
+        stage="Slurm prolog",
+        evidence=[],
+        classes=[FailureClass.PROLOG_KILL_NO_LOG],
+        notes=why,
+    )
+
+
+def _gather_hits(states: list[LogState]) -> Hits:
+    """Every file's signature hits, by class (rule MATCH)."""
+    hits: Hits = {}
+    for st in states:
+        for cls, h in st.hits.items():
+            hits.setdefault(cls, []).extend(h.all())
+    return hits
+
+
+def _split_evidence_only(hits: Hits) -> tuple[Hits, Hits]:
+    """Evidence-only rows (XLA's rendezvous watchdog) describe a derived class, never a class
+    of their own (rule CL-10): (the hits, the derived classes' evidence)."""
+    derived = {c: hits[c] for c in EVIDENCE_CLASSES if c in hits}
+    return {c: evs for c, evs in hits.items() if c not in derived}, derived
+
+
+def _keep(hits: Hits, cls: str, keep: Callable[[Evidence], bool]) -> Hits:
+    """`hits` with only the lines of `cls` that `keep` accepts; the class goes when none is left."""
+    if cls not in hits:
+        return hits
+    out = dict(hits)
+    kept = [e for e in hits[cls] if keep(e)]
+    if kept:
+        out[cls] = kept
+    else:
+        del out[cls]
+    return out
+
+
+def _cancel_exit_or_line(main: LogState) -> bool:
+    """Rule ST-3: a cancel exit in the JOB SUMMARY, or Slurm's cancel line without a summary."""
+    summary = main.summary
+    return (summary is not None and summary.exit_code in CANCEL_EXITS) or (
+        summary is None and main.cancel is not None
+    )
+
+
+def _drop_clean_cancel_node_exits(hits: Hits) -> Hits:
+    """Rule HL-3: NODE_EXIT / srun exit 143 (130) is the clean scancel pattern, never node-fail."""
+    return _keep(hits, "node-fail", lambda e: not _exit_is(e.text, CANCEL_EXITS))
+
+
+def _drop_cancel_carriers(hits: Hits) -> Hits:
+    """Rule CAS-5: a cancelled job's exit-143 / SIGTERM carrier lines are the cancel itself."""
+    for cls in ("stage-fail", "subprocess-fail", "signal-kill"):
+        hits = _keep(
+            hits, cls, lambda e: not _exit_is(e.text, CANCEL_EXITS | {15}) and "SIGTERM" not in e.text
+        )
+    return hits
+
+
+def _after_cancel_note(dropped: int) -> list[str]:
+    if not dropped:
+        return []
+    return [
+        f"{dropped} error line(s) printed after the cancel (tasks dying from the SIGTERM) "
+        "are consequences of the cancel, not its cause."
+    ]
+
+
+def _drop_abort_after_compile_fail(hits: Hits) -> Hits:
+    """Rule CAS-6: the abort after a compiler fatal (LLVM / ptxas / CHECK abort) is its
+    consequence, dropped."""
+    if "xla-compile-fail" not in hits:
+        return hits
+    return _keep(hits, "signal-kill", lambda e: not _is_abort(e.text))
+
+
+def _main_log_first(hits: Hits, main: LogState) -> Hits:
+    """Each class's lines in the main log's line order, then the other files' (rule CAS-1)."""
+    return {c: sorted(evs, key=lambda e: (e.source != main.source, e.line)) for c, evs in hits.items()}
+
+
+def _tier_hits(hits: Hits, classes: list[str], tier: Tier) -> list[Evidence]:
+    """The first line of each class of `tier`, in table order."""
+    return [hits[c][0] for c in classes if BY_CLASS.get(c) is not None and BY_CLASS[c].tier is tier]
+
+
+def _infra_hits(hits: Hits, classes: list[str]) -> list[Evidence]:
+    """Rule CL-3: infrastructure and stage-timeout signatures, and a failed pre-training stage
+    (Preflight, Docker pull, ECC check: the job never trained), which outranks the NODE_EXIT
+    that carried it."""
+    infra = _tier_hits(hits, classes, Tier.INFRA)
+    return infra + [e for e in hits.get("stage-fail", []) if "== Training " not in e.text][:1]
+
+
+def _status(
+    job: _Job, hits: Hits, infra: list[Evidence], setup_s: float | None
+) -> tuple[JobStatus, str | None]:
+    """The job's status and its soft-success variant (rules ST-1 to ST-8, SOFT-1)."""
+    summary = job.main.summary
+    if summary is not None and summary.exit_code is not None:
+        return _summary_status(job, summary, summary.exit_code, hits)
+    if summary is not None and summary.status == "SUCCESS":
+        return JobStatus.COMPLETED, None
+    if _finished_without_summary(job):
+        return JobStatus.COMPLETED, None
+    return _status_without_summary(job, infra, setup_s), None
+
+
+def _summary_status(job: _Job, summary: Summary, exit_code: int, hits: Hits) -> tuple[JobStatus, str | None]:
+    """Rules ST-1, ST-2, ST-3, SOFT-1: the JOB SUMMARY's exit code decides."""
+    if exit_code == 0 and summary.status != "FAILED":
+        return JobStatus.COMPLETED, None
+    if job.progress.reached_end and (variant := _soft_variant(job.main, exit_code, hits)) is not None:
+        return JobStatus.COMPLETED, variant
+    if exit_code in CANCEL_EXITS:
+        return JobStatus.CANCELLED, None
+    return JobStatus.FAILED, None
+
+
+def _finished_without_summary(job: _Job) -> bool:
+    """Rule ST-7: RAY=1 truncation can hide the summary; the authoritative step record says
+    training finished, and the job is no longer alive."""
+    summary = job.main.summary
+    return (summary is None or (summary.exit_code is None and summary.status != "SUCCESS")) and (
+        job.progress.reached_end and not job.alive
+    )
+
+
+def _finished_without_summary_note(job: _Job, status: JobStatus) -> list[str]:
+    if status is JobStatus.COMPLETED and _finished_without_summary(job):
+        return ["No JOB SUMMARY, but the authoritative step record reached the final step."]
+    return []
+
+
+def _status_without_summary(job: _Job, infra: list[Evidence], setup_s: float | None) -> JobStatus:
+    """Rules ST-4, ST-5, ST-8: no JOB SUMMARY; Slurm's state and the step progress decide."""
+    recent = job.stall_at(job.now, setup_s)
+    advancing = recent.basis is StallBasis.TIMESTAMPS and not recent.stalled
+    if infra and not job.steps and not job.alive:
+        return JobStatus.FAILED  # an infrastructure failure before training; the summary may be missing
+    if job.alive:
+        return JobStatus.HANGING if recent.stalled else JobStatus.RUNNING
+    if advancing and not job.slurm_state:
+        return JobStatus.RUNNING
+    return JobStatus.UNKNOWN_DEATH
+
+
+def _time_limit_as_soft_success(
+    hits: Hits, derived: Hits, classes: list[str]
+) -> tuple[Hits, Hits, list[str]]:
+    """Rule SOFT-2: soft-success (c) *is* the walltime cancel after the last step: Slurm's
+    time-limit line is its evidence, not a train-timeout of its own."""
+    if "train-timeout" not in hits:
+        return hits, derived, classes
+    derived = {
+        **derived,
+        "soft-success": [
+            replace(e, cls="soft-success") for e in hits["train-timeout"] if e.rule == "TT-slurm"
+        ],
+    }
+    hits = _keep(hits, "train-timeout", lambda e: e.rule != "TT-slurm")
+    return hits, derived, [c for c in classes if c in hits]
+
+
+def _route_srun_killed(
+    hits: Hits, derived: Hits, classes: list[str], status: JobStatus, main: LogState
+) -> tuple[Hits, Hits, list[str]]:
+    """Rule UD-2: srun's `task N: Killed` is the OOM kill itself when an OOM report exists
+    (oom-host evidence), the unknown-death checklist's evidence of an external kill without a
+    JOB SUMMARY, and node-fail evidence otherwise (left as it is)."""
+    killed = [e for e in hits.get("node-fail", []) if e.rule == "NODE-srun-killed"]
+    if not killed or not (status is JobStatus.UNKNOWN_DEATH or "oom-host" in hits):
+        return hits, derived, classes
+    if "oom-host" in hits:
+        oom = [*hits["oom-host"], *(replace(e, cls="oom-host") for e in killed)]
+        hits = {**hits, "oom-host": sorted(oom, key=lambda e: (e.source != main.source, e.line))}
+    else:
+        ud = [*derived.get("unknown-death", []), *(replace(e, cls="unknown-death") for e in killed)]
+        derived = {**derived, "unknown-death": ud}
+    hits = _keep(hits, "node-fail", lambda e: e.rule != "NODE-srun-killed")
+    return hits, derived, [c for c in classes if c in hits]
+
+
+def _status_evidence(derived: Hits, status: JobStatus, main: LogState) -> Hits:
+    """Rules UD-3, CL-10: the preemption cancel line quoted for an unknown death (checklist
+    item 3); the cancel line (or the summary's Status) for a cancelled job."""
+    if status is JobStatus.UNKNOWN_DEATH and main.cancel_evidence is not None:
+        ud = [*derived.get("unknown-death", []), replace(main.cancel_evidence, cls="unknown-death")]
+        derived = {**derived, "unknown-death": ud}
+    cancel_ev = _cancel_evidence(main) if status is JobStatus.CANCELLED else None
+    if cancel_ev is not None:
+        derived = {**derived, "cancelled": [cancel_ev]}
+    return derived
+
+
+def _stall_instant(job: _Job, status: JobStatus) -> float | None:
+    """Where the stall is measured to (rules CAS-8, PRJ-4): now for a live job, the cancel
+    instant of a cancelled one, else the last dated line of the job's logs."""
+    if status in (JobStatus.RUNNING, JobStatus.HANGING):
+        return job.now
+    if job.main.cancel is not None and (t := _cancel_instant(job.main)) is not None:
+        return t
+    return _end_time(job.logs)
+
+
+def _primary(
+    job: _Job,
+    status: JobStatus,
+    soft: str | None,
+    hits: Hits,
+    classes: list[str],
+    infra: list[Evidence],
+    advisory: list[Evidence],
+    stall: Stall,
+) -> tuple[FailureClass | None, HeartbeatInfo | None]:
+    """The primary failure class and the heartbeat checklist's result (rules CL-2 to CL-9);
+    the first rule that applies decides."""
+    if soft is not None:
+        return FailureClass.SOFT_SUCCESS, None  # rule CL-2
+    if infra and not job.steps:
+        return FailureClass(min(infra, key=_pos).cls), None  # rule CL-3
+    cands = _candidates(job, hits, classes)
+    hb_info = _heartbeat_info(job, hits, cands)
+    primary = (
+        _heartbeat_verdict_primary(hb_info, cands)
+        or _root_cause_primary(cands)
+        or _heartbeat_false_positive_primary(hb_info)
+        or _train_timeout_primary(hits, stall)
+        or _symptom_primary(cands)
+        or _stalled_primary(status, stall)
+        or _carrier_primary(cands, status)
+        or _job_state_primary(status)
+        or _late_infra_primary(infra, status)
+        or _tgs_primary(status, job.tgs)
+    )
+    if status is JobStatus.COMPLETED:
+        primary = None  # rule CL-9: a completed job (no soft success) has no failure
+    return primary or _advisory_primary(advisory) or _failed_stage_primary(status, job.main), hb_info
+
+
+def _candidates(job: _Job, hits: Hits, classes: list[str]) -> _Candidates:
+    """Rule CL-4: per class, the first hit the job did not train past, by tier.
+    heartbeat-timeout and train-timeout are roots with rules of their own (CL-5, CL-7)."""
+    states = {s.source: s for s in job.logs.states}
+    last_step_time = job.progress.last_step_time
+
+    def live_hits(tier: Tier) -> list[Evidence]:
         out = []
         for cls in classes:
             sig = BY_CLASS.get(cls)
-            if sig is None or sig.tier not in tiers:
+            if sig is None or sig.tier is not tier:
                 continue
             for e in hits[cls]:
                 if not _survived(e, states, last_step_time):
@@ -348,98 +548,128 @@ def classify(
                     break
         return out
 
-    primary: str | None = None
-    hb_info: HeartbeatInfo | None = None
+    roots = [e for e in live_hits(Tier.ROOT) if e.cls not in ("heartbeat-timeout", "train-timeout")]
+    return _Candidates(roots, live_hits(Tier.SYMPTOM), live_hits(Tier.CARRIER))
 
-    if soft is not None:
-        primary = "soft-success"
-    elif infra and not steps:
-        primary = min(infra, key=_pos).cls
-    else:
-        roots = [e for e in live_hits((Tier.ROOT,)) if e.cls not in ("heartbeat-timeout", "train-timeout")]
-        symptoms = live_hits((Tier.SYMPTOM,))
-        carriers = live_hits((Tier.CARRIER,))
-        hb = _merged_heartbeat(logs) if "heartbeat-timeout" in hits else None
-        if hb is not None:
-            hb_info = _heartbeat_checklist(
-                hb,
-                roots + symptoms + carriers,
-                steps,
-                progress,
-                ckpt,
-                policy,
-                passthrough,
-                config,
-                nodes,
-                main,
-            )
-        if hb_info is not None and hb_info.verdict == "true-positive" and hb_info.earlier_error is not None:
-            primary = _pick(roots, symptoms, carriers) or hb_info.earlier_error.cls
-        elif hb_info is not None and hb_info.verdict == "hang":
-            primary = "hang"
-        elif roots:
-            primary = _pick(roots, [], [])
-        elif hb_info is not None:
-            primary = "heartbeat-timeout"
-        elif "train-timeout" in hits:
-            primary = "hang" if stall.stalled else "train-timeout"
-        elif symptoms:
-            primary = _pick([], symptoms, [])
-        elif status in ("hanging",) or (status == "cancelled" and stall.stalled):
-            primary = "hang"
-        elif carriers and status not in ("completed",):
-            primary = _pick([], [], carriers)
-        elif status == "cancelled":
-            primary = "cancelled"
-        elif status == "unknown-death":
-            primary = "unknown-death"
-        elif infra and status == "failed":
-            primary = min(infra, key=_pos).cls
-        elif status == "running" and tgs.degraded:
-            primary = "tgs-degradation"
-        if status == "completed" and soft is None:
-            primary = None
-        if primary is None and advisory:
-            primary = advisory[0].cls  # e.g. ray-start-fail: the only thing that went wrong
-        if status == "failed" and primary is None:
-            primary = "stage-fail" if any(s.kind == "FAILED" for s in main.stages) else None
 
-    if status == "hanging" and primary not in (None, "hang") and BY_CLASS.get(primary or "") is not None:
-        notes.append("Training stopped after the error above; the remaining tasks are hung waiting for it.")
+def _heartbeat_info(job: _Job, hits: Hits, cands: _Candidates) -> HeartbeatInfo | None:
+    """Rule CL-5: a heartbeat-timeout runs the full checklist (rules HB-1 to HB-6)."""
+    hb = _merged_heartbeat(job.logs) if "heartbeat-timeout" in hits else None
+    if hb is None:
+        return None
+    return _heartbeat_checklist(hb, cands.roots + cands.symptoms + cands.carriers, job)
 
-    # ---- unknown-death extras ---------------------------------------------------------------------
-    if status == "unknown-death":
-        if not main.ends_with_newline:
-            notes.append(
-                "The log ends mid-line: the process was killed abruptly (SIGKILL / OOM-kill) without cleanup."
-            )
-        if state_up in ("PREEMPTED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"):
-            notes.append(f"Slurm reports the job {state_up}.")
-    evidence = _evidence_order(primary, hits, classes, derived_ev)
-    primary_rule = next((e.rule for e in evidence if e.cls == primary), None)
-    stage = _stage(primary, main, steps)
-    all_classes = list(classes)
-    for derived in (primary,):
-        if derived and derived not in all_classes:
-            all_classes.insert(0, derived)
-    if tgs.degraded and "tgs-degradation" not in all_classes:
-        all_classes.append("tgs-degradation")
-    if status == "cancelled" and "cancelled" not in all_classes:
-        all_classes.append("cancelled")
-    return Classification(
-        status,
-        primary,
-        stage,
-        evidence,
-        all_classes,
-        notes,
-        hb_info,
-        stall,
-        soft,
-        at,
-        primary_rule,
-        _cancel_reason(main) if status == "cancelled" else None,
-    )
+
+def _heartbeat_verdict_primary(hb_info: HeartbeatInfo | None, cands: _Candidates) -> FailureClass | None:
+    """Rules HB-2, HB-4: a true positive makes the earlier error primary; a stall before the
+    heartbeat error makes it a hang (rule CAS-2)."""
+    if hb_info is None:
+        return None
+    if hb_info.verdict is HeartbeatVerdict.TRUE_POSITIVE and hb_info.earlier_error is not None:
+        return _pick(cands.roots, cands.symptoms, cands.carriers) or FailureClass(hb_info.earlier_error.cls)
+    if hb_info.verdict is HeartbeatVerdict.HANG:
+        return FailureClass.HANG
+    return None
+
+
+def _root_cause_primary(cands: _Candidates) -> FailureClass | None:
+    """Rule CL-6: the earliest root-cause hit (rule CAS-1)."""
+    return _pick(cands.roots, [], []) if cands.roots else None
+
+
+def _heartbeat_false_positive_primary(hb_info: HeartbeatInfo | None) -> FailureClass | None:
+    """Rule HB-5: a heartbeat timeout with no earlier error and no stall."""
+    return FailureClass.HEARTBEAT_TIMEOUT if hb_info is not None else None
+
+
+def _train_timeout_primary(hits: Hits, stall: Stall) -> FailureClass | None:
+    """Rules CL-7, CAS-3: a train-timeout after a stall is a hang the timeout killed."""
+    if "train-timeout" not in hits:
+        return None
+    return FailureClass.HANG if stall.stalled else FailureClass.TRAIN_TIMEOUT
+
+
+def _symptom_primary(cands: _Candidates) -> FailureClass | None:
+    """Rule CL-6: nccl-timeout and the other symptoms, only without a root cause."""
+    return _pick([], cands.symptoms, []) if cands.symptoms else None
+
+
+def _stalled_primary(status: JobStatus, stall: Stall) -> FailureClass | None:
+    """Rules CL-9, CAS-4: a hanging job, or a cancelled one that had stalled, is a hang."""
+    stalled = status is JobStatus.HANGING or (status is JobStatus.CANCELLED and stall.stalled)
+    return FailureClass.HANG if stalled else None
+
+
+def _carrier_primary(cands: _Candidates, status: JobStatus) -> FailureClass | None:
+    """Rule CL-8: carriers, by table order, never on a completed job."""
+    return _pick([], [], cands.carriers) if cands.carriers and status is not JobStatus.COMPLETED else None
+
+
+def _job_state_primary(status: JobStatus) -> FailureClass | None:
+    """Rule CL-9: no signature: a cancelled job is `cancelled`, a dead one `unknown-death`."""
+    if status in (JobStatus.CANCELLED, JobStatus.UNKNOWN_DEATH):
+        return FailureClass(status)
+    return None
+
+
+def _late_infra_primary(infra: list[Evidence], status: JobStatus) -> FailureClass | None:
+    """Rule CL-3: a failed job's earliest infrastructure hit, when nothing else was found."""
+    return FailureClass(min(infra, key=_pos).cls) if infra and status is JobStatus.FAILED else None
+
+
+def _tgs_primary(status: JobStatus, tgs: TgsAnalysis) -> FailureClass | None:
+    """Rule CL-9: a running job whose throughput slid (rule TGS)."""
+    return FailureClass.TGS_DEGRADATION if status is JobStatus.RUNNING and tgs.degraded else None
+
+
+def _advisory_primary(advisory: list[Evidence]) -> FailureClass | None:
+    """Rule CL-3: an advisory hit (e.g. ray-start-fail) when it is the only thing that went wrong."""
+    return FailureClass(advisory[0].cls) if advisory else None
+
+
+def _failed_stage_primary(status: JobStatus, main: LogState) -> FailureClass | None:
+    """Rule CL-9 (decision): a failed job with no signature but a FAILED stage line."""
+    if status is JobStatus.FAILED and any(s.kind == "FAILED" for s in main.stages):
+        return FailureClass.STAGE_FAIL
+    return None
+
+
+def _hung_waiting_note(status: JobStatus, primary: FailureClass | None) -> list[str]:
+    """Rule CAS-7: the remaining tasks of a hanging job wait for the failed one."""
+    if (
+        status is JobStatus.HANGING
+        and primary not in (None, FailureClass.HANG)
+        and BY_CLASS.get(primary or "") is not None
+    ):
+        return ["Training stopped after the error above; the remaining tasks are hung waiting for it."]
+    return []
+
+
+def _unknown_death_notes(job: _Job) -> list[str]:
+    """Rule UD-3: a log ending mid-line, and Slurm's word for the end."""
+    notes = []
+    if not job.main.ends_with_newline:
+        notes.append(
+            "The log ends mid-line: the process was killed abruptly (SIGKILL / OOM-kill) without cleanup."
+        )
+    word = job.slurm_word
+    if word in ("PREEMPTED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"):
+        notes.append(f"Slurm reports the job {word}.")
+    return notes
+
+
+def _reported_classes(
+    primary: FailureClass | None, classes: list[str], tgs: TgsAnalysis, status: JobStatus
+) -> list[FailureClass]:
+    """Every class found: a derived primary first, then the hits', TGS degradation and cancel."""
+    out = [FailureClass(c) for c in classes]
+    if primary and primary not in out:
+        out.insert(0, primary)
+    if tgs.degraded and FailureClass.TGS_DEGRADATION not in out:
+        out.append(FailureClass.TGS_DEGRADATION)
+    if status is JobStatus.CANCELLED and FailureClass.CANCELLED not in out:
+        out.append(FailureClass.CANCELLED)
+    return out
 
 
 def _is_abort(text: str) -> bool:
@@ -450,7 +680,7 @@ def _cancel_reason(main: LogState) -> str | None:
     """`TIME LIMIT`, `PREEMPTION`, `JOB REQUEUE`, `NODE FAILURE, ...` from Slurm's cancel line."""
     if main.cancel is None:
         return None
-    m = re.search(r"DUE TO (.+?)(?: on \S+)?\s*$", main.cancel[2], re.IGNORECASE)
+    m = re.search(r"DUE TO (.+?)(?: on \S+)?\s*$", main.cancel.reason, re.IGNORECASE)
     return m.group(1).strip().upper() if m else None
 
 
@@ -476,8 +706,8 @@ def _measured_setup_s(logs: JobLogs, steps: list[StepRecord]) -> float | None:
 
 def _barrier_time(main: LogState) -> float | None:
     for mark in (main.barrier_passed, main.barrier_sync):
-        if mark is not None and mark[1] is not None:
-            return mark[1]
+        if mark is not None and mark.time is not None:
+            return mark.time
     return None
 
 
@@ -490,16 +720,16 @@ def _pos(e: Evidence) -> tuple[float, int, int]:
     return (e.time if e.time is not None else float("inf"), _ORDER.get(e.cls, 99), e.line)
 
 
-def _pick(roots: list[Evidence], symptoms: list[Evidence], carriers: list[Evidence]) -> str | None:
+def _pick(roots: list[Evidence], symptoms: list[Evidence], carriers: list[Evidence]) -> FailureClass | None:
     for group in (roots, symptoms, carriers):
         if group:
             # Earliest wins: by timestamp when every hit has one, else by line within the main log.
             if all(e.time is not None for e in group):
-                return min(group, key=lambda e: (e.time or 0.0, _ORDER.get(e.cls, 99))).cls
+                return FailureClass(min(group, key=lambda e: (e.time or 0.0, _ORDER.get(e.cls, 99))).cls)
             same = {e.source for e in group}
             if len(same) == 1:
-                return min(group, key=lambda e: (e.line, _ORDER.get(e.cls, 99))).cls
-            return min(group, key=lambda e: _ORDER.get(e.cls, 99)).cls
+                return FailureClass(min(group, key=lambda e: (e.line, _ORDER.get(e.cls, 99))).cls)
+            return FailureClass(min(group, key=lambda e: _ORDER.get(e.cls, 99)).cls)
     return None
 
 
@@ -511,25 +741,17 @@ def _merged_heartbeat(logs: JobLogs) -> LogState | None:
     return best
 
 
-def _heartbeat_checklist(
-    hb_state: LogState,
-    errors: list[Evidence],
-    steps: list[StepRecord],
-    progress: Progress,
-    ckpt: CheckpointConfig,
-    policy: StallPolicy,
-    passthrough: dict[str, str],
-    config: dict[str, str],
-    nodes: list[str],
-    main: LogState,
-) -> HeartbeatInfo:
+def _heartbeat_checklist(hb_state: LogState, errors: list[Evidence], job: _Job) -> HeartbeatInfo:
+    """Rules HB-1 to HB-6: who was accused, an earlier error (a true positive), a stall before
+    the message (a hang), else a false positive of the init or mid-training kind."""
+    main, steps, nodes = job.main, job.steps, job.nodes
     hb = hb_state.heartbeat
     assert hb is not None
     accused = set(hb.accused_tasks)
     for st in [main]:
         if st.heartbeat is not None:
             accused |= st.heartbeat.accused_tasks
-    timeout = _heartbeat_timeout_s(passthrough, config)
+    timeout = _heartbeat_timeout_s(main.passthrough(), _merged_config(job.logs))
     first = hb.first
     # Item 2: a real error before the heartbeat message (on the accused tasks, or anywhere
     # in the job when the accused tasks printed nothing) makes it a true positive.
@@ -552,13 +774,13 @@ def _heartbeat_checklist(
     if earlier is None:
         earlier = _killed_before(main, first, accused, nodes)
     # Item 3: stall before the error.
-    stall = _stall(steps, progress, ckpt, policy, first.time, extra_s=timeout)
-    phase = "init" if not steps else "mid-training"
-    verdict = "false-positive"
+    stall = _stall(steps, job.progress, job.ckpt, job.policy, first.time, extra_s=timeout)
+    phase = HeartbeatPhase.MID_TRAINING if steps else HeartbeatPhase.INIT
+    verdict = HeartbeatVerdict.FALSE_POSITIVE
     if earlier is not None:
-        verdict = "true-positive"
+        verdict = HeartbeatVerdict.TRUE_POSITIVE
     elif stall.stalled and steps:
-        verdict = "hang"
+        verdict = HeartbeatVerdict.HANG
     hosts = [nodes[t] for t in sorted(accused) if 0 <= t < len(nodes)]
     return HeartbeatInfo(
         time=first.time,
@@ -579,9 +801,9 @@ def _rank_exits(main: LogState) -> dict[str, int]:
     out: dict[str, int] = {}
     for n in main.node_exits:
         out[n.host] = n.exit_code
-    for host, text, code, _line in main.srun_errors:
-        if code is not None and host not in out and "task" in text:
-            out[host] = code
+    for err in main.srun_errors:
+        if err.exit_code is not None and err.host not in out and "task" in err.text:
+            out[err.host] = err.exit_code
     return out
 
 
@@ -596,18 +818,17 @@ def _killed_before(main: LogState, first: Evidence, accused: set[int], nodes: li
     if first.source != main.source:
         return None
     hosts = {nodes[t] for t in accused if 0 <= t < len(nodes)}
-    for host, text, code, line in main.srun_errors:
-        if line >= first.line:
+    for err in main.srun_errors:
+        if err.line >= first.line:
             break
-        if not ("Killed" in text or "signal" in text.lower() or code in (9, 134, 137, 139)):
+        if not ("Killed" in err.text or "signal" in err.text.lower() or err.exit_code in (9, 134, 137, 139)):
             continue
-        m = _SRUN_TASKS.search(": " + text)
+        m = _SRUN_TASKS.search(": " + err.text)
         tasks = set(range(int(m.group(1)), int(m.group(2) or m.group(1)) + 1)) if m else set()
-        if (tasks & accused) or host in hosts or not accused:
+        if (tasks & accused) or err.host in hosts or not accused:
             task = min(tasks & accused) if tasks & accused else None
-            return Evidence(
-                "node-fail", line, 0, main.source, task, host, f"srun: error: {host}: {text}", None
-            )
+            text = f"srun: error: {err.host}: {err.text}"
+            return Evidence("node-fail", err.line, 0, main.source, task, err.host, text, None)
     return None
 
 
@@ -641,7 +862,9 @@ def _soft_variant(main: LogState, exit_code: int, hits: dict[str, list[Evidence]
             return None
     if cascade:
         reason = " ".join(
-            filter(None, [main.cancel[2] if main.cancel else "", main.summary.reason if main.summary else ""])
+            filter(
+                None, [main.cancel.reason if main.cancel else "", main.summary.reason if main.summary else ""]
+            )
         )
         if "TIME LIMIT" in reason.upper() or "TIMEOUT" in reason.upper():
             return "c"
@@ -649,29 +872,23 @@ def _soft_variant(main: LogState, exit_code: int, hits: dict[str, list[Evidence]
     return "a"
 
 
-def _drop_after_cancel(hits: dict[str, list[Evidence]], main: LogState) -> int:
-    """Remove the hits logged after the Slurm cancel line (or dated after it in other files):
-    ranks dying from the SIGTERM print tracebacks, NCCL resets and actor deaths. Returns how
-    many were dropped. Runbook: "check for *preceding* errors"."""
+def _drop_after_cancel(hits: Hits, main: LogState) -> tuple[Hits, int]:
+    """Rule CAS-5: without the hits logged after the Slurm cancel line (or dated after it in
+    other files) -- ranks dying from the SIGTERM print tracebacks, NCCL resets and actor
+    deaths -- and how many were dropped."""
     assert main.cancel is not None
-    line = main.cancel[3]
-    at = _cancel_time(main.cancel[1], main)
-    dropped = 0
-    for cls in list(hits):
-        kept = [
-            e
-            for e in hits[cls]
-            if not (
-                (e.source == main.source and e.line > line)
-                or (e.source != main.source and at is not None and e.time is not None and e.time >= at - 1)
-            )
-        ]
-        dropped += len(hits[cls]) - len(kept)
-        if kept:
-            hits[cls] = kept
-        else:
-            del hits[cls]
-    return dropped
+    line = main.cancel.line
+    at = _cancel_time(main.cancel.at, main)
+
+    def before_cancel(e: Evidence) -> bool:
+        if e.source == main.source:
+            return e.line <= line
+        return at is None or e.time is None or e.time < at - 1
+
+    kept = hits
+    for cls in hits:
+        kept = _keep(kept, cls, before_cancel)
+    return kept, sum(map(len, hits.values())) - sum(map(len, kept.values()))
 
 
 def _cancel_time(at: str, main: LogState) -> float | None:
@@ -690,7 +907,7 @@ def _cancel_instant(main: LogState) -> float | None:
     the stamp would shorten the stall by up to a second and could call a cancel that came after
     a paged hang a plain cancel."""
     assert main.cancel is not None
-    at = _cancel_time(main.cancel[1], main)
+    at = _cancel_time(main.cancel.at, main)
     after = main.after_cancel_stamp
     if at is not None and after is not None and at <= after < at + 1.0:
         return after

@@ -8,12 +8,14 @@ edge (resolution and reading files).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from jobdiagd.logs.job import JobLogs, load_job
 from jobdiagd.logs.safeopen import LogAccess
+from jobdiagd.logs.state import LogState
 from jobdiagd.model.jobref import JobRef
+from jobdiagd.model.records import Restart, RestoreLine, StepRecord
 from jobdiagd.model.stepguard import implausible_top
 from jobdiagd.model.triage import Live, TriageResult
 from jobdiagd.rules.hostlist import expand_hostlist, valid_host
@@ -43,9 +45,103 @@ def _live(logs: JobLogs, nodes: list[str]) -> Live:
 def _training_start(logs: JobLogs) -> float | None:
     """When training started, from a dated BARRIER PASSED line (any of the job's logs)."""
     for st in logs.states:
-        if st.barrier_passed is not None and st.barrier_passed[1] is not None:
-            return st.barrier_passed[1]
+        if st.barrier_passed is not None and st.barrier_passed.time is not None:
+            return st.barrier_passed.time
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class _MergedStates:
+    """What every log of the job adds up to: config and env (first file wins), checkpoint saves,
+    profiled steps, and the restore line (a real restore wins over "fresh")."""
+
+    config: dict[str, str]
+    env: dict[str, str]
+    saves: set[int]
+    profiled: set[int]
+    async_seen: bool
+    restore: RestoreLine | None
+
+
+def _merge_states(logs: JobLogs) -> _MergedStates:
+    config: dict[str, str] = {}
+    env: dict[str, str] = {}
+    saves: set[int] = set()
+    profiled: set[int] = set()
+    async_seen = False
+    restore: RestoreLine | None = None
+    for st in logs.states:
+        for k, v in st.config.items():
+            config.setdefault(k, v)
+        for k, v in st.env.items():
+            env.setdefault(k, v)
+        saves |= set(st.saves) | st.async_saves
+        profiled |= st.profiler_steps
+        async_seen = async_seen or bool(st.async_saves)
+        if st.restore is not None and (restore is None or st.restore.kind == "restored"):
+            restore = st.restore
+    return _MergedStates(config, env, saves, profiled, async_seen, restore)
+
+
+def _run_steps(
+    main: LogState | None, auth: LogState | None, ignore_steps: Mapping[int, str] | None
+) -> tuple[list[StepRecord], dict[int, str], Restart | None]:
+    """This run's step records (rule PRJ-10), the implausible steps left out (rule PRJ-11), and
+    the restart inside the log that began this run, if any."""
+    steps = auth.sorted_steps() if auth is not None else []
+    ignored = implausible_top(
+        [s.step for s in steps],
+        configured_total(main.passthrough() if main else {}, auth.config if auth else {}),
+    )
+    ignored.update(ignore_steps or {})
+    if ignored:
+        steps = [s for s in steps if s.step not in ignored]
+    restart = auth.restarts[-1] if auth is not None and auth.restarts else None
+    if restart is not None:
+        # Training restarted inside this log: "this run" is the last one (runbook: steps
+        # completed this run); the summed time below still covers every run.
+        # Records of the earlier run beyond where this one got to were logged before the restart.
+        steps = [s for s in steps if s.step >= restart.step and s.line >= restart.line] or steps
+    return steps, ignored, restart
+
+
+def _job_nodes(main: LogState | None) -> list[str]:
+    """The job's hosts, in allocation order (task N runs on nodes[N])."""
+    if main is None:
+        return []
+    raw = main.header.get("JOB_NODELIST") or main.env.get("NODELIST_EXPANDED") or main.env.get("JOB_NODELIST")
+    return expand_hostlist(raw.replace(" ", ",")) if raw else []
+
+
+def _progress_instant(logs: JobLogs, now: float) -> float | None:
+    """Where progress's "expected step" is measured (rule PRJ-4): now for a live job, the last
+    dated line of an ended or cancelled one; classify() refines the end time."""
+    main = logs.main
+    if main is not None and (main.summary is not None or main.cancel is not None):
+        stamps = [s.last_stamp for s in logs.states if s.last_stamp is not None]
+        return max(stamps) if stamps else None
+    return now
+
+
+def _run_notes(main: LogState | None, restart: Restart | None, ignored: Mapping[int, str]) -> list[str]:
+    """Notes on what "this run" leaves out: earlier runs in the log, a restart inside it, and
+    implausible step lines."""
+    notes: list[str] = []
+    if main is not None and main.earlier_runs:
+        notes.append(
+            f"This log also holds {main.earlier_runs} earlier run(s) of the job (requeued, appended to the "
+            f"same log); this report covers the last run, from line {main.run_start_line}."
+        )
+    if restart is not None:
+        notes.append(
+            f"Training restarted within this log (line {restart.line}: restored from step {restart.step - 1}); "
+            f"this run starts at step {restart.step}. The summed training time includes the re-run steps."
+        )
+    if ignored:
+        shown = ", ".join(f"{step} ({why})" for step, why in sorted(ignored.items())[:3])
+        more = f" and {len(ignored) - 3} more" if len(ignored) > 3 else ""
+        notes.append(f"Implausible step line(s) ignored for progress: {shown}{more}.")
+    return notes
 
 
 def analyze(
@@ -64,62 +160,26 @@ def analyze(
     in the notes; `ignore_steps` adds those the daemon judged on its own clock."""
     main = logs.main
     auth = logs.authoritative()
-    steps = auth.sorted_steps() if auth is not None else []
-    ignored = implausible_top(
-        [s.step for s in steps],
-        configured_total(main.passthrough() if main else {}, auth.config if auth else {}),
-    )
-    ignored.update(ignore_steps or {})
-    if ignored:
-        steps = [s for s in steps if s.step not in ignored]
-    restart: tuple[int, int] | None = auth.restarts[-1] if auth is not None and auth.restarts else None
-    if restart is not None:
-        # Training restarted inside this log: "this run" is the last one (runbook: steps
-        # completed this run); the summed time below still covers every run.
-        # Records of the earlier run beyond where this one got to were logged before the restart.
-        steps = [s for s in steps if s.step >= restart[1] and s.line >= restart[0]] or steps
+    steps, ignored, restart = _run_steps(main, auth, ignore_steps)
     passthrough = main.passthrough() if main else {}
-    config: dict[str, str] = {}
-    env: dict[str, str] = {}
-    saves: set[int] = set()
-    profiled: set[int] = set()
-    async_seen = False
-    restore: tuple[str, int | None] | None = None
-    for st in logs.states:
-        for k, v in st.config.items():
-            config.setdefault(k, v)
-        for k, v in st.env.items():
-            env.setdefault(k, v)
-        saves |= set(st.saves) | st.async_saves
-        profiled |= st.profiler_steps
-        async_seen = async_seen or bool(st.async_saves)
-        if st.restore is not None and (restore is None or st.restore[0] == "restored"):
-            restore = (st.restore[0], st.restore[1])
-    nodes: list[str] = []
-    if main is not None:
-        raw = (
-            main.header.get("JOB_NODELIST")
-            or main.env.get("NODELIST_EXPANDED")
-            or main.env.get("JOB_NODELIST")
-        )
-        if raw:
-            nodes = expand_hostlist(raw.replace(" ", ","))
+    merged = _merge_states(logs)
+    nodes = _job_nodes(main)
     summary = main.summary if main else None
     ckpt = checkpoint_config(
-        passthrough, config, sorted(saves), async_seen=async_seen, profiler_steps=sorted(profiled)
+        passthrough,
+        merged.config,
+        sorted(merged.saves),
+        async_seen=merged.async_seen,
+        profiler_steps=sorted(merged.profiled),
     )
     completed = summary is not None and summary.exit_code == 0
-    # Progress "expected step" is measured at now for live jobs; classify() refines the end time.
-    at_time = now
-    if summary is not None or (main is not None and main.cancel is not None):
-        stamps = [s.last_stamp for s in logs.states if s.last_stamp is not None]
-        at_time = max(stamps) if stamps else None  # type: ignore[assignment]
+    at_time = _progress_instant(logs, now)
     progress = compute_progress(
         steps,
         passthrough=passthrough,
-        config=config,
-        restore=restore,
-        saves=sorted(saves),
+        config=merged.config,
+        restore=merged.restore,
+        saves=sorted(merged.saves),
         wall_s=summary.wall_s if summary is not None and summary.wall_s is not None else slurm_wall_s,
         at_time=at_time,
         completed=completed,
@@ -134,20 +194,7 @@ def analyze(
     cls = classify(
         logs, steps, progress, ckpt, tgs, now=now, slurm_state=slurm_state, nodes=nodes, policy=policy
     )
-    if main is not None and main.earlier_runs:
-        cls.notes.append(
-            f"This log also holds {main.earlier_runs} earlier run(s) of the job (requeued, appended to the "
-            f"same log); this report covers the last run, from line {main.run_start_line}."
-        )
-    if restart is not None and auth is not None:
-        cls.notes.append(
-            f"Training restarted within this log (line {restart[0]}: restored from step {restart[1] - 1}); "
-            f"this run starts at step {restart[1]}. The summed training time includes the re-run steps."
-        )
-    if ignored:
-        shown = ", ".join(f"{step} ({why})" for step, why in sorted(ignored.items())[:3])
-        more = f" and {len(ignored) - 3} more" if len(ignored) > 3 else ""
-        cls.notes.append(f"Implausible step line(s) ignored for progress: {shown}{more}.")
+    cls.notes.extend(_run_notes(main, restart, ignored))
     if cls.status == "completed" and progress.progress_lost_steps not in (0, None):
         # A soft-success has no exit 0, so progress saw "not completed"; nothing was lost.
         progress = replace(progress, progress_lost_steps=0, progress_lost_s=0.0)
@@ -165,7 +212,7 @@ def analyze(
         live=live,
         next_steps=[],
         config={**passthrough},
-        env=env,
+        env=merged.env,
         step_source=auth.source if auth else None,
         ray=logs.ray,
         header=main.header if main is not None else None,

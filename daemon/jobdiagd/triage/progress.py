@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 
-from jobdiagd.model.records import StepRecord
+from jobdiagd.model.records import RestoreLine, StepRecord
 from jobdiagd.model.triage import CheckpointConfig, Progress
 from jobdiagd.rules.maxtext import DEFAULT_CHECKPOINT_PERIOD, int_setting, truthy
 
@@ -146,7 +146,7 @@ def compute_progress(
     *,
     passthrough: dict[str, str],
     config: dict[str, str],
-    restore: tuple[str, int | None] | None,
+    restore: RestoreLine | None,
     saves: list[int],
     wall_s: float | None,
     at_time: float | None,
@@ -165,40 +165,17 @@ def compute_progress(
     total = configured_total(passthrough, config)
     first = steps[0].step if steps else None
     last = steps[-1].step if steps else None
-    start: str | None = None
-    restored_from: int | None = None
-    if restore is not None and restore[0] == "restored":
-        start, restored_from = "restored", restore[1]
-    elif first is not None and first > 0:
-        start, restored_from = "restored", first - 1
-    elif restore is not None or first == 0:
-        start = "fresh"
+    start, restored_from = _run_start(restore, first)
     step_time = steady_step_time(steps, ckpt)
-    last_time = steps[-1].time if steps else None
-    estimated = False
-    if steps and last_time is None:
-        # Duplicated step lines may carry the stamp on another task's copy; take the latest dated step.
-        dated = [s for s in steps if s.time is not None]
-        if dated and dated[-1].step == last:
-            last_time = dated[-1].time
-    if steps and last_time is None and time_base is not None:
-        # *Undated step lines (print-era MaxText): the last step completed at the dated start of
-        # training (BARRIER PASSED) plus the seconds of every step since -- the sum of rule PRJ-7 (rule PRJ-11).
-        done = summed_seconds if summed_seconds is not None else sum(s.seconds or 0.0 for s in steps)
-        last_time = time_base + done
-        estimated = True
+    last_time, estimated = _last_step_time(steps, time_base, summed_seconds)
     expected: int | None = None
     if last is not None and last_time is not None and at_time is not None and step_time:
         expected = last + max(0, int((at_time - last_time) // step_time))
-    last_ckpt: int | None = None
+    last_ckpt = _last_periodic_checkpoint(last, ckpt.period)
     lost: int | None = None
     lost_s: float | None = None
     lost_estimated = False
     if last is not None and first is not None:
-        if ckpt.period:
-            candidate = (last // ckpt.period) * ckpt.period
-            if candidate > 0:
-                last_ckpt = candidate  # runbook: highest multiple of the period <= last_step
         if completed:
             lost = 0
         elif last_ckpt is not None:
@@ -207,12 +184,11 @@ def compute_progress(
             lost = last - restored_from
         else:
             lost = last - first + 1
-        if lost is not None:
-            exact = seconds_after(last - lost) if seconds_after is not None else None
-            if exact is not None:
-                lost_s, lost_estimated = exact, False
-            else:
-                lost_s, lost_estimated = _lost_seconds(steps, last - lost + 1, lost, run_seconds)
+        exact = seconds_after(last - lost) if seconds_after is not None else None
+        if exact is not None:
+            lost_s, lost_estimated = exact, False
+        else:
+            lost_s, lost_estimated = _lost_seconds(steps, last - lost + 1, lost, run_seconds)
     eta: float | None = None
     if total is not None and last is not None and step_time:
         eta = max(0, total - 1 - last) * step_time
@@ -241,6 +217,46 @@ def compute_progress(
         last_step_time_estimated=estimated,
         progress_lost_s_estimated=lost_estimated,
     )
+
+
+def _run_start(restore: RestoreLine | None, first: int | None) -> tuple[str | None, int | None]:
+    """Rule PRJ-2: "restored" (from which step) or "fresh": a restore line decides, else a first
+    step N > 0 means restored from N-1."""
+    if restore is not None and restore.kind == "restored":
+        return "restored", restore.step
+    if first is not None and first > 0:
+        return "restored", first - 1
+    if restore is not None or first == 0:
+        return "fresh", None
+    return None, None
+
+
+def _last_step_time(
+    steps: list[StepRecord], time_base: float | None, summed_seconds: float | None
+) -> tuple[float | None, bool]:
+    """When the last step completed, and whether that is an estimate (rule PRJ-11)."""
+    if not steps:
+        return None, False
+    last_time = steps[-1].time
+    if last_time is None:
+        # Duplicated step lines may carry the stamp on another task's copy; take the latest dated step.
+        dated = [s for s in steps if s.time is not None]
+        if dated and dated[-1].step == steps[-1].step:
+            last_time = dated[-1].time
+    if last_time is None and time_base is not None:
+        # *Undated step lines (print-era MaxText): the last step completed at the dated start of
+        # training (BARRIER PASSED) plus the seconds of every step since -- the sum of rule PRJ-7 (rule PRJ-11).
+        done = summed_seconds if summed_seconds is not None else sum(s.seconds or 0.0 for s in steps)
+        return time_base + done, True
+    return last_time, False
+
+
+def _last_periodic_checkpoint(last: int | None, period: int | None) -> int | None:
+    """Rule PRJ-6: the highest multiple of the period <= the last step; none below the period."""
+    if last is None or not period:
+        return None
+    candidate = (last // period) * period
+    return candidate if candidate > 0 else None
 
 
 def _lost_seconds(

@@ -20,68 +20,32 @@ def _when(t: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
 
 
+_SOFT_SUCCESS_WHY = {
+    "a": "a single rank exited 1 during teardown (ray.kill racing Ray cluster shutdown)",
+    "b": "all ranks exited 143 cascading from one rank's late post-training failure (pending_event_logger stall or a hardware fault at job end)",
+    "c": "all ranks exited 143 at the --time= walltime, Slurm cancelling during teardown",
+}
+
+
 def what_happened(r: TriageResult) -> str:
+    """The report's "What happened" paragraph: one sentence or three about the primary failure."""
     p = r.progress
     c = r.cls
     primary = c.primary
     at = f" at step {p.last_step}" if p.last_step is not None else " before the first training step"
     if primary is None:
-        if r.status == "completed":
-            s = (
-                f"The job completed all {p.total_steps or '?'} steps"
-                if p.reached_end
-                else "The job completed"
-            )
-            s += f" (last step {p.last_step})." if p.last_step is not None else "."
-            if r.tgs.degraded:
-                s += f" It ran slower than it should have: TGS {r.tgs.magnitude} ({r.tgs.pattern})."
-            return s
-        if r.status == "running":
-            expected = f", expected {p.expected_step_now}" if p.expected_step_now is not None else ""
-            return f"Training is progressing (last step {p.last_step}{expected})."
-        return f"Status {r.status}; no failure signature found."
+        return _no_failure_text(r)
     if primary == "soft-success":
         v = c.soft_success_variant
-        why = {
-            "a": "a single rank exited 1 during teardown (ray.kill racing Ray cluster shutdown)",
-            "b": "all ranks exited 143 cascading from one rank's late post-training failure (pending_event_logger stall or a hardware fault at job end)",
-            "c": "all ranks exited 143 at the --time= walltime, Slurm cancelling during teardown",
-        }.get(v or "", "a post-training artifact")
+        why = _SOFT_SUCCESS_WHY.get(v or "", "a post-training artifact")
         return (
             f"Training reached the final step {p.last_step} of steps={p.total_steps}; the non-zero exit is a post-training "
             f"artifact (soft-success {v}: {why}). Training data is intact."
         )
     if primary == "hang":
-        gap = c.stall.gap_s if c.stall else None
-        if c.heartbeat is not None and c.heartbeat.verdict == "hang":
-            return (
-                f"Training stalled{at} ({exact_duration(c.heartbeat.stall_s)} without a step before the heartbeat error): "
-                "an RCCL/NCCL collective hang. The heartbeat timeout that ended the job was the kill mechanism "
-                "(gRPC channel deadlock after a prolonged hang), not the root cause."
-            )
-        if not r.steps:
-            return (
-                "No training step completed after the pre-training barrier: the first RCCL collective deadlocked "
-                "(init-phase hang, often a transient race)."
-            )
-        tail = f" for {exact_duration(gap)}" if gap is not None else ""
-        if r.status == "cancelled":
-            return f"Training stopped advancing{at}{tail} and the job was then cancelled: the cancellation killed a hung job (RCCL/NCCL collective deadlock)."
-        if "train-timeout" in c.classes:
-            return f"Training stopped advancing{at}{tail} until the training timeout killed it: a collective hang."
-        return f"Training stopped advancing{at}{tail} while the job is still running: an RCCL/NCCL collective hang (all nodes waiting on each other)."
+        return _hang_text(r, at)
     if primary == "heartbeat-timeout":
-        hb = c.heartbeat
-        tasks = ", ".join(str(t) for t in hb.accused_tasks) if hb and hb.accused_tasks else "?"
-        if hb is not None and hb.phase == "init":
-            return (
-                f"The JAX coordination service declared task(s) {tasks} dead before any training step: the heartbeat "
-                f"timeout ({hb.timeout_s:.0f}s) is shorter than compilation + initial checkpoint time. A false positive."
-            )
-        return (
-            f"The JAX coordination service declared task(s) {tasks} dead (stopped sending heartbeats) while training "
-            f"was progressing{at}: a heartbeat false positive (gRPC channel deadlock, Bug 3 of the postmortem)."
-        )
+        return _heartbeat_text(r, at)
     if primary == "cancelled":
         return f"The job was cancelled by {_cancelled_by(c.cancel_reason)}{at}; training was progressing normally until then."
     if primary == "unknown-death":
@@ -93,6 +57,63 @@ def what_happened(r: TriageResult) -> str:
         return "slurmd killed the job before the batch script could run: no log was ever written."
     if primary == "tgs-degradation":
         return f"Training runs but underperforms: TGS {r.tgs.magnitude} over steps {r.tgs.range} ({r.tgs.pattern})."
+    return _signature_text(r, primary, at)
+
+
+def _no_failure_text(r: TriageResult) -> str:
+    p = r.progress
+    if r.status == "completed":
+        s = f"The job completed all {p.total_steps or '?'} steps" if p.reached_end else "The job completed"
+        s += f" (last step {p.last_step})." if p.last_step is not None else "."
+        if r.tgs.degraded:
+            s += f" It ran slower than it should have: TGS {r.tgs.magnitude} ({r.tgs.pattern})."
+        return s
+    if r.status == "running":
+        expected = f", expected {p.expected_step_now}" if p.expected_step_now is not None else ""
+        return f"Training is progressing (last step {p.last_step}{expected})."
+    return f"Status {r.status}; no failure signature found."
+
+
+def _hang_text(r: TriageResult, at: str) -> str:
+    c = r.cls
+    gap = c.stall.gap_s if c.stall else None
+    if c.heartbeat is not None and c.heartbeat.verdict == "hang":
+        return (
+            f"Training stalled{at} ({exact_duration(c.heartbeat.stall_s)} without a step before the heartbeat error): "
+            "an RCCL/NCCL collective hang. The heartbeat timeout that ended the job was the kill mechanism "
+            "(gRPC channel deadlock after a prolonged hang), not the root cause."
+        )
+    if not r.steps:
+        return (
+            "No training step completed after the pre-training barrier: the first RCCL collective deadlocked "
+            "(init-phase hang, often a transient race)."
+        )
+    tail = f" for {exact_duration(gap)}" if gap is not None else ""
+    if r.status == "cancelled":
+        return f"Training stopped advancing{at}{tail} and the job was then cancelled: the cancellation killed a hung job (RCCL/NCCL collective deadlock)."
+    if "train-timeout" in c.classes:
+        return (
+            f"Training stopped advancing{at}{tail} until the training timeout killed it: a collective hang."
+        )
+    return f"Training stopped advancing{at}{tail} while the job is still running: an RCCL/NCCL collective hang (all nodes waiting on each other)."
+
+
+def _heartbeat_text(r: TriageResult, at: str) -> str:
+    hb = r.cls.heartbeat
+    tasks = ", ".join(str(t) for t in hb.accused_tasks) if hb and hb.accused_tasks else "?"
+    if hb is not None and hb.phase == "init":
+        return (
+            f"The JAX coordination service declared task(s) {tasks} dead before any training step: the heartbeat "
+            f"timeout ({hb.timeout_s:.0f}s) is shorter than compilation + initial checkpoint time. A false positive."
+        )
+    return (
+        f"The JAX coordination service declared task(s) {tasks} dead (stopped sending heartbeats) while training "
+        f"was progressing{at}: a heartbeat false positive (gRPC channel deadlock, Bug 3 of the postmortem)."
+    )
+
+
+def _signature_text(r: TriageResult, primary: str, at: str) -> str:
+    c = r.cls
     s = f"{describe(primary, c.primary_rule)}{at}."
     if primary in ("oom-host", "oom-gpu") and "nccl-timeout" in c.classes:
         s += " The NCCL timeouts on the other nodes are a consequence (they waited for the dead node)."
@@ -138,6 +159,20 @@ def _silence_row(r: TriageResult) -> tuple[str, str] | None:
 
 
 def _progress_rows(r: TriageResult) -> list[tuple[str, str]]:
+    """The rows of the report's progress projection table (rules PRJ-1 to PRJ-8)."""
+    silence = _silence_row(r)
+    return [
+        *_step_rows(r),
+        _expected_step_row(r),
+        *([silence] if silence is not None else []),
+        _checkpoint_row(r),
+        *_lost_rows(r),
+        _remaining_row(r),
+        *_time_rows(r),
+    ]
+
+
+def _step_rows(r: TriageResult) -> list[tuple[str, str]]:
     p = r.progress
     rows: list[tuple[str, str]] = []
     if p.start == "restored":
@@ -161,59 +196,61 @@ def _progress_rows(r: TriageResult) -> list[tuple[str, str]]:
         total = f"0 / {p.total_steps} (0.0%)" if p.total_steps else "0 / unknown"
         rows.append(("Overall progress", total))
     rows.append(("Steady-state step time", f"{p.step_time_s}s" if p.step_time_s else "unknown"))
+    return rows
+
+
+def _expected_step_row(r: TriageResult) -> tuple[str, str]:
+    p = r.progress
     if r.status == "completed":
-        rows.append(("Expected step by now", "n/a (job completed)"))
-    elif p.expected_step_now is not None:
+        return ("Expected step by now", "n/a (job completed)")
+    if p.expected_step_now is not None:
         label = "Expected step by now" if r.status in ("running", "hanging") else "Expected step at job end"
-        rows.append((label, f"{p.expected_step_now} (last step {p.last_step} at {_when(p.last_step_time)})"))
-    else:
-        rows.append(("Expected step by now", "n/a (no timestamps on step lines)" if r.steps else "n/a"))
-    silence = _silence_row(r)
-    if silence is not None:
-        rows.append(silence)
+        return (label, f"{p.expected_step_now} (last step {p.last_step} at {_when(p.last_step_time)})")
+    return ("Expected step by now", "n/a (no timestamps on step lines)" if r.steps else "n/a")
+
+
+def _checkpoint_row(r: TriageResult) -> tuple[str, str]:
+    p = r.progress
     if p.checkpointing is False:
-        rows.append(("Last periodic ckpt this run", "none — checkpointing disabled"))
-    elif p.last_checkpoint_step is not None:
-        rows.append(
-            ("Last periodic ckpt this run", f"step {p.last_checkpoint_step} (period {p.checkpoint_period})")
+        return ("Last periodic ckpt this run", "none — checkpointing disabled")
+    if p.last_checkpoint_step is not None:
+        return (
+            "Last periodic ckpt this run",
+            f"step {p.last_checkpoint_step} (period {p.checkpoint_period})",
         )
-    else:
-        rows.append(
-            (
-                "Last periodic ckpt this run",
-                f"none — didn't reach checkpoint_period ({p.checkpoint_period})"
-                if p.checkpoint_period
-                else "none",
-            )
-        )
-    if p.progress_lost_steps is not None:
-        lost_time = ("≈ " if p.progress_lost_s_estimated else "") + exact_duration(p.progress_lost_s)
-        if r.status == "completed":
-            rows.append(("Progress lost", "0 steps (job completed)"))
-        elif p.last_checkpoint_step is None and p.start != "restored":
-            rows.append(
-                (
-                    "Progress lost",
-                    f"all — no periodic ckpt ({p.progress_lost_steps} steps, {lost_time})",
-                )
-            )
-        else:
-            rows.append(
-                (
-                    "Progress lost",
-                    f"{p.progress_lost_steps} steps ({lost_time}) since last periodic ckpt",
-                )
-            )
-    if p.progress_lost_steps is None and not r.steps:
-        rows.append(("Progress lost", "0 steps (training never completed a step)"))
+    return (
+        "Last periodic ckpt this run",
+        f"none — didn't reach checkpoint_period ({p.checkpoint_period})" if p.checkpoint_period else "none",
+    )
+
+
+def _lost_rows(r: TriageResult) -> list[tuple[str, str]]:
+    p = r.progress
+    if p.progress_lost_steps is None:
+        return [] if r.steps else [("Progress lost", "0 steps (training never completed a step)")]
+    lost_time = ("≈ " if p.progress_lost_s_estimated else "") + exact_duration(p.progress_lost_s)
     if r.status == "completed":
-        rows.append(("Estimated time remaining", "0 (job completed)"))
-    elif p.eta_s is not None:
-        rows.append(
-            ("Estimated time remaining", f"{exact_duration(p.eta_s)} (from last step, if job were healthy)")
+        return [("Progress lost", "0 steps (job completed)")]
+    if p.last_checkpoint_step is None and p.start != "restored":
+        return [("Progress lost", f"all — no periodic ckpt ({p.progress_lost_steps} steps, {lost_time})")]
+    return [("Progress lost", f"{p.progress_lost_steps} steps ({lost_time}) since last periodic ckpt")]
+
+
+def _remaining_row(r: TriageResult) -> tuple[str, str]:
+    p = r.progress
+    if r.status == "completed":
+        return ("Estimated time remaining", "0 (job completed)")
+    if p.eta_s is not None:
+        return (
+            "Estimated time remaining",
+            f"{exact_duration(p.eta_s)} (from last step, if job were healthy)",
         )
-    else:
-        rows.append(("Estimated time remaining", "unknown (no steady-state step time yet)"))
+    return ("Estimated time remaining", "unknown (no steady-state step time yet)")
+
+
+def _time_rows(r: TriageResult) -> list[tuple[str, str]]:
+    p = r.progress
+    rows: list[tuple[str, str]] = []
     if p.train_time_s is not None:
         rows.append(("Total training time (summed)", exact_duration(p.train_time_s)))
     if p.wall_time_s is not None:
@@ -234,87 +271,112 @@ def _progress_rows(r: TriageResult) -> list[tuple[str, str]]:
 
 
 def render_markdown(r: TriageResult) -> str:
+    """The Markdown triage report (rule RPT-1)."""
     c = r.cls
-    out: list[str] = []
     title = str(r.ref.log or r.ref.job_dir or "?")
-    out.append(f"## Job triage: {title}")
-    out.append("")
-    out.append(f"**Status:** {r.status}")
-    out.append(f"**Primary failure:** {c.primary or 'none'}")
-    out.append(f"**Stage:** {c.stage or 'n/a'}")
-    out.append("")
-    out.append("### What happened")
-    out.append(what_happened(r))
-    out.append("")
-    out.append("### Evidence")
+    out: list[str] = [
+        f"## Job triage: {title}",
+        "",
+        f"**Status:** {r.status}",
+        f"**Primary failure:** {c.primary or 'none'}",
+        f"**Stage:** {c.stage or 'n/a'}",
+        "",
+        "### What happened",
+        what_happened(r),
+        "",
+        "### Evidence",
+        *_evidence_lines(r),
+        *_heartbeat_lines(r),
+        "",
+        "### Training progress projection",
+        "| Metric | Value |",
+        "|--------|-------|",
+        *(f"| {k} | {v} |" for k, v in _progress_rows(r)),
+        "",
+        "### TGS analysis",
+        *_tgs_lines(r),
+        "",
+        "### Additional findings",
+        *(_finding_lines(r) or ["None."]),
+        *_live_lines(r),
+        "",
+        "### Recommended next steps",
+    ]
+    if r.next_steps:
+        out.extend(f"{i}. {s}" for i, s in enumerate(r.next_steps, 1))
+    else:
+        out.append("None — the job is healthy.")
+    return "\n".join(out) + "\n"
+
+
+def _evidence_lines(r: TriageResult) -> list[str]:
+    """The evidence lines verbatim (rule RPT-1), else the last step line."""
+    c = r.cls
     if c.evidence:
-        out.append("```")
+        out = ["```"]
         for e in c.evidence[:12]:
             src = e.source.rsplit("/", 2)
             short = "/".join(src[-2:]) if len(src) > 1 else e.source
             out.append(f"{short}:{e.line}: {e.raw or e.text}")  # verbatim (rule RPT-1)
         out.append("```")
-    else:
-        p = r.progress
-        if p.last_step is not None:
-            last = next((s for s in reversed(r.steps)), None)
-            out.append(
-                f"Last `completed step:` line: step {p.last_step}"
-                + (f" ({r.step_source}:{last.line})" if last else "")
-            )
-        else:
-            out.append("No failure signature and no completed step line in the log.")
-    hb = c.heartbeat
-    if hb is not None:
-        out.append("")
-        out.append("Heartbeat checklist:")
-        out.append(
-            f"1. Accused tasks {hb.accused_tasks or '?'} ({', '.join(hb.accused_hosts) or 'hosts unknown'}); "
-            f"self-reported (alive): {hb.self_reported or 'none'}."
+        return out
+    p = r.progress
+    if p.last_step is not None:
+        last = next((s for s in reversed(r.steps)), None)
+        return [
+            f"Last `completed step:` line: step {p.last_step}"
+            + (f" ({r.step_source}:{last.line})" if last else "")
+        ]
+    return ["No failure signature and no completed step line in the log."]
+
+
+def _heartbeat_lines(r: TriageResult) -> list[str]:
+    """The heartbeat checklist's four items (rules HB-1 to HB-5)."""
+    hb = r.cls.heartbeat
+    if hb is None:
+        return []
+    stall = "stalled" if hb.stalled else "progressing"
+    return [
+        "",
+        "Heartbeat checklist:",
+        f"1. Accused tasks {hb.accused_tasks or '?'} ({', '.join(hb.accused_hosts) or 'hosts unknown'}); "
+        f"self-reported (alive): {hb.self_reported or 'none'}.",
+        "2. Earlier errors on accused tasks: "
+        + (f"`{hb.earlier_error.cls}` at line {hb.earlier_error.line}" if hb.earlier_error else "none"),
+        f"3. Training before the error: {stall}"
+        + (
+            f" (gap {exact_duration(hb.stall_s)} incl. {hb.timeout_s:.0f}s timeout)"
+            if hb.stall_s is not None
+            else ""
         )
-        out.append(
-            "2. Earlier errors on accused tasks: "
-            + (f"`{hb.earlier_error.cls}` at line {hb.earlier_error.line}" if hb.earlier_error else "none")
-        )
-        stall = "stalled" if hb.stalled else "progressing"
-        out.append(
-            f"3. Training before the error: {stall}"
-            + (
-                f" (gap {exact_duration(hb.stall_s)} incl. {hb.timeout_s:.0f}s timeout)"
-                if hb.stall_s is not None
-                else ""
-            )
-            + f"; phase: {hb.phase}."
-        )
-        out.append(
-            f"4. Verdict: {hb.verdict}."
-            + (" Confirm with TSDB GPU power/utilization before the error." if r.ray else "")
-        )
-    out.append("")
-    out.append("### Training progress projection")
-    out.append("| Metric | Value |")
-    out.append("|--------|-------|")
-    for k, v in _progress_rows(r):
-        out.append(f"| {k} | {v} |")
-    out.append("")
-    out.append("### TGS analysis")
+        + f"; phase: {hb.phase}.",
+        f"4. Verdict: {hb.verdict}."
+        + (" Confirm with TSDB GPU power/utilization before the error." if r.ray else ""),
+    ]
+
+
+def _tgs_lines(r: TriageResult) -> list[str]:
     t = r.tgs
     if t.baseline is None:
-        out.append(f"Not enough steps for a TGS baseline{f' ({t.note})' if t.note else ''}.")
-    else:
-        out.append(f"- Steady-state ({t.metric}, steps 5–15 after the first): {t.baseline:.6g}")
-        out.append(f"- Recent (last 10 steps): {t.recent:.6g} ({t.change_pct:+.1f}%)")
-        out.append(f"- Pattern: {t.pattern}" + (f", steps {t.range}, {t.magnitude}" if t.range else ""))
-        if t.periodic_steps:
-            out.append(
-                f"- Periodic spikes at checkpoint steps {', '.join(map(str, t.periodic_steps[:8]))}{' …' if len(t.periodic_steps) > 8 else ''} — expected, not a degradation."
-            )
-        out.append("- Degraded: " + ("**yes** (tgs-degradation)" if t.degraded else "no"))
-    out.append("")
-    out.append("### Additional findings")
-    extra = [cls for cls in c.classes if cls != c.primary]
+        return [f"Not enough steps for a TGS baseline{f' ({t.note})' if t.note else ''}."]
+    out = [
+        f"- Steady-state ({t.metric}, steps 5–15 after the first): {t.baseline:.6g}",
+        f"- Recent (last 10 steps): {t.recent:.6g} ({t.change_pct:+.1f}%)",
+        f"- Pattern: {t.pattern}" + (f", steps {t.range}, {t.magnitude}" if t.range else ""),
+    ]
+    if t.periodic_steps:
+        out.append(
+            f"- Periodic spikes at checkpoint steps {', '.join(map(str, t.periodic_steps[:8]))}{' …' if len(t.periodic_steps) > 8 else ''} — expected, not a degradation."
+        )
+    out.append("- Degraded: " + ("**yes** (tgs-degradation)" if t.degraded else "no"))
+    return out
+
+
+def _finding_lines(r: TriageResult) -> list[str]:
+    """Every class but the primary, then the notes."""
+    c, t = r.cls, r.tgs
     lines: list[str] = []
-    for cls in extra:
+    for cls in (cls for cls in c.classes if cls != c.primary):
         if cls == "tgs-degradation":
             lines.append(f"- tgs-degradation: TGS {t.magnitude} over steps {t.range} ({t.pattern}).")
         elif cls == "cancelled":
@@ -325,31 +387,27 @@ def render_markdown(r: TriageResult) -> str:
             ev = next((e for e in c.evidence if e.cls == cls), None)
             lines.append(f"- {cls}" + (f": line {ev.line}: `{ev.text[:200]}`" if ev else ""))
     lines.extend(f"- {n}" for n in c.notes)
-    out.extend(lines or ["None."])
-    if r.ray:
-        out.append("")
-        out.append("### Live dashboards (RAY=1 jobs only)")
-        lv = r.live
-        if lv.tunnel:
-            out.append(f"Tunnel: `{lv.tunnel}`")
+    return lines
+
+
+def _live_lines(r: TriageResult) -> list[str]:
+    """RAY=1 jobs: where the live dashboards are, or that they are gone."""
+    if not r.ray:
+        return []
+    lv = r.live
+    out = ["", "### Live dashboards (RAY=1 jobs only)"]
+    if lv.tunnel:
+        out.append(f"Tunnel: `{lv.tunnel}`")
+    out.append(f"Head node: {lv.head_node or 'unknown'}; Prometheus port: {lv.prometheus_port or 'unknown'}")
+    if r.status in ("running", "hanging"):
         out.append(
-            f"Head node: {lv.head_node or 'unknown'}; Prometheus port: {lv.prometheus_port or 'unknown'}"
+            "The job is live: want port forwarding set up to reach the Ray Dashboard (8265), TensorBoard (6006) and Prometheus?"
         )
-        if r.status in ("running", "hanging"):
-            out.append(
-                "The job is live: want port forwarding set up to reach the Ray Dashboard (8265), TensorBoard (6006) and Prometheus?"
-            )
-        else:
-            out.append(
-                "The job has ended: live dashboards are gone; the persisted TSDB is in the job's prometheus/ directory (`jobdiagd diagnose`)."
-            )
-    out.append("")
-    out.append("### Recommended next steps")
-    if r.next_steps:
-        out.extend(f"{i}. {s}" for i, s in enumerate(r.next_steps, 1))
     else:
-        out.append("None — the job is healthy.")
-    return "\n".join(out) + "\n"
+        out.append(
+            "The job has ended: live dashboards are gone; the persisted TSDB is in the job's prometheus/ directory (`jobdiagd diagnose`)."
+        )
+    return out
 
 
 def render_json(r: TriageResult) -> str:

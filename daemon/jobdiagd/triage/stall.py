@@ -18,6 +18,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+from jobdiagd.model.kinds import StallPhase
 from jobdiagd.model.records import StepRecord
 from jobdiagd.model.triage import CheckpointConfig
 from jobdiagd.triage.progress import WARMUP_STEPS
@@ -35,14 +36,14 @@ class StallPolicy:
 @dataclass(frozen=True, slots=True)
 class Budget:
     seconds: float
-    phase: str  # startup | warmup | checkpoint | steady
+    phase: StallPhase
 
 
 def stall_budget(
     steps: list[StepRecord], step_time: float | None, ckpt: CheckpointConfig, policy: StallPolicy
 ) -> Budget:
     if not steps:
-        return Budget(policy.startup_s, "startup")
+        return Budget(policy.startup_s, StallPhase.STARTUP)
     normal = max(policy.stall_factor * (step_time or 0.0), policy.min_stall_s)
     first = steps[0].step
     last = steps[-1].step
@@ -54,8 +55,8 @@ def stall_budget(
             # save -- the slowest one, nothing learned yet. Twice the compile step paged a
             # healthy job whose initial save outlasted it. A run restored at step N > 0 makes
             # no initial save, so this is only for a run that starts at step 0.
-            return Budget(max(warmup, policy.checkpoint_s), "checkpoint")
-        return Budget(warmup, "warmup")
+            return Budget(max(warmup, policy.checkpoint_s), StallPhase.CHECKPOINT)
+        return Budget(warmup, StallPhase.WARMUP)
     if ckpt.adjacent(last + 1):
         # Learned only from steps a save really slowed: past this run's warmup, or right after
         # a save the log showed (MaxText's initial save at step 0). Step 1 merely sitting on
@@ -69,8 +70,8 @@ def stall_budget(
         ]
         seen = [c for c in costs if c is not None]
         learned = max(seen) * policy.learned_checkpoint_factor if seen else policy.checkpoint_s
-        return Budget(max(normal, learned), "checkpoint")
-    return Budget(normal, "steady")
+        return Budget(max(normal, learned), StallPhase.CHECKPOINT)
+    return Budget(normal, StallPhase.STEADY)
 
 
 def _cost(steps: list[StepRecord], i: int) -> float | None:

@@ -65,7 +65,7 @@ def analyze_tgs(
     """`baseline_steps` counts from the first step of the run; defaults per rule TGS-1 (5–15, 10)."""
     b_from, b_to = baseline_steps
     series, metric = _series(steps)
-    none = TgsAnalysis(None, None, None, False, "none", None, None, None, metric, ())
+    none = TgsAnalysis.no_trend(metric)
     if not series:
         return none
     first = steps[0].step
@@ -73,9 +73,7 @@ def analyze_tgs(
     clean = [(k, v) for k, v in steady if not ckpt.adjacent(k)]
     base_vals = [v for k, v in clean if b_from <= k - first <= b_to]
     if len(base_vals) < 3:
-        return TgsAnalysis(
-            None, None, None, False, "none", None, None, None, metric, (), "not enough steps for a baseline"
-        )
+        return TgsAnalysis.no_trend(metric, "not enough steps for a baseline")
     baseline = statistics.fmean(base_vals)
     recent_vals = [v for _, v in clean[-recent_steps:]]
     recent = statistics.fmean(recent_vals)

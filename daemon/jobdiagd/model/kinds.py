@@ -1,0 +1,91 @@
+"""The fixed vocabularies of a triage (status, failure class, stall phase, heartbeat verdict) as StrEnums.
+
+Each member's value is the string reports, JSON documents and the daemon have always used: a
+StrEnum *is* that string (`==`, hashing, `json.dumps`, f-strings and `str()` all give the
+value), so typing a field with one of these changes no output. `FailureClass` holds every class
+of the signature table (`rules.signatures`; tests/rules checks the two agree) and the classes
+triage derives without a signature line of their own.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class JobStatus(StrEnum):
+    """Rules ST-1 to ST-8."""
+
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    RUNNING = "running"
+    HANGING = "hanging"
+    UNKNOWN_DEATH = "unknown-death"
+
+
+class FailureClass(StrEnum):
+    """Rule CL-* classes: the signature table's, in its order, then the derived ones (CL-9)."""
+
+    PROLOG_KILL_NO_LOG = "prolog-kill-no-log"
+    CONTAINER_PULL_FAIL = "container-pull-fail"
+    CONTAINER_LOAD_FAIL = "container-load-fail"
+    NO_GPU = "no-gpu"
+    NCCL_NIC_FAIL = "nccl-nic-fail"
+    PORT_FAIL = "port-fail"
+    MODEL_NOT_FOUND = "model-not-found"
+    PATCH_BRANCH_FAIL = "patch-branch-fail"
+    RAY_START_FAIL = "ray-start-fail"
+    PREFLIGHT_TIMEOUT = "preflight-timeout"
+    PULL_TIMEOUT = "pull-timeout"
+    ECC_TIMEOUT = "ecc-timeout"
+    TRAIN_TIMEOUT = "train-timeout"
+    HEARTBEAT_TIMEOUT = "heartbeat-timeout"
+    OOM_HOST = "oom-host"
+    OOM_GPU = "oom-gpu"
+    NCCL_TIMEOUT = "nccl-timeout"
+    XLA_COMPILE_FAIL = "xla-compile-fail"
+    PYTHON_EXCEPTION = "python-exception"
+    SIGNAL_KILL = "signal-kill"
+    SUBPROCESS_FAIL = "subprocess-fail"
+    ACTOR_FAIL = "actor-fail"
+    CHECKPOINT_FS_ERROR = "checkpoint-fs-error"
+    NODE_FAIL = "node-fail"
+    STAGE_FAIL = "stage-fail"
+    # Derived: no signature line of their own.
+    HANG = "hang"
+    CANCELLED = "cancelled"
+    UNKNOWN_DEATH = "unknown-death"
+    SOFT_SUCCESS = "soft-success"
+    TGS_DEGRADATION = "tgs-degradation"
+
+
+class StallPhase(StrEnum):
+    """Which stall budget applies (rules HANG-1 to HANG-4)."""
+
+    STARTUP = "startup"
+    WARMUP = "warmup"
+    CHECKPOINT = "checkpoint"
+    STEADY = "steady"
+
+
+class StallBasis(StrEnum):
+    """What measured a stall (rule HANG-5): dated lines, the JOB SUMMARY wall time, or nothing."""
+
+    TIMESTAMPS = "timestamps"
+    WALL_TIME = "wall-time"
+    NONE = "none"
+
+
+class HeartbeatVerdict(StrEnum):
+    """Rules HB-2, HB-4, HB-5."""
+
+    TRUE_POSITIVE = "true-positive"
+    HANG = "hang"
+    FALSE_POSITIVE = "false-positive"
+
+
+class HeartbeatPhase(StrEnum):
+    """Rule HB-5: no step completed yet, or during training."""
+
+    INIT = "init"
+    MID_TRAINING = "mid-training"
