@@ -72,6 +72,7 @@ _value = st.text(string.ascii_letters + string.digits + "_.,:/@-", min_size=1, m
     st.dictionaries(st.from_regex(r"[a-z][a-z0-9_]{0,15}", fullmatch=True), _value, max_size=8),
     st.sampled_from(['"{}"', "'{}'", "{}"]),
 )
+@example({"a": "jax_worker/replica"}, '"{}"')  # was taken for a heartbeat's accused-task path
 def test_passthrough_args_read_back_as_written(args: dict[str, str], quoting: str) -> None:
     text = quoting.format(" ".join(f"{k}={v}" for k, v in args.items()))
     assert parse_passthrough(text) == args

@@ -783,13 +783,14 @@ class LogState:
             self.summary = Summary(line=lineno)
             self._in_summary = True
             return
+        # Before the accused-task paths: a header value may quote one (PASSTHROUGH_ARGS="…").
+        if "=" in text and self._on_key_value(text, task, lineno):
+            return
         if "jax_worker/replica" in text:
             self._on_accused_paths(text)
             return
         if "Polled an error" in text or "Terminating process because" in text:
             self._on_self_report(task)
-            return
-        if "=" in text and self._on_key_value(text, task, lineno):
             return
         if "Config param" in text:
             self._on_config_param(text)
