@@ -43,7 +43,7 @@ regular file, leaves the job's outputs root or belongs to another user is left o
 
 Early page (`[tsdb] early_page`, RAY=1 jobs with a `prometheus/` holding data): the replay asks
 the job's own TSDB what the live daemon asks its Prometheus (`tsdb.early_hang.early_query`,
-evaluated at the virtual time) whenever `detectors.hang.early_due_at` says a step is overdue,
+evaluated at the virtual time) whenever `HangDetector.early_due_at` says a step is overdue,
 once per `early_scrape_interval_s` of virtual time, as `service.early_page` does live, and a
 confirmation runs the detectors at that virtual time (the live daemon's immediate partial
 tick). The TSDB is served read-only by a local Prometheus over a private copy of the directory
@@ -74,19 +74,9 @@ from typing import Any
 from jobdiagd import clock, jsonsafe
 from jobdiagd.alerts.incidents import IncidentBook
 from jobdiagd.config import Config, load_for_command
-from jobdiagd.detectors import Detector, NoData, Report, keep_resolution
+from jobdiagd.detectors import Detector, EarlyMemo, early_memo
 from jobdiagd.detectors import build as build_detectors
-from jobdiagd.detectors.hang import (
-    EARLY,
-    EARLY_DETAIL,
-    BudgetMemo,
-    EarlyMemo,
-    EarlyRule,
-    early_memo,
-    early_window,
-    policy_from_config,
-)
-from jobdiagd.detectors.hang import NAME as HANG
+from jobdiagd.detectors.hang import EARLY_DETAIL, EarlyRule, HangDetector, policy_from_config
 from jobdiagd.logs.job import load_job
 from jobdiagd.logs.prefixes import strip
 from jobdiagd.logs.reader import HEAD_FULL, MAX_LINE, _ReadBuffer, prefilter, set_default_workers
@@ -99,6 +89,7 @@ from jobdiagd.model.jobref import JobRef
 from jobdiagd.rules.hostlist import expand_hostlist
 from jobdiagd.rules.slurm import end_state
 from jobdiagd.service.jobs import JobView
+from jobdiagd.service.judging import Judged, run_detectors
 from jobdiagd.triage.engine import analyze
 from jobdiagd.triage.resolve import ResolveError, job_access, list_jobs, resolve
 from jobdiagd.tsdb.access import FULL_COPY_EXCLUDES, AccessError, LocalPrometheus, copy_tsdb, tsdb_has_data
@@ -648,12 +639,17 @@ def replay(ref: JobRef, cfg: Config, *, tick: float, ref_time: float, workers: i
         view.head_host = head
         view.workers = {head: states[1:]}
     detectors = build_detectors(cfg)
+    hang = next((d for d in detectors if isinstance(d, HangDetector)), None)
     book = IncidentBook.from_config(cfg.incidents)
     t0: float | None = None
     next_tick = first + tick
     ticks = 0
     fed_at: float | None = None  # the last fed line's time, until the view has taken it in
-    early = _EarlyReplay.for_job(ref, cfg, result) if cfg.tsdb.early_page and head is not None else None
+    early = (
+        _EarlyReplay.for_job(ref, cfg, result, hang)
+        if cfg.tsdb.early_page and head is not None and hang is not None
+        else None
+    )
 
     def run_until(t: float, *, inclusive: bool) -> None:
         """Ticks (and early polls) due before `t` (at `t` too when `inclusive`), in time order."""
@@ -767,8 +763,11 @@ class _EarlyReplay:
     """The live `service.early_page` on the virtual clock: when a step is overdue, one query per
     scrape interval against the job's TSDB, judged by `tsdb.early_hang.judge`."""
 
-    def __init__(self, pdir: Path, settings: TsdbSettings, label: str, out: JobReplay) -> None:
+    def __init__(
+        self, pdir: Path, settings: TsdbSettings, label: str, out: JobReplay, hang: HangDetector
+    ) -> None:
         self.pdir, self.settings, self.label, self.out = pdir, settings, label, out
+        self.hang = hang  # its budget says when a step is overdue
         self.rule = EarlyRule(settings.early_overdue_factor, settings.early_overdue_slack_s)
         self.interval = settings.early_scrape_interval_s
         self.step: int | None = None
@@ -778,12 +777,12 @@ class _EarlyReplay:
         self.verdicts: list[EarlyVerdict] = []
 
     @classmethod
-    def for_job(cls, ref: JobRef, cfg: Config, out: JobReplay) -> _EarlyReplay | None:
+    def for_job(cls, ref: JobRef, cfg: Config, out: JobReplay, hang: HangDetector) -> _EarlyReplay | None:
         pdir = ref.job_dir / "prometheus" if ref.job_dir is not None else None
         if pdir is None or not tsdb_has_data(pdir):
             out.early_note = "no TSDB data in the job's prometheus/: early page not replayed"
             return None
-        return cls(pdir, cfg.tsdb, ref.job_id or ref.name or str(pdir), out)
+        return cls(pdir, cfg.tsdb, ref.job_id or ref.name or str(pdir), out, hang)
 
     def next_poll(self, view: JobView) -> float | None:
         if self.failed:
@@ -791,7 +790,7 @@ class _EarlyReplay:
         memo = early_memo(view)
         if memo is not None and memo.verdict.confirmed:
             return None
-        window = early_window(view, self.rule)
+        window = self.hang.early_window(view, self.rule)
         if window is None:
             return None
         due, budget_at = window
@@ -830,7 +829,7 @@ class _EarlyReplay:
         )
         self.verdicts.append(verdict)
         self.out.early_states[verdict.state] = self.out.early_states.get(verdict.state, 0) + 1
-        view.memo[EARLY] = EarlyMemo(last, verdict, view.last_step_at)
+        view.gpu_check = EarlyMemo(last, verdict, view.last_step_at)
         return verdict.confirmed
 
     def close(self) -> None:
@@ -847,15 +846,9 @@ def _tick(
     out: JobReplay,
     t0: float | None,
 ) -> None:
-    findings: list[Finding] = []
-    reports: list[Report] = []
-    for det in detectors:
-        res = det.check(view, now)
-        if isinstance(res, NoData):
-            continue
-        for item in res:
-            (reports if isinstance(item, Report) else findings).append(item)  # type: ignore[arg-type]
-    findings = [f for f in findings if keep_resolution(book, f)]
+    judged = Judged()
+    run_detectors(detectors, view, now, judged)
+    findings = judged.kept(book)
     by_kind = {f.kind: f for f in findings}
     base = t0 if t0 is not None else view.first_seen
     for n in book.observe_all(findings, now):
@@ -873,11 +866,12 @@ def _tick(
         )
         alert.at = now
         alert.gpu_confirmed = f is not None and EARLY_DETAIL in f.details
-        memo = view.memo.get(HANG)
-        if n.kind == "hang" and isinstance(memo, BudgetMemo):
+        hang = next((d for d in detectors if isinstance(d, HangDetector)), None)
+        memo = hang.budget_state(view.key) if hang is not None else None
+        if n.kind == "hang" and memo is not None:
             alert.budget_s, alert.phase = memo.budget.seconds, memo.budget.phase
         out.alerts.append(alert)
-    for r in reports:
+    for r in judged.reports:
         final = view.final
         out.alerts.append(
             Alert(
@@ -896,7 +890,7 @@ def _alert_class(f: Finding | None) -> str | None:
     if f is None:
         return None
     if f.kind == "failure":
-        return str(f.details.get("root cause", "failure"))
+        return f.failure_class or "failure"
     if f.kind == "tgs-degradation":
         return "tgs-degradation"
     return f.kind
