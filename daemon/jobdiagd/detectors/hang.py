@@ -42,6 +42,7 @@ from jobdiagd.detectors.base import (
 )
 from jobdiagd.durations import exact_duration
 from jobdiagd.model.alerts import Finding
+from jobdiagd.model.triage import TriageResult
 from jobdiagd.rules.signatures import BY_CLASS, Tier
 from jobdiagd.triage.nextsteps import next_steps
 from jobdiagd.triage.progress import steady_step_time
@@ -184,39 +185,14 @@ class HangDetector:
         return b, step_time
 
     def check(self, view: WatchedJob, now: float) -> Outcome:
-        if view.ended:
-            return NoData("job ended")
-        if view.slurm is not None and view.slurm.state != "RUNNING":
-            return NoData(f"Slurm state {view.slurm.state}")
-        if view.main is None:
-            return NoData("log not readable yet")
-        if view.blind:
-            return NoData("log unreadable (a monitoring-blind notice was sent)")
+        idle = _not_judged(view)
+        if idle is not None:
+            return NoData(idle)
         last = view.last_step
-        total = view.total_steps()
-        if last is not None and total is not None and last >= total - 1:
-            return NoData("training reached its final step (teardown is not a hang)")
         budget, step_time = self.budget(view, now)
-        if last is None:
-            since = view.marker_at if view.marker_at is not None else view.first_seen
-            what = "the pre-training barrier" if view.marker_at is not None else "monitoring began"
-        else:
-            at = view.last_step_at
-            since = at if at is not None else view.first_seen
-            what = f"step {last} was read"
+        since, what = _stall_start(view)
         gap = now - since
-        early = (
-            self.early_confirmed(view, self.early, now) if self.early is not None and last is not None else None
-        )
-        memo = early_memo(view)
-        step_key = (last, view.last_step_at)
-        # Sticky once paged (whatever the budget memo says later): the stall stays open with the
-        # GPU evidence it was paged with until a newer step is read; past the budget it keeps it too.
-        sticky = self._paged.get(view.key) == step_key or (self.early is not None and gap > budget.seconds)
-        if early is None and memo is not None and memo.verdict.confirmed and sticky:
-            early = memo.verdict
-        if early is not None:
-            self._paged[view.key] = step_key
+        early = self._gpu_evidence(view, gap, budget, now)
         if gap <= budget.seconds and early is None:
             if last is None:
                 return []
@@ -239,59 +215,118 @@ class HangDetector:
         expected: int | None = None
         if last is not None and step_time:
             expected = last + int(gap // step_time)
-        if early is not None:
-            suspects = ", ".join(early.suspects) or "none singled out (every host spins)"
-            summary = (
-                f"GPU-confirmed hang ({early.state}): no training step for {exact_duration(gap)} since {what}; "
-                f"expected ≈ step {expected} by now. {early.summary}. Suspect host: {suspects}"
-            )
-        elif last is None:
-            summary = (
-                f"no training step {exact_duration(gap)} after {what} "
-                f"(budget {exact_duration(budget.seconds)}, phase {budget.phase})"
-            )
-        else:
-            summary = (
-                f"no training step for {exact_duration(gap)} since {what}; expected ≈ step {expected} by now "
-                f"(budget {exact_duration(budget.seconds)}, phase {budget.phase})"
-            )
-        p = res.progress
-        details: dict[str, object] = {
-            "triage": what_happened(res),
-            "status": res.status,
-            "primary failure": primary or "none",
-            "stage": res.cls.stage or "n/a",
-            "phase": budget.phase,
-            "last step": last,
-            "expected step": expected,
-            "steady step time": f"{step_time:.2f} s" if step_time else "unknown",
-            "stalled for": exact_duration(gap),
-            "budget": exact_duration(budget.seconds),
-            "last periodic checkpoint": p.last_checkpoint_step
-            if p.last_checkpoint_step is not None
-            else "none",
-            "progress lost": f"{p.progress_lost_steps} steps"
-            if p.progress_lost_steps is not None
-            else "unknown",
-            "log": str(view.ref.log) if view.ref.log else "?",
-        }
-        if res.live.head_node:
-            details["head node"] = res.live.head_node
-        if early is not None:
-            details[EARLY_DETAIL] = f"yes, before the step budget ({exact_duration(budget.seconds)})"
-            details["mechanism"] = early.mechanism
-            details["suspect host"] = ", ".join(early.suspects) or "none singled out"
-            details["GPU verdict"] = early.summary
-            if early.per_host:
-                details["GPU state per host"] = "; ".join(
-                    f"{h}: {s}" for h, s in sorted(early.per_host.items())
-                )
-        for i, step in enumerate(res.next_steps[:3], 1):
-            details[f"next step {i}"] = step
+        stall = _Stall(last, gap, what, budget, step_time, expected, early)
         evidence = tuple(f"{e.source.rsplit('/', 1)[-1]}:{e.line}: {e.text}" for e in res.cls.evidence[:5])
         if not evidence and view.main is not None and view.main.last_text:
             evidence = (f"last line read: {view.main.last_text[:300]}",)
-        return [Finding(NAME, view.key, KIND, "critical", summary, details, evidence, at_step=last)]
+        details = _details(view, res, primary, stall)
+        return [Finding(NAME, view.key, KIND, "critical", stall.summary(), details, evidence, at_step=last)]
+
+    def _gpu_evidence(self, view: WatchedJob, gap: float, budget: Budget, now: float) -> EarlyVerdict | None:
+        """The confirmed GPU verdict that pages this stall now (before or past the budget), if any.
+
+        Sticky once paged (whatever the budget memo says later): the stall stays open with the
+        GPU evidence it was paged with until a newer step is read; past the budget it keeps it too."""
+        last = view.last_step
+        early = self.early_confirmed(view, self.early, now) if self.early is not None and last is not None else None
+        memo = early_memo(view)
+        step_key = (last, view.last_step_at)
+        sticky = self._paged.get(view.key) == step_key or (self.early is not None and gap > budget.seconds)
+        if early is None and memo is not None and memo.verdict.confirmed and sticky:
+            early = memo.verdict
+        if early is not None:
+            self._paged[view.key] = step_key
+        return early
+
+
+def _not_judged(view: WatchedJob) -> str | None:
+    """Why there is no hang to judge (the job is not training or cannot be read), or None."""
+    if view.ended:
+        return "job ended"
+    if view.slurm is not None and view.slurm.state != "RUNNING":
+        return f"Slurm state {view.slurm.state}"
+    if view.main is None:
+        return "log not readable yet"
+    if view.blind:
+        return "log unreadable (a monitoring-blind notice was sent)"
+    last = view.last_step
+    total = view.total_steps()
+    if last is not None and total is not None and last >= total - 1:
+        return "training reached its final step (teardown is not a hang)"
+    return None
+
+
+def _stall_start(view: WatchedJob) -> tuple[float, str]:
+    """Since when the job has made no progress, on the daemon clock, and what happened then."""
+    last = view.last_step
+    if last is None:
+        since = view.marker_at if view.marker_at is not None else view.first_seen
+        return since, "the pre-training barrier" if view.marker_at is not None else "monitoring began"
+    at = view.last_step_at
+    return (at if at is not None else view.first_seen), f"step {last} was read"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Stall:
+    """One stall as the finding reports it."""
+
+    last: int | None
+    gap: float
+    what: str  # what was read last ("step 12 was read", "the pre-training barrier")
+    budget: Budget
+    step_time: float | None
+    expected: int | None
+    early: EarlyVerdict | None  # the GPU evidence it is paged with, if any
+
+    def summary(self) -> str:
+        gap, budget, early = exact_duration(self.gap), self.budget, self.early
+        if early is not None:
+            suspects = ", ".join(early.suspects) or "none singled out (every host spins)"
+            return (
+                f"GPU-confirmed hang ({early.state}): no training step for {gap} since {self.what}; "
+                f"expected ≈ step {self.expected} by now. {early.summary}. Suspect host: {suspects}"
+            )
+        if self.last is None:
+            return (
+                f"no training step {gap} after {self.what} "
+                f"(budget {exact_duration(budget.seconds)}, phase {budget.phase})"
+            )
+        return (
+            f"no training step for {gap} since {self.what}; expected ≈ step {self.expected} by now "
+            f"(budget {exact_duration(budget.seconds)}, phase {budget.phase})"
+        )
+
+
+def _details(view: WatchedJob, res: TriageResult, primary: str | None, stall: _Stall) -> dict[str, object]:
+    p = res.progress
+    budget, step_time, early = stall.budget, stall.step_time, stall.early
+    details: dict[str, object] = {
+        "triage": what_happened(res),
+        "status": res.status,
+        "primary failure": primary or "none",
+        "stage": res.cls.stage or "n/a",
+        "phase": budget.phase,
+        "last step": stall.last,
+        "expected step": stall.expected,
+        "steady step time": f"{step_time:.2f} s" if step_time else "unknown",
+        "stalled for": exact_duration(stall.gap),
+        "budget": exact_duration(budget.seconds),
+        "last periodic checkpoint": p.last_checkpoint_step if p.last_checkpoint_step is not None else "none",
+        "progress lost": f"{p.progress_lost_steps} steps" if p.progress_lost_steps is not None else "unknown",
+        "log": str(view.ref.log) if view.ref.log else "?",
+    }
+    if res.live.head_node:
+        details["head node"] = res.live.head_node
+    if early is not None:
+        details[EARLY_DETAIL] = f"yes, before the step budget ({exact_duration(budget.seconds)})"
+        details["mechanism"] = early.mechanism
+        details["suspect host"] = ", ".join(early.suspects) or "none singled out"
+        details["GPU verdict"] = early.summary
+        if early.per_host:
+            details["GPU state per host"] = "; ".join(f"{h}: {s}" for h, s in sorted(early.per_host.items()))
+    for i, step in enumerate(res.next_steps[:3], 1):
+        details[f"next step {i}"] = step
+    return details
 
 
 def _status(view: WatchedJob, memo: BudgetMemo | None, now: float) -> StatusPart:

@@ -515,21 +515,30 @@ class Engine:
             if w is None:
                 continue
             w.view.slurm = job
-            if w.view.ref.job_dir is None and isinstance(d, SlurmDiscovery):
-                # The batch script creates the job dir after the job starts: pick it up (RAY=1
-                # worker logs live there) and follow its `log` link from now on.
-                ref = d.ref_for(job)
-                if ref.job_dir is not None:
-                    w.view.ref = ref
-                    w.access = self._access_for(ref, job)
-                    if w.main is not None and ref.log is not None:
-                        w.main.link = ref.log
-                        w.main.access = w.access
-                        if w.main.reader is not None:
-                            w.main.reader.access = w.access
-                    relinked = True
+            relinked = self._pick_up_job_dir(d, w, job) or relinked
         if relinked:
             self._update_watch_dirs()
+        self._take_ends(news, now)
+
+    def _pick_up_job_dir(self, d: Discovery, w: Watched, job: SlurmJob) -> bool:
+        """The batch script creates the job dir after the job starts: pick it up (RAY=1 worker
+        logs live there) and follow its `log` link from now on. True when the job was relinked."""
+        if w.view.ref.job_dir is not None or not isinstance(d, SlurmDiscovery):
+            return False
+        ref = d.ref_for(job)
+        if ref.job_dir is None:
+            return False
+        w.view.ref = ref
+        w.access = self._access_for(ref, job)
+        if w.main is not None and ref.log is not None:
+            w.main.link = ref.log
+            w.main.access = w.access
+            if w.main.reader is not None:
+                w.main.reader.access = w.access
+        return True
+
+    def _take_ends(self, news: Discovered, now: float) -> None:
+        """Jobs whose end Slurm confirms are marked ended (their end report is due this tick)."""
         for key, (state, final) in news.ended.items():
             w2 = self.jobs.get(key)
             if w2 is None:
@@ -981,22 +990,8 @@ class Engine:
                 poll_early = True
                 if clock.monotonic() - last_gc >= GC_EVERY_S:
                     last_gc = self._collect()
-            elif early is not None and early.wake.is_set():
-                # GPU-confirmed hangs page now, not at the next full tick.
-                keys = {k for k in early.take_confirmed() if k in self.jobs}
-                if keys:
-                    await self._safe_tick(now, keys, early=True)
-            elif self.watcher is not None:
-                changed, added = self.watcher.take()
-                roots = {str(d) for d in self.discovery.dirs()} if self.discovery is not None else set()
-                if any(str(Path(p).parent) in roots and p not in self._path_jobs for p in added):
-                    await self._safe_tick(now, None)  # something new under an outputs root: discover now
-                    self._start_catch_up()
-                    next_full = now + period()
-                else:
-                    keys = self.jobs_for_paths(changed)
-                    if keys:
-                        await self._safe_tick(now, keys)
+            elif await self._tick_on_events(now, early):
+                next_full = now + period()
             wake_at = next_full
             if early is not None:
                 if poll_early:
@@ -1004,21 +999,53 @@ class Engine:
                 due = early.next_poll_at()
                 if due is not None:
                     wake_at = min(wake_at, max(due, clock.wall() + MIN_EARLY_GAP_S))
-            timeout = max(0.0, wake_at - clock.wall())
-            events = [e for e in (self.watcher.wake if self.watcher is not None else None,) if e is not None]
-            if early is not None:
-                events.append(early.wake)
-            if not events:
-                if await sleep(timeout):
-                    return
-                continue
-            if await self._wait(sleep, timeout, events):
+            if await self._pause(sleep, wake_at, next_full, early):
                 return
-            if self.watcher is not None and self.watcher.wake.is_set():
-                # Woken by a file event: let a burst of writes settle into one partial tick.
-                rest = next_full - clock.wall()
-                if rest > 0 and await sleep(min(MIN_PARTIAL_GAP_S, rest)):
-                    return
+
+    async def _tick_on_events(self, now: float, early: EarlyConfirmer | None) -> bool:
+        """Between full ticks: a partial tick for GPU-confirmed hangs or changed files, or a full
+        one for something new under an outputs root (True: the full-tick period starts again)."""
+        if early is not None and early.wake.is_set():
+            # GPU-confirmed hangs page now, not at the next full tick.
+            keys = {k for k in early.take_confirmed() if k in self.jobs}
+            if keys:
+                await self._safe_tick(now, keys, early=True)
+            return False
+        if self.watcher is None:
+            return False
+        changed, added = self.watcher.take()
+        roots = {str(d) for d in self.discovery.dirs()} if self.discovery is not None else set()
+        if any(str(Path(p).parent) in roots and p not in self._path_jobs for p in added):
+            await self._safe_tick(now, None)  # something new under an outputs root: discover now
+            self._start_catch_up()
+            return True
+        keys = self.jobs_for_paths(changed)
+        if keys:
+            await self._safe_tick(now, keys)
+        return False
+
+    async def _pause(
+        self,
+        sleep: Callable[[float], Awaitable[bool]],
+        wake_at: float,
+        next_full: float,
+        early: EarlyConfirmer | None,
+    ) -> bool:
+        """Sleep until `wake_at` or a file event / GPU confirmation; True when the service stops."""
+        timeout = max(0.0, wake_at - clock.wall())
+        events = [e for e in (self.watcher.wake if self.watcher is not None else None,) if e is not None]
+        if early is not None:
+            events.append(early.wake)
+        if not events:
+            return await sleep(timeout)
+        if await self._wait(sleep, timeout, events):
+            return True
+        if self.watcher is not None and self.watcher.wake.is_set():
+            # Woken by a file event: let a burst of writes settle into one partial tick.
+            rest = next_full - clock.wall()
+            if rest > 0 and await sleep(min(MIN_PARTIAL_GAP_S, rest)):
+                return True
+        return False
 
     def _early_poll(self, early: EarlyConfirmer, now: float) -> None:
         try:
