@@ -268,7 +268,7 @@ def test_failure_cascade_is_one_finding_naming_the_root_cause() -> None:
     job.feed("1: [Node 1 @ node002] oom-kill event: Killed process 4242 (python3) total-vm:1TB", t + 3)
     job.feed("0: node001:1:2 [0] NCCL WARN Timeout waiting for proxy response", t + 40)
     f = only(det.check(job.view, t + 41))
-    assert f.kind == "failure" and f.details["root cause"] == "oom-host"
+    assert f.kind == "failure" and f.details["root cause"] == "oom-host" == f.failure_class
     assert "nccl-timeout" in str(f.details.get("cascade (also seen)"))
     assert any("oom" in e.lower() or "killed" in e.lower() for e in f.evidence)
     # The hang detector defers to it: one cascade, one incident.

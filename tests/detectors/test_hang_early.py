@@ -4,15 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jobdiagd.detectors import NoData
-from jobdiagd.detectors.hang import (
-    EARLY,
-    EARLY_DETAIL,
-    EarlyMemo,
-    EarlyRule,
-    HangDetector,
-    early_due_at,
-)
+from jobdiagd.alerts.incidents import IncidentBook
+from jobdiagd.config import IncidentsConfig
+from jobdiagd.detectors import EarlyMemo, NoData, keep_resolution
+from jobdiagd.detectors.hang import EARLY_DETAIL, EarlyRule, HangDetector
 from jobdiagd.logs.state import LogState
 from jobdiagd.model.alerts import Finding
 from jobdiagd.model.jobref import JobRef
@@ -81,8 +76,8 @@ def one(out: object) -> Finding:
 def test_a_confirmed_verdict_pages_at_the_early_point_not_before() -> None:
     det = HangDetector(POLICY, RULE)
     job, last = steady(det)
-    assert early_due_at(job.view, RULE) == last + EARLY_AT
-    job.view.memo[EARLY] = EarlyMemo(29, BUSY, job.view.last_step_at)
+    assert det.early_due_at(job.view, RULE) == last + EARLY_AT
+    job.view.gpu_check = EarlyMemo(29, BUSY, job.view.last_step_at)
     assert one(det.check(job.view, last + EARLY_AT - 1)).resolved
     f = one(det.check(job.view, last + EARLY_AT))
     assert not f.resolved and f.severity == "critical" and f.at_step == 29
@@ -94,7 +89,7 @@ def test_a_confirmed_verdict_pages_at_the_early_point_not_before() -> None:
 def test_a_dead_node_page_names_the_suspect_host() -> None:
     det = HangDetector(POLICY, RULE)
     job, last = steady(det)
-    job.view.memo[EARLY] = EarlyMemo(29, DEAD, job.view.last_step_at)
+    job.view.gpu_check = EarlyMemo(29, DEAD, job.view.last_step_at)
     f = one(det.check(job.view, last + EARLY_AT + 1))
     assert not f.resolved and "Suspect host: node002" in f.summary
     assert f.details["suspect host"] == "node002" and f.details["GPU state per host"] == "node002: dead"
@@ -103,25 +98,25 @@ def test_a_dead_node_page_names_the_suspect_host() -> None:
 def test_without_confirmation_the_step_budget_decides() -> None:
     det = HangDetector(POLICY, RULE)
     job, last = steady(det)
-    job.view.memo[EARLY] = EarlyMemo(29, EarlyVerdict("not-a-hang", "eval", T0), job.view.last_step_at)
+    job.view.gpu_check = EarlyMemo(29, EarlyVerdict("not-a-hang", "eval", T0), job.view.last_step_at)
     assert one(det.check(job.view, last + 100.0)).resolved
     f = one(det.check(job.view, last + 121.0))
     assert not f.resolved and EARLY_DETAIL not in f.details
-    job.view.memo[EARLY] = EarlyMemo(29, EarlyVerdict("no-data", "metrics stale", T0), job.view.last_step_at)
+    job.view.gpu_check = EarlyMemo(29, EarlyVerdict("no-data", "metrics stale", T0), job.view.last_step_at)
     assert one(det.check(job.view, last + 100.0)).resolved
 
 
 def test_a_verdict_of_an_older_step_is_not_evidence() -> None:
     det = HangDetector(POLICY, RULE)
     job, last = steady(det)
-    job.view.memo[EARLY] = EarlyMemo(28, BUSY, job.view.last_step_at)
+    job.view.gpu_check = EarlyMemo(28, BUSY, job.view.last_step_at)
     assert one(det.check(job.view, last + EARLY_AT + 5)).resolved
 
 
 def test_a_confirmed_page_stays_until_a_new_step() -> None:
     det = HangDetector(POLICY, RULE)
     job, last = steady(det)
-    job.view.memo[EARLY] = EarlyMemo(29, BUSY, job.view.last_step_at)
+    job.view.gpu_check = EarlyMemo(29, BUSY, job.view.last_step_at)
     for dt in (EARLY_AT, 90.0, 130.0, 600.0):  # before and after the step budget
         f = one(det.check(job.view, last + dt))
         assert not f.resolved and EARLY_DETAIL in f.details, dt
@@ -133,33 +128,42 @@ def test_a_confirmed_page_stays_until_a_new_step() -> None:
 def test_not_armed_during_warmup() -> None:
     det = HangDetector(POLICY, RULE)
     job, last = steady(det, steps=3)  # compilation and the first steps: no steady step time yet
-    assert early_due_at(job.view, RULE) is None
-    job.view.memo[EARLY] = EarlyMemo(2, BUSY, job.view.last_step_at)
+    assert det.early_due_at(job.view, RULE) is None
+    job.view.gpu_check = EarlyMemo(2, BUSY, job.view.last_step_at)
     assert one(det.check(job.view, last + 60.0)).resolved
 
 
 def test_not_armed_when_the_step_budget_comes_first() -> None:
     det = HangDetector(POLICY, EarlyRule(factor=20.0, slack_s=20.0))
     job, _ = steady(det)
-    assert early_due_at(job.view, EarlyRule(factor=20.0, slack_s=20.0)) is None
+    assert det.early_due_at(job.view, EarlyRule(factor=20.0, slack_s=20.0)) is None
 
 
 def test_disabled_early_page_ignores_the_memo() -> None:
     det = HangDetector(POLICY, None)
     job, last = steady(det)
-    job.view.memo[EARLY] = EarlyMemo(29, BUSY, job.view.last_step_at)
+    job.view.gpu_check = EarlyMemo(29, BUSY, job.view.last_step_at)
     assert one(det.check(job.view, last + EARLY_AT + 5)).resolved
 
 
 def test_a_page_is_not_taken_back_when_the_rule_changes() -> None:
-    """A reload that moves the early point later must not resolve a paged hang as 'steps resumed'."""
+    """A reload that moves the early point later must not resolve a paged hang as 'steps resumed'.
+
+    A reload builds new detectors (no state: nothing computed under the old rule survives) and
+    drops the view's GPU verdict; the new detector's "steps resumed" names no newer step than the
+    open incident's, so the incident book never sees it (`keep_resolution`)."""
     det = HangDetector(POLICY, RULE)
     job, last = steady(det)
-    job.view.memo[EARLY] = EarlyMemo(29, BUSY, job.view.last_step_at)
-    assert not one(det.check(job.view, last + EARLY_AT)).resolved
+    job.view.gpu_check = EarlyMemo(29, BUSY, job.view.last_step_at)
+    book = IncidentBook.from_config(IncidentsConfig())
+    paged = one(det.check(job.view, last + EARLY_AT))
+    assert not paged.resolved and EARLY_DETAIL in paged.details
+    book.observe_all([paged], last + EARLY_AT)
+    job.view.gpu_check = None
     reloaded = HangDetector(POLICY, EarlyRule(factor=1.5, slack_s=60.0))
     f = one(reloaded.check(job.view, last + EARLY_AT + 15))
-    assert not f.resolved and EARLY_DETAIL in f.details
+    assert f.resolved and not keep_resolution(book, f)
+    assert book.get("7001", "hang") is not None
 
 
 def test_a_verdict_of_a_replaced_log_is_not_evidence() -> None:
@@ -167,5 +171,5 @@ def test_a_verdict_of_a_replaced_log_is_not_evidence() -> None:
     run's verdict is about another step."""
     det = HangDetector(POLICY, RULE)
     job, last = steady(det)
-    job.view.memo[EARLY] = EarlyMemo(29, BUSY, job.view.last_step_at - 3600.0)
+    job.view.gpu_check = EarlyMemo(29, BUSY, job.view.last_step_at - 3600.0)
     assert one(det.check(job.view, last + EARLY_AT + 5)).resolved

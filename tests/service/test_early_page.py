@@ -17,7 +17,7 @@ from jobdiagd.alerts.pipeline import AlertPipeline
 from jobdiagd.alerts.store import DB_NAME
 from jobdiagd.config import Config, loads
 from jobdiagd.detectors import build
-from jobdiagd.detectors.hang import EARLY, EarlyMemo, HangDetector, early_rule_from_config, policy_from_config
+from jobdiagd.detectors.hang import HangDetector, early_rule_from_config, policy_from_config
 from jobdiagd.logs.state import LogState
 from jobdiagd.model.jobref import JobRef
 from jobdiagd.service.discovery import OutputsDiscovery
@@ -84,8 +84,11 @@ enabled = true
 # --- the confirmer on job views --------------------------------------------------------------------
 
 
-def stalled_view(key: str, cfg: Config, *, ray: bool = True) -> tuple[JobView, float]:
-    """A job view 30 steps in, its hang budget computed (as the tick leaves it)."""
+def stalled_view(
+    key: str, cfg: Config, *, ray: bool = True, det: HangDetector | None = None
+) -> tuple[JobView, float, HangDetector]:
+    """A job view 30 steps in, its hang budget computed by `det` (a new one by default), as the
+    tick leaves it."""
     state = LogState(f"/x/{key}.log", ref_time=T0)
     view = JobView(
         key=key,
@@ -98,7 +101,7 @@ def stalled_view(key: str, cfg: Config, *, ray: bool = True) -> tuple[JobView, f
     for ln in ray_lines(key) if ray else ray_lines(key)[:-2]:
         n += 1
         state.feed(ln, n)
-    det = HangDetector(policy_from_config(cfg), early_rule_from_config(cfg))
+    det = det if det is not None else HangDetector(policy_from_config(cfg), early_rule_from_config(cfg))
     t = T0
     for k in range(30):
         t += STEP
@@ -106,7 +109,7 @@ def stalled_view(key: str, cfg: Config, *, ray: bool = True) -> tuple[JobView, f
         state.feed(step_line(k, t), n)
         view.note_read(t)
         det.check(view, t)
-    return view, t
+    return view, t, det
 
 
 class Stub:
@@ -146,35 +149,35 @@ async def settle() -> None:
 
 async def test_asks_once_the_step_is_overdue_then_once_per_scrape_interval(tmp_path: Path) -> None:
     cfg = cfg_for(tmp_path)
-    view, last = stalled_view("7201", cfg)
+    view, last, det = stalled_view("7201", cfg)
     stub = Stub(EarlyVerdict("not-a-hang", "eval: GPUs at 520 W", T0))
     early = confirmer(cfg, stub)
-    early.poll({"7201": view}, last + EARLY_AT - 1)
+    early.poll({"7201": view}, last + EARLY_AT - 1, [det])
     assert stub.calls == [] and early.next_poll_at() == last + EARLY_AT
-    early.poll({"7201": view}, last + EARLY_AT)
+    early.poll({"7201": view}, last + EARLY_AT, [det])
     await settle()
     assert stub.calls == [("7201", last + EARLY_AT)]
-    assert isinstance(view.memo[EARLY], EarlyMemo) and view.memo[EARLY].verdict.state == "not-a-hang"
-    early.poll({"7201": view}, last + EARLY_AT + 5)  # within the scrape interval: no second query
+    assert view.gpu_check is not None and view.gpu_check.verdict.state == "not-a-hang"
+    early.poll({"7201": view}, last + EARLY_AT + 5, [det])  # within the scrape interval: no second query
     await settle()
     assert len(stub.calls) == 1 and early.next_poll_at() == last + EARLY_AT + 10
-    early.poll({"7201": view}, last + EARLY_AT + 10)
+    early.poll({"7201": view}, last + EARLY_AT + 10, [det])
     await settle()
     assert len(stub.calls) == 2 and not early.wake.is_set()
-    early.poll({"7201": view}, last + 121)  # past the step budget: the budget pages, nothing to ask
+    early.poll({"7201": view}, last + 121, [det])  # past the step budget: the budget pages, nothing to ask
     await settle()
     assert len(stub.calls) == 2 and early.next_poll_at() is None
 
 
 async def test_a_confirmation_wakes_the_engine_and_stops_the_queries(tmp_path: Path) -> None:
     cfg = cfg_for(tmp_path)
-    view, last = stalled_view("7202", cfg)
+    view, last, det = stalled_view("7202", cfg)
     stub = Stub(BUSY)
     early = confirmer(cfg, stub)
-    early.poll({"7202": view}, last + EARLY_AT)
+    early.poll({"7202": view}, last + EARLY_AT, [det])
     await settle()
     assert early.wake.is_set() and early.take_confirmed() == {"7202"} and not early.wake.is_set()
-    early.poll({"7202": view}, last + EARLY_AT + 10)
+    early.poll({"7202": view}, last + EARLY_AT + 10, [det])
     await settle()
     assert len(stub.calls) == 1  # confirmed for this step: nothing more to ask
 
@@ -183,15 +186,16 @@ async def test_concurrency_is_bounded_and_a_slow_job_is_not_queued_twice(tmp_pat
     cfg = cfg_for(tmp_path, early_max_concurrent=2)
     views = {}
     last = 0.0
+    det = HangDetector(policy_from_config(cfg), early_rule_from_config(cfg))
     for i in range(5):
-        v, last = stalled_view(f"73{i:02d}", cfg)
+        v, last, det = stalled_view(f"73{i:02d}", cfg, det=det)
         views[v.key] = v
     stub = Stub(EarlyVerdict("not-a-hang", "training", T0), hold=True)
     early = confirmer(cfg, stub)
-    early.poll(views, last + EARLY_AT)
+    early.poll(views, last + EARLY_AT, [det])
     await settle()
     assert stub.running == 2 and len(stub.calls) == 2  # the other three wait for the semaphore
-    early.poll(views, last + EARLY_AT + 10)  # every job still has its query in flight
+    early.poll(views, last + EARLY_AT + 10, [det])  # every job still has its query in flight
     await settle()
     assert len(stub.calls) == 2
     stub.release.set()
@@ -202,26 +206,26 @@ async def test_concurrency_is_bounded_and_a_slow_job_is_not_queued_twice(tmp_pat
 
 async def test_a_job_without_a_tsdb_is_never_asked(tmp_path: Path) -> None:
     cfg = cfg_for(tmp_path)
-    view, last = stalled_view("7203", cfg, ray=False)
+    view, last, det = stalled_view("7203", cfg, ray=False)
     stub = Stub(BUSY)
     early = confirmer(cfg, stub)
-    early.poll({"7203": view}, last + EARLY_AT + 1)
+    early.poll({"7203": view}, last + EARLY_AT + 1, [det])
     await settle()
     assert stub.calls == []
 
 
 async def test_a_failing_query_is_no_data(tmp_path: Path) -> None:
     cfg = cfg_for(tmp_path)
-    view, last = stalled_view("7204", cfg)
+    view, last, det = stalled_view("7204", cfg)
 
     async def broken(ctx: DiagnosisContext, now: float) -> EarlyVerdict:
         raise RuntimeError("boom")
 
     early = EarlyConfirmer(cfg.tsdb, SshTunnelPool(SshSettings()), query_fn=broken)
-    early.poll({"7204": view}, last + EARLY_AT)
+    early.poll({"7204": view}, last + EARLY_AT, [det])
     await settle()
-    memo = view.memo[EARLY]
-    assert memo.verdict.state == "no-data" and "boom" in memo.verdict.summary and not early.wake.is_set()
+    memo = view.gpu_check
+    assert memo is not None and memo.verdict.state == "no-data" and "boom" in memo.verdict.summary and not early.wake.is_set()
 
 
 # --- through the engine ------------------------------------------------------------------------------
@@ -281,10 +285,10 @@ async def test_the_engine_pages_a_gpu_confirmed_hang_at_once(tmp_path: Path) -> 
     # confirmation an early partial tick.
     for now in (last + 15, last + 30):
         await d.engine.tick(now)
-        early.poll(views, now)
+        early.poll(views, now, d.engine.detectors)
         await settle()
     assert stub.calls == [] and early.next_poll_at() == last + EARLY_AT
-    early.poll(views, last + EARLY_AT)
+    early.poll(views, last + EARLY_AT, d.engine.detectors)
     await settle()
     assert len(stub.calls) == 1 and early.wake.is_set()
     await d.engine.tick(last + EARLY_AT, early.take_confirmed(), early=True)

@@ -161,7 +161,7 @@ async def test_live_hang_is_gpu_confirmed_through_ssh_before_the_step_budget(
         await engine.tick(time.time())  # reads the 20 steps: the hang clock starts now
         (view,) = [w.view for w in engine.jobs.values()]
         assert view.last_step == 19
-        early.poll({view.key: view}, time.time())
+        early.poll({view.key: view}, time.time(), engine.detectors)
         due = early.next_poll_at()
         assert due is not None  # 1 s steps: overdue 2.5 s after the read, the budget is 120 s
         local = await enricher.tunnels.forward("node001", live["pport"])
@@ -169,11 +169,11 @@ async def test_live_hang_is_gpu_confirmed_through_ssh_before_the_step_budget(
         lock_before = lock.stat() if lock.exists() else None
         await asyncio.sleep(max(0.0, due - time.time()))
         for _ in range(100):  # what Engine.run does: poll when due, tick at once on a confirmation
-            early.poll({view.key: view}, time.time())
+            early.poll({view.key: view}, time.time(), engine.detectors)
             if early.wake.is_set():
                 break
             await asyncio.sleep(0.1)
-        assert early.wake.is_set(), view.memo.get("early_hang")
+        assert early.wake.is_set(), view.gpu_check
         await engine.tick(time.time(), early.take_confirmed(), early=True)
         (opened,) = [n for n in outbox(state) if n["event"] == "open"]
         assert opened["kind"] == "hang" and "GPU-confirmed hang (busy-wait)" in opened["body"]

@@ -165,3 +165,40 @@ async def test_a_job_already_over_when_found_is_not_reported(short_tmp: Path) ->
     await d.tick(T0 + 15)
     assert events(state) == [] and d.engine.jobs == {}
     d.close()
+
+
+async def test_an_ended_jobs_detector_state_is_dropped_and_a_reload_starts_afresh(short_tmp: Path) -> None:
+    """Detectors keep per-job state (the hang budget, the TGS trend); a job leaving the watch
+    takes it with it, and a reload's new detectors start with none."""
+    from jobdiagd.detectors import build
+    from jobdiagd.detectors.hang import HangDetector
+    from jobdiagd.detectors.tgs import TgsDetector
+
+    state, outputs = short_tmp / "state", short_tmp / "outputs"
+    job = JobLog(outputs, "7010")
+    d = Daemon(state, outputs)
+    t = T0
+    for k in range(30):
+        job.step(k, seconds=10.0)
+        t += 10.0
+        await d.tick(t)
+    (hang,) = [x for x in d.engine.detectors if isinstance(x, HangDetector)]
+    (tgs,) = [x for x in d.engine.detectors if isinstance(x, TgsDetector)]
+    assert hang.budget_state("7010") is not None and tgs.trend_state("7010") is not None
+    assert d.engine.snapshot_jobs(t)[0]["phase"] == "steady"
+
+    d.engine.reconfigure(d.cfg, build(d.cfg))
+    (fresh,) = [x for x in d.engine.detectors if isinstance(x, HangDetector)]
+    assert fresh is not hang and fresh.budget_state("7010") is None
+    assert d.engine.snapshot_jobs(t)[0]["phase"] == "startup"  # no budget under the new settings yet
+    t += 10.0
+    await d.tick(t)
+    assert fresh.budget_state("7010") is not None
+
+    job.summary(0)
+    t += 2.0
+    await d.tick(t)
+    assert d.engine.jobs == {}
+    (tgs2,) = [x for x in d.engine.detectors if isinstance(x, TgsDetector)]
+    assert fresh.budget_state("7010") is None and tgs2.trend_state("7010") is None
+    d.close()

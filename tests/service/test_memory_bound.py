@@ -18,6 +18,8 @@ from typing import Any
 from jobdiagd.config import default_config
 from jobdiagd.detectors import Detector, NoData, build
 from jobdiagd.detectors import tgs as tgs_detector
+from jobdiagd.detectors.hang import BudgetMemo, HangDetector
+from jobdiagd.detectors.tgs import TgsDetector, TrendMemo
 from jobdiagd.logs.reader import MAX_LINE, read_file
 from jobdiagd.logs.state import EVENTS_KEEP, MAX_TASKS, SAVES_HEAD, SAVES_SLACK, SAVES_TAIL, LogState
 from jobdiagd.logs.steps import TAIL, TRIAGE, StepSeries
@@ -79,13 +81,21 @@ class Side:
             self.view.main = self.reader.state
         self.view.note_read(now)
 
+    def hang_state(self) -> BudgetMemo | None:
+        (det,) = [d for d in self.detectors if isinstance(d, HangDetector)]
+        return det.budget_state(self.view.key)
+
+    def tgs_state(self) -> TrendMemo | None:
+        (det,) = [d for d in self.detectors if isinstance(d, TgsDetector)]
+        return det.trend_state(self.view.key)
+
     def check(self, now: float) -> list[object]:
         out: list[object] = []
         for det in self.detectors:
             res = det.check(self.view, now)
             out.append(res if isinstance(res, NoData) else list(res))
         # What the hang budget and the TGS trend learned, beyond what a finding shows.
-        hang, tgs = self.view.memo.get("hang"), self.view.memo.get("tgs")
+        hang, tgs = self.hang_state(), self.tgs_state()
         out.append((hang.budget, hang.step_time) if hang is not None else None)
         out.append((tgs.analysis, tgs.episode) if tgs is not None else None)
         return out
@@ -167,7 +177,9 @@ def test_bounded_tail_state_answers_like_an_unbounded_one_on_a_53k_step_job(tmp_
     last_at = run.t
     tick(last_at)
     assert bounded.view.last_step == 53_000
-    hang_budget = bounded.view.memo["hang"].budget
+    hang_state = bounded.hang_state()
+    assert hang_state is not None
+    hang_budget = hang_state.budget
     assert hang_budget.phase == "checkpoint" and abs(hang_budget.seconds - 1.5 * (250.0 + 12.0)) < 0.1
     for dt in (60.0, 300.0, 390.0, 400.0, 900.0):
         found = tick(last_at + dt, triage=True)
@@ -209,7 +221,9 @@ def test_saves_only_checkpointing_is_learned_alike_from_trimmed_saves(tmp_path: 
     run.steps(period - run.step % period + 1)  # through a save step
     last_at = run.t
     tick(last_at)
-    budget = bounded.view.memo["hang"].budget
+    hang_state = bounded.hang_state()
+    assert hang_state is not None
+    budget = hang_state.budget
     assert budget.phase == "checkpoint" and budget.seconds > 450  # 1.5 x the 300 s save
     for dt in (200.0, budget.seconds - 1, budget.seconds + 1):
         found = tick(last_at + dt, triage=True)

@@ -1,10 +1,11 @@
-"""The detector interface and registry: pure per-tick checks `(WatchedJob, now) -> outcome`, registered by name."""
+"""The detector interface: judges `(WatchedJob, now) -> outcome` that own their per-job state and status."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import zlib
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from jobdiagd.alerts.incidents import IncidentBook
 from jobdiagd.config import Config
@@ -15,12 +16,26 @@ from jobdiagd.model.records import StepRecord
 from jobdiagd.model.triage import CheckpointConfig, TriageResult
 from jobdiagd.sources.slurm_parse import SlurmJob
 from jobdiagd.triage.stall import StallPolicy
+from jobdiagd.tsdb.early_hang import EarlyVerdict
+
+
+@dataclass(frozen=True, slots=True)
+class EarlyMemo:
+    """The GPU verdict the service obtained while `last_step` (read at `step_at`) was the newest step.
+
+    The service's early page (or the backtest's) sets it on the view; the hang detector reads it.
+    The read time tells a step apart from the same step number of a replaced log (a restart)."""
+
+    last_step: int
+    verdict: EarlyVerdict
+    step_at: float | None
 
 
 class WatchedJob(Protocol):
     """What a detector reads of one watched job: the daemon's (and the backtest's) per-job view,
     `service.jobs.JobView`, seen from below. Times are on the daemon's clock (when a line was
-    read). Detectors only read it, except `memo`: per-detector scratch values, keyed by detector.
+    read). Detectors only read it; what they remember between ticks they keep themselves
+    (`Detector.forget`).
     """
 
     @property
@@ -50,13 +65,21 @@ class WatchedJob(Protocol):
     @property
     def last_step_at(self) -> float | None: ...
     @property
-    def memo(self) -> dict[str, Any]: ...
+    def gpu_check(self) -> EarlyMemo | None: ...
 
     def version_steps(self) -> int: ...
     def total_steps(self) -> int | None: ...
     def checkpoint(self) -> CheckpointConfig: ...
     def sorted_steps(self) -> list[StepRecord]: ...
     def analysis(self, now: float, policy: StallPolicy | None = None) -> TriageResult: ...
+
+
+def early_memo(view: WatchedJob) -> EarlyMemo | None:
+    """The service's GPU verdict for the job's current last step, if it has one."""
+    memo = view.gpu_check
+    if memo is not None and memo.last_step == view.last_step and memo.step_at == view.last_step_at:
+        return memo
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,51 +101,118 @@ class Report:
 
 
 Outcome = Sequence[Finding | Report] | NoData
+# A detector's part of a job's line in `jobdiagd status` (JSON-ready values, keys in display order).
+StatusPart = Mapping[str, object]
 
 
 class Detector(Protocol):
-    """`check` must not do I/O or read the clock: everything comes from the view and `now`."""
+    """A judge of watched jobs. `check` must not do I/O or read the clock: everything comes from
+    the view and `now`. What it remembers about a job between ticks it keeps itself, keyed by the
+    job's key, until `forget(key)` (the job left the watch); a config reload builds new detectors,
+    so nothing computed under the old settings survives it."""
 
     @property
     def name(self) -> str: ...
 
+    @property
+    def on_data(self) -> bool:
+        """Reacts to new lines: runs on partial (file-event) ticks too, not only on full ticks."""
+        ...
+
+    @property
+    def on_gpu_check(self) -> bool:
+        """Runs on the partial tick the early page wakes when the GPUs confirm a hang."""
+        ...
+
     def check(self, view: WatchedJob, now: float) -> Outcome: ...
+
+    def forget(self, key: str) -> None: ...
+
+    def status(self, view: WatchedJob, now: float) -> StatusPart | None:
+        """This detector's columns of the job's status line (None: it shows nothing)."""
+        ...
 
 
 Factory = Callable[[Config], Detector]
 
 
 @dataclass(frozen=True, slots=True)
-class DetectorInfo:
+class DetectorSpec:
+    """What a detector module exports (`SPEC`) for the registry."""
+
     name: str  # as in [detectors.<name>]
-    default: bool
+    default: bool  # enabled when the config has no section for it
     factory: Factory
     description: str
+    # The detector's status columns for a job while it is disabled (same keys as `status`).
+    idle_status: Callable[[WatchedJob], StatusPart] | None = None
 
 
-_REGISTRY: dict[str, DetectorInfo] = {}
+class DetectorRegistry:
+    """The detectors a runner may build, by name (listed in one place, `detectors.CATALOG`)."""
+
+    def __init__(self, specs: Sequence[DetectorSpec]) -> None:
+        by_name: dict[str, DetectorSpec] = {}
+        for spec in specs:
+            if spec.name in by_name:
+                raise ValueError(f"detector {spec.name!r} registered twice")
+            by_name[spec.name] = spec
+        self._specs = [by_name[k] for k in sorted(by_name)]
+
+    def registered(self) -> list[DetectorSpec]:
+        return list(self._specs)
+
+    def enabled_names(self, cfg: Config) -> list[str]:
+        """Config decides where it has a section for the detector; otherwise the detector's default."""
+        flags = cfg.detectors.enabled()
+        return [d.name for d in self._specs if flags.get(d.name, d.default)]
+
+    def build(self, cfg: Config) -> list[Detector]:
+        names = set(self.enabled_names(cfg))
+        return [d.factory(cfg) for d in self._specs if d.name in names]
+
+    def status(self, detectors: Sequence[Detector], view: WatchedJob, now: float) -> dict[str, object]:
+        """Every registered detector's status columns for the job, in registry order (a disabled
+        one shows its idle columns, so the status document has the same keys either way)."""
+        running = {d.name: d for d in detectors}
+        out: dict[str, object] = {}
+        for spec in self._specs:
+            det = running.get(spec.name)
+            part = det.status(view, now) if det is not None else None
+            if det is None and spec.idle_status is not None:
+                part = spec.idle_status(view)
+            if part:
+                out.update(part)
+        return out
 
 
-def register(name: str, default: bool, factory: Factory, description: str = "") -> None:
-    """node_exporter-style registration; a second registration under one name is a bug."""
-    if name in _REGISTRY:
-        raise ValueError(f"detector {name!r} registered twice")
-    _REGISTRY[name] = DetectorInfo(name, default, factory, description)
+class RefreshRation:
+    """Optional recomputes (a cache refresh that may wait) allowed per tick: at most `per_tick`
+    (the engine rotates the job order, so every job gets its turn)."""
+
+    def __init__(self, per_tick: int) -> None:
+        self.per_tick = per_tick
+        self._tick: float | None = None
+        self._spent = 0
+
+    def spend(self, now: float) -> bool:
+        if now != self._tick:
+            self._tick, self._spent = now, 0
+        if self._spent >= self.per_tick:
+            return False
+        self._spent += 1
+        return True
 
 
-def registered() -> list[DetectorInfo]:
-    return [_REGISTRY[k] for k in sorted(_REGISTRY)]
+def staggered(now: float, key: str, period: float) -> float:
+    """A job's first cache time, back-dated by a per-job offset within `period`: many jobs' later
+    refreshes spread over the period instead of all falling in one tick."""
+    return now - zlib.crc32(key.encode()) % int(period)
 
 
-def enabled_names(cfg: Config) -> list[str]:
-    """Config decides where it has a section for the detector; otherwise the detector's default."""
-    flags = cfg.detectors.enabled()
-    return [d.name for d in registered() if flags.get(d.name, d.default)]
-
-
-def build(cfg: Config) -> list[Detector]:
-    names = set(enabled_names(cfg))
-    return [d.factory(cfg) for d in registered() if d.name in names]
+def resolved_finding(name: str, key: str, kind: str, summary: str, at_step: int | None = None) -> Finding:
+    """The finding that closes a detector's open incident of `kind` for the job."""
+    return Finding(name, key, kind, "info", summary, at_step=at_step, resolved=True)
 
 
 def keep_resolution(book: IncidentBook, f: Finding) -> bool:

@@ -15,7 +15,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from jobdiagd.config import Config
-from jobdiagd.detectors.base import NoData, Outcome, WatchedJob, register
+from jobdiagd.detectors.base import (
+    DetectorSpec,
+    NoData,
+    Outcome,
+    StatusPart,
+    WatchedJob,
+    resolved_finding,
+)
 from jobdiagd.model.alerts import Finding, Severity
 from jobdiagd.model.triage import TriageResult
 from jobdiagd.rules.signatures import BY_CLASS, Tier, describe
@@ -38,19 +45,30 @@ def hit_count(view: WatchedJob) -> int:
 
 class FailureSignatureDetector:
     name = NAME
+    on_data = True
+    on_gpu_check = False
+
+    def __init__(self) -> None:
+        self._memo: dict[str, _Memo] = {}  # job -> the last judgement and what it was made on
+
+    def forget(self, key: str) -> None:
+        self._memo.pop(key, None)
+
+    def status(self, view: WatchedJob, now: float) -> StatusPart | None:
+        return None
 
     def check(self, view: WatchedJob, now: float) -> Outcome:
         hits = hit_count(view)
         if hits == 0:
             return NoData("no failure signature in the logs")
-        memo: _Memo | None = view.memo.get(NAME)
+        memo = self._memo.get(view.key)
         active = memo is not None and any(not f.resolved for f in memo.findings)
         key = (hits, view.last_step if active else None)
         if memo is not None and memo.key == key:
             return memo.findings
         res = view.analysis(now)
         findings = self._judge(view, res, active)
-        view.memo[NAME] = _Memo(key, findings)
+        self._memo[view.key] = _Memo(key, findings)
         return findings
 
     def _judge(self, view: WatchedJob, res: TriageResult, active: bool) -> list[Finding]:
@@ -60,17 +78,7 @@ class FailureSignatureDetector:
         if primary is None or sig is None or sig.tier not in _PAGING:
             if not active:
                 return []
-            return [
-                Finding(
-                    NAME,
-                    view.key,
-                    KIND,
-                    "info",
-                    f"training continued past it (step {last})",
-                    at_step=last,
-                    resolved=True,
-                )
-            ]
+            return [resolved_finding(NAME, view.key, KIND, f"training continued past it (step {last})", last)]
         ev = [e for e in res.cls.evidence if e.cls == primary] or res.cls.evidence
         first = ev[0] if ev else None
         others = [c for c in res.cls.classes if c != primary and c in BY_CLASS]
@@ -95,14 +103,18 @@ class FailureSignatureDetector:
         severity: Severity = (
             "critical" if sig.tier is not Tier.SYMPTOM or res.status != "running" else "warning"
         )
-        return [Finding(NAME, view.key, KIND, severity, summary, details, evidence, at_step=last)]
+        return [
+            Finding(
+                NAME, view.key, KIND, severity, summary, details, evidence, at_step=last, failure_class=primary
+            )
+        ]
 
 
 def _factory(cfg: Config) -> FailureSignatureDetector:
     return FailureSignatureDetector()
 
 
-register(
+SPEC = DetectorSpec(
     NAME,
     True,
     _factory,

@@ -14,10 +14,11 @@ failure-signature incident — a hang incident opened before the error was logge
 resolved as superseded — so one cascade is one open incident.
 
 Early page (RAY=1 live jobs, `[tsdb] early_page`): once the expected step is overdue by
-`early_overdue_factor` x steady step time + `early_overdue_slack_s` (`early_due_at`; armed only
-in the steady and checkpoint phases, i.e. once this run's steady step time is known, and only
-when that comes before the step budget), the service asks the job's Prometheus and leaves an
-`EarlyMemo` with the `tsdb.early_hang` verdict for the current last step. A confirmed verdict
+`early_overdue_factor` x steady step time + `early_overdue_slack_s` (`HangDetector.early_due_at`;
+armed only in the steady and checkpoint phases, i.e. once this run's steady step time is known,
+and only when that comes before the step budget), the service asks the job's Prometheus and
+leaves an `EarlyMemo` with the `tsdb.early_hang` verdict for the current last step on the view
+(`gpu_check`). A confirmed verdict
 makes the stall a page now, as a GPU-confirmed hang naming the mechanism and the suspect
 host(s); it stays confirmed for that step (no flapping back to "resumed" while no step came)
 until a newer step is read. Without a confirmed verdict nothing changes: the step budget pages.
@@ -26,13 +27,23 @@ until a newer step is read. Without a confirmed verdict nothing changes: the ste
 from __future__ import annotations
 
 import dataclasses
-import zlib
 
 from jobdiagd.config import Config
-from jobdiagd.detectors.base import NoData, Outcome, WatchedJob, register
+from jobdiagd.detectors.base import (
+    DetectorSpec,
+    NoData,
+    Outcome,
+    RefreshRation,
+    StatusPart,
+    WatchedJob,
+    early_memo,
+    resolved_finding,
+    staggered,
+)
 from jobdiagd.durations import exact_duration
 from jobdiagd.model.alerts import Finding
 from jobdiagd.model.kinds import FailureClass, JobStatus
+from jobdiagd.model.triage import TriageResult
 from jobdiagd.rules.signatures import BY_CLASS, Tier
 from jobdiagd.triage.nextsteps import next_steps
 from jobdiagd.triage.progress import steady_step_time
@@ -48,7 +59,7 @@ MAX_REFRESHES = 10
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class BudgetMemo:
-    """The last `stall_budget` answer for a job (kept in `view.memo["hang"]`; status reads it)."""
+    """The last `stall_budget` answer for a job (the detector keeps one per job; status reads it)."""
 
     last_step: int | None
     step_version: int
@@ -60,8 +71,6 @@ class BudgetMemo:
 
 _CASCADE_TIERS = (Tier.ROOT, Tier.SYMPTOM, Tier.CARRIER, Tier.INFRA)
 
-EARLY = "early_hang"  # view.memo key of the service's GPU confirmation (an `EarlyMemo`)
-EARLY_PAGED = "hang_early_paged"  # view.memo key: the step an early page was emitted for
 EARLY_PHASES = ("steady", "checkpoint")
 EARLY_DETAIL = "GPU-confirmed"  # a finding carrying it already has its GPU evidence
 
@@ -72,62 +81,6 @@ class EarlyRule:
 
     factor: float = 1.5
     slack_s: float = 20.0
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class EarlyMemo:
-    """The GPU verdict the service obtained while `last_step` (read at `step_at`) was the newest step.
-
-    The read time tells a step apart from the same step number of a replaced log (a restart)."""
-
-    last_step: int
-    verdict: EarlyVerdict
-    step_at: float | None
-
-
-def early_memo(view: WatchedJob) -> EarlyMemo | None:
-    """The service's GPU verdict for the job's current last step, if it has one."""
-    memo = view.memo.get(EARLY)
-    if isinstance(memo, EarlyMemo) and memo.last_step == view.last_step and memo.step_at == view.last_step_at:
-        return memo
-    return None
-
-
-def early_window(view: WatchedJob, rule: EarlyRule) -> tuple[float, float] | None:
-    """(when the early check of the current last step is due, when the step budget pages), or
-    None when not armed.
-
-    Armed once this job's steady step time is known and the budget phase is steady or
-    checkpoint (startup and warmup -- compilation, restore -- never), and only when the early
-    point comes before the step budget's. After the step budget there is nothing to ask early.
-    """
-    memo = view.memo.get(NAME)
-    last, at = view.last_step, view.last_step_at
-    # The memo is the budget the detector applies to the current step (it keeps one across
-    # steady steps that cannot change it), whatever step it was computed at.
-    if not isinstance(memo, BudgetMemo) or last is None or at is None:
-        return None
-    st = memo.step_time
-    if not st or memo.budget.phase not in EARLY_PHASES:
-        return None
-    due = at + st + rule.factor * st + rule.slack_s
-    budget_at = at + memo.budget.seconds
-    return (due, budget_at) if due < budget_at else None
-
-
-def early_due_at(view: WatchedJob, rule: EarlyRule) -> float | None:
-    """When the early check of the current last step is due (None: not armed; see `early_window`)."""
-    w = early_window(view, rule)
-    return w[0] if w is not None else None
-
-
-def early_confirmed(view: WatchedJob, rule: EarlyRule, now: float) -> EarlyVerdict | None:
-    """The confirmed GPU verdict of the current last step, once its early point is reached."""
-    memo = early_memo(view)
-    if memo is None or not memo.verdict.confirmed:
-        return None
-    due = early_due_at(view, rule)
-    return memo.verdict if due is not None and now >= due else None
 
 
 def policy_from_config(cfg: Config) -> StallPolicy:
@@ -147,22 +100,61 @@ def early_rule_from_config(cfg: Config) -> EarlyRule | None:
 
 class HangDetector:
     name = NAME
+    on_data = False
+    on_gpu_check = True
 
     def __init__(self, policy: StallPolicy, early: EarlyRule | None = None) -> None:
         self.policy = policy
         self.early = early
-        self._tick: float | None = None
-        self._spent = 0
+        # A steady-state refresh is optional work: at most `MAX_REFRESHES` per tick.
+        self._ration = RefreshRation(MAX_REFRESHES)
+        self._budgets: dict[str, BudgetMemo] = {}  # job -> the budget applied to its current step
+        self._paged: dict[str, tuple[int | None, float | None]] = {}  # job -> step an early page was for
 
-    def _spend(self, now: float) -> bool:
-        """A steady-state refresh is optional work: at most `MAX_REFRESHES` per tick (the engine
-        rotates the job order, so every job gets its turn)."""
-        if now != self._tick:
-            self._tick, self._spent = now, 0
-        if self._spent >= MAX_REFRESHES:
-            return False
-        self._spent += 1
-        return True
+    def forget(self, key: str) -> None:
+        self._budgets.pop(key, None)
+        self._paged.pop(key, None)
+
+    def budget_state(self, key: str) -> BudgetMemo | None:
+        """The budget last applied to the job (None before its first check)."""
+        return self._budgets.get(key)
+
+    def status(self, view: WatchedJob, now: float) -> StatusPart | None:
+        return _status(view, self._budgets.get(view.key), now)
+
+    def early_window(self, view: WatchedJob, rule: EarlyRule) -> tuple[float, float] | None:
+        """(when the early check of the current last step is due, when the step budget pages), or
+        None when not armed.
+
+        Armed once this job's steady step time is known and the budget phase is steady or
+        checkpoint (startup and warmup -- compilation, restore -- never), and only when the early
+        point comes before the step budget's. After the step budget there is nothing to ask early.
+        """
+        memo = self._budgets.get(view.key)
+        last, at = view.last_step, view.last_step_at
+        # The memo is the budget the detector applies to the current step (it keeps one across
+        # steady steps that cannot change it), whatever step it was computed at.
+        if memo is None or last is None or at is None:
+            return None
+        st = memo.step_time
+        if not st or memo.budget.phase not in EARLY_PHASES:
+            return None
+        due = at + st + rule.factor * st + rule.slack_s
+        budget_at = at + memo.budget.seconds
+        return (due, budget_at) if due < budget_at else None
+
+    def early_due_at(self, view: WatchedJob, rule: EarlyRule) -> float | None:
+        """When the early check of the current last step is due (None: not armed; see `early_window`)."""
+        w = self.early_window(view, rule)
+        return w[0] if w is not None else None
+
+    def early_confirmed(self, view: WatchedJob, rule: EarlyRule, now: float) -> EarlyVerdict | None:
+        """The confirmed GPU verdict of the current last step, once its early point is reached."""
+        memo = early_memo(view)
+        if memo is None or not memo.verdict.confirmed:
+            return None
+        due = self.early_due_at(view, rule)
+        return memo.verdict if due is not None and now >= due else None
 
     def budget(self, view: WatchedJob, now: float) -> tuple[Budget, float | None]:
         """(budget, steady step time) from `stall_budget`, cached between steps that cannot change it.
@@ -171,7 +163,7 @@ class HangDetector:
         just happened), during startup/warmup, and otherwise at most every `REFRESH_S` (the steady
         step time drifts slowly); a full recompute walks every kept step record.
         """
-        memo: BudgetMemo | None = view.memo.get(NAME)
+        memo = self._budgets.get(view.key)
         last = view.last_step
         ckpt = view.checkpoint()
         adj = (ckpt.adjacent(last), ckpt.adjacent(last + 1)) if last is not None else None
@@ -182,75 +174,38 @@ class HangDetector:
             and last is not None
             and memo.adjacency == adj
             and memo.budget.phase == "steady"
-            and (now - memo.at < REFRESH_S or not self._spend(now))
+            and (now - memo.at < REFRESH_S or not self._ration.spend(now))
         ):
             return memo.budget, memo.step_time
         steps = view.sorted_steps() if last is not None else []
         step_time = steady_step_time(steps, ckpt) if steps else None
         b = stall_budget(steps, step_time, ckpt, self.policy)
         # Stagger the refreshes of many jobs over REFRESH_S instead of all in one tick.
-        at = now if memo is not None else now - zlib.crc32(view.key.encode()) % int(REFRESH_S)
-        view.memo[NAME] = BudgetMemo(last, view.version_steps(), adj, b, step_time, at)
+        at = now if memo is not None else staggered(now, view.key, REFRESH_S)
+        self._budgets[view.key] = BudgetMemo(last, view.version_steps(), adj, b, step_time, at)
         return b, step_time
 
     def check(self, view: WatchedJob, now: float) -> Outcome:
-        if view.ended:
-            return NoData("job ended")
-        if view.slurm is not None and view.slurm.state != "RUNNING":
-            return NoData(f"Slurm state {view.slurm.state}")
-        if view.main is None:
-            return NoData("log not readable yet")
-        if view.blind:
-            return NoData("log unreadable (a monitoring-blind notice was sent)")
+        idle = _not_judged(view)
+        if idle is not None:
+            return NoData(idle)
         last = view.last_step
-        total = view.total_steps()
-        if last is not None and total is not None and last >= total - 1:
-            return NoData("training reached its final step (teardown is not a hang)")
         budget, step_time = self.budget(view, now)
-        if last is None:
-            since = view.marker_at if view.marker_at is not None else view.first_seen
-            what = "the pre-training barrier" if view.marker_at is not None else "monitoring began"
-        else:
-            at = view.last_step_at
-            since = at if at is not None else view.first_seen
-            what = f"step {last} was read"
+        since, what = _stall_start(view)
         gap = now - since
-        early = (
-            early_confirmed(view, self.early, now) if self.early is not None and last is not None else None
-        )
-        memo = early_memo(view)
-        step_key = (last, view.last_step_at)
-        # Sticky once paged (whatever the budget memo says later): the stall stays open with the
-        # GPU evidence it was paged with until a newer step is read; past the budget it keeps it too.
-        sticky = view.memo.get(EARLY_PAGED) == step_key or (self.early is not None and gap > budget.seconds)
-        if early is None and memo is not None and memo.verdict.confirmed and sticky:
-            early = memo.verdict
-        if early is not None:
-            view.memo[EARLY_PAGED] = step_key
+        early = self._gpu_evidence(view, gap, budget, now)
         if gap <= budget.seconds and early is None:
             if last is None:
                 return []
-            return [
-                Finding(
-                    NAME, view.key, KIND, "info", f"steps resumed at step {last}", at_step=last, resolved=True
-                )
-            ]
+            return [resolved_finding(NAME, view.key, KIND, f"steps resumed at step {last}", last)]
         res = view.analysis(now, self.policy)
         primary = res.primary
         sig = BY_CLASS.get(primary or "")
         if primary not in (None, "hang") and sig is not None and sig.tier in _CASCADE_TIERS:
             # One cascade, one incident: the failure-signature incident names the root cause; a
             # hang incident opened before the error was logged is closed as its consequence.
-            return [
-                Finding(
-                    NAME,
-                    view.key,
-                    KIND,
-                    "info",
-                    f"superseded: the stall is a consequence of {primary} (see the failure incident)",
-                    resolved=True,
-                )
-            ]
+            why = f"superseded: the stall is a consequence of {primary} (see the failure incident)"
+            return [resolved_finding(NAME, view.key, KIND, why)]
         if res.status == "running" and res.cls.primary is None:
             # Triage times stalls with the log's own stamps; a log without them looks "running" to
             # it. The daemon's clock saw the stall: report the triage it would give knowing that.
@@ -263,64 +218,148 @@ class HangDetector:
         expected: int | None = None
         if last is not None and step_time:
             expected = last + int(gap // step_time)
-        if early is not None:
-            suspects = ", ".join(early.suspects) or "none singled out (every host spins)"
-            summary = (
-                f"GPU-confirmed hang ({early.state}): no training step for {exact_duration(gap)} since {what}; "
-                f"expected ≈ step {expected} by now. {early.summary}. Suspect host: {suspects}"
-            )
-        elif last is None:
-            summary = (
-                f"no training step {exact_duration(gap)} after {what} "
-                f"(budget {exact_duration(budget.seconds)}, phase {budget.phase})"
-            )
-        else:
-            summary = (
-                f"no training step for {exact_duration(gap)} since {what}; expected ≈ step {expected} by now "
-                f"(budget {exact_duration(budget.seconds)}, phase {budget.phase})"
-            )
-        p = res.progress
-        details: dict[str, object] = {
-            "triage": what_happened(res),
-            "status": res.status,
-            "primary failure": primary or "none",
-            "stage": res.cls.stage or "n/a",
-            "phase": budget.phase,
-            "last step": last,
-            "expected step": expected,
-            "steady step time": f"{step_time:.2f} s" if step_time else "unknown",
-            "stalled for": exact_duration(gap),
-            "budget": exact_duration(budget.seconds),
-            "last periodic checkpoint": p.last_checkpoint_step
-            if p.last_checkpoint_step is not None
-            else "none",
-            "progress lost": f"{p.progress_lost_steps} steps"
-            if p.progress_lost_steps is not None
-            else "unknown",
-            "log": str(view.ref.log) if view.ref.log else "?",
-        }
-        if res.live.head_node:
-            details["head node"] = res.live.head_node
-        if early is not None:
-            details[EARLY_DETAIL] = f"yes, before the step budget ({exact_duration(budget.seconds)})"
-            details["mechanism"] = early.mechanism
-            details["suspect host"] = ", ".join(early.suspects) or "none singled out"
-            details["GPU verdict"] = early.summary
-            if early.per_host:
-                details["GPU state per host"] = "; ".join(
-                    f"{h}: {s}" for h, s in sorted(early.per_host.items())
-                )
-        for i, step in enumerate(res.next_steps[:3], 1):
-            details[f"next step {i}"] = step
+        stall = _Stall(last, gap, what, budget, step_time, expected, early)
         evidence = tuple(f"{e.source.rsplit('/', 1)[-1]}:{e.line}: {e.text}" for e in res.cls.evidence[:5])
         if not evidence and view.main is not None and view.main.last_text:
             evidence = (f"last line read: {view.main.last_text[:300]}",)
-        return [Finding(NAME, view.key, KIND, "critical", summary, details, evidence, at_step=last)]
+        details = _details(view, res, primary, stall)
+        return [Finding(NAME, view.key, KIND, "critical", stall.summary(), details, evidence, at_step=last)]
+
+    def _gpu_evidence(self, view: WatchedJob, gap: float, budget: Budget, now: float) -> EarlyVerdict | None:
+        """The confirmed GPU verdict that pages this stall now (before or past the budget), if any.
+
+        Sticky once paged (whatever the budget memo says later): the stall stays open with the
+        GPU evidence it was paged with until a newer step is read; past the budget it keeps it too."""
+        last = view.last_step
+        early = self.early_confirmed(view, self.early, now) if self.early is not None and last is not None else None
+        memo = early_memo(view)
+        step_key = (last, view.last_step_at)
+        sticky = self._paged.get(view.key) == step_key or (self.early is not None and gap > budget.seconds)
+        if early is None and memo is not None and memo.verdict.confirmed and sticky:
+            early = memo.verdict
+        if early is not None:
+            self._paged[view.key] = step_key
+        return early
 
 
-register(
+def _not_judged(view: WatchedJob) -> str | None:
+    """Why there is no hang to judge (the job is not training or cannot be read), or None."""
+    if view.ended:
+        return "job ended"
+    if view.slurm is not None and view.slurm.state != "RUNNING":
+        return f"Slurm state {view.slurm.state}"
+    if view.main is None:
+        return "log not readable yet"
+    if view.blind:
+        return "log unreadable (a monitoring-blind notice was sent)"
+    last = view.last_step
+    total = view.total_steps()
+    if last is not None and total is not None and last >= total - 1:
+        return "training reached its final step (teardown is not a hang)"
+    return None
+
+
+def _stall_start(view: WatchedJob) -> tuple[float, str]:
+    """Since when the job has made no progress, on the daemon clock, and what happened then."""
+    last = view.last_step
+    if last is None:
+        since = view.marker_at if view.marker_at is not None else view.first_seen
+        return since, "the pre-training barrier" if view.marker_at is not None else "monitoring began"
+    at = view.last_step_at
+    return (at if at is not None else view.first_seen), f"step {last} was read"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Stall:
+    """One stall as the finding reports it."""
+
+    last: int | None
+    gap: float
+    what: str  # what was read last ("step 12 was read", "the pre-training barrier")
+    budget: Budget
+    step_time: float | None
+    expected: int | None
+    early: EarlyVerdict | None  # the GPU evidence it is paged with, if any
+
+    def summary(self) -> str:
+        gap, budget, early = exact_duration(self.gap), self.budget, self.early
+        if early is not None:
+            suspects = ", ".join(early.suspects) or "none singled out (every host spins)"
+            return (
+                f"GPU-confirmed hang ({early.state}): no training step for {gap} since {self.what}; "
+                f"expected ≈ step {self.expected} by now. {early.summary}. Suspect host: {suspects}"
+            )
+        if self.last is None:
+            return (
+                f"no training step {gap} after {self.what} "
+                f"(budget {exact_duration(budget.seconds)}, phase {budget.phase})"
+            )
+        return (
+            f"no training step for {gap} since {self.what}; expected ≈ step {self.expected} by now "
+            f"(budget {exact_duration(budget.seconds)}, phase {budget.phase})"
+        )
+
+
+def _details(view: WatchedJob, res: TriageResult, primary: str | None, stall: _Stall) -> dict[str, object]:
+    p = res.progress
+    budget, step_time, early = stall.budget, stall.step_time, stall.early
+    details: dict[str, object] = {
+        "triage": what_happened(res),
+        "status": res.status,
+        "primary failure": primary or "none",
+        "stage": res.cls.stage or "n/a",
+        "phase": budget.phase,
+        "last step": stall.last,
+        "expected step": stall.expected,
+        "steady step time": f"{step_time:.2f} s" if step_time else "unknown",
+        "stalled for": exact_duration(stall.gap),
+        "budget": exact_duration(budget.seconds),
+        "last periodic checkpoint": p.last_checkpoint_step if p.last_checkpoint_step is not None else "none",
+        "progress lost": f"{p.progress_lost_steps} steps" if p.progress_lost_steps is not None else "unknown",
+        "log": str(view.ref.log) if view.ref.log else "?",
+    }
+    if res.live.head_node:
+        details["head node"] = res.live.head_node
+    if early is not None:
+        details[EARLY_DETAIL] = f"yes, before the step budget ({exact_duration(budget.seconds)})"
+        details["mechanism"] = early.mechanism
+        details["suspect host"] = ", ".join(early.suspects) or "none singled out"
+        details["GPU verdict"] = early.summary
+        if early.per_host:
+            details["GPU state per host"] = "; ".join(f"{h}: {s}" for h, s in sorted(early.per_host.items()))
+    for i, step in enumerate(res.next_steps[:3], 1):
+        details[f"next step {i}"] = step
+    return details
+
+
+def _status(view: WatchedJob, memo: BudgetMemo | None, now: float) -> StatusPart:
+    """The job's step time, expected step and budget phase (before the first budget: where the
+    job is -- startup, its log unreadable, or waiting for the log)."""
+    step_time = memo.step_time if memo else None
+    phase = (
+        memo.budget.phase
+        if memo and view.last_step is not None
+        else ("startup" if view.main else ("blind" if view.blind else "waiting"))
+    )
+    expected = None
+    if view.last_step is not None and view.last_step_at is not None and step_time:
+        expected = view.last_step + int((now - view.last_step_at) // step_time)
+    return {
+        "step_time_s": round(step_time, 3) if step_time else None,
+        "expected_step": expected,
+        "phase": phase,
+    }
+
+
+def idle_status(view: WatchedJob) -> StatusPart:
+    """The status columns while the detector is disabled: no budget, only where the job is."""
+    return _status(view, None, 0.0)
+
+
+SPEC = DetectorSpec(
     NAME,
     True,
     lambda cfg: HangDetector(policy_from_config(cfg), early_rule_from_config(cfg)),
     "training steps stopped: last step vs projection, phase-aware budget (triage.stall)",
+    idle_status,
 )

@@ -16,7 +16,7 @@ out) gets a report saying so, not a triage of nothing (which would read as a pro
 from __future__ import annotations
 
 from jobdiagd.config import Config
-from jobdiagd.detectors.base import NoData, Outcome, Report, WatchedJob, register
+from jobdiagd.detectors.base import DetectorSpec, NoData, Outcome, Report, StatusPart, WatchedJob
 from jobdiagd.triage.report import render_markdown
 
 NAME = "job_end"
@@ -38,7 +38,17 @@ def untriaged_report(view: WatchedJob) -> Report:
 
 
 class JobEndDetector:
+    """Stateless: every answer comes from the view."""
+
     name = NAME
+    on_data = True
+    on_gpu_check = False
+
+    def forget(self, key: str) -> None:
+        pass
+
+    def status(self, view: WatchedJob, now: float) -> StatusPart | None:
+        return None
 
     def check(self, view: WatchedJob, now: float) -> Outcome:
         if not view.ended:
@@ -66,4 +76,4 @@ def _factory(cfg: Config) -> JobEndDetector:
     return JobEndDetector()
 
 
-register(NAME, True, _factory, "when a watched job ends: the full triage report")
+SPEC = DetectorSpec(NAME, True, _factory, "when a watched job ends: the full triage report")

@@ -14,10 +14,19 @@ spikes are excluded by the analysis itself. The analysis is recomputed every
 from __future__ import annotations
 
 import statistics
-import zlib
 from dataclasses import dataclass
 
-from jobdiagd.detectors.base import NoData, Outcome, WatchedJob, register
+from jobdiagd.config import Config
+from jobdiagd.detectors.base import (
+    DetectorSpec,
+    NoData,
+    Outcome,
+    RefreshRation,
+    StatusPart,
+    WatchedJob,
+    resolved_finding,
+    staggered,
+)
 from jobdiagd.model.alerts import Finding
 from jobdiagd.model.records import StepRecord
 from jobdiagd.model.triage import TgsAnalysis
@@ -45,7 +54,9 @@ def window(steps: list[StepRecord]) -> list[StepRecord]:
 
 
 @dataclass
-class _Memo:
+class TrendMemo:
+    """The last TGS analysis of a job and whether an episode is open (the detector keeps one per job)."""
+
     last_step: int
     analysis: TgsAnalysis
     episode: bool
@@ -98,6 +109,8 @@ def _recovered(
 
 class TgsDetector:
     name = NAME
+    on_data = False
+    on_gpu_check = False
 
     def __init__(
         self,
@@ -108,27 +121,35 @@ class TgsDetector:
         self.drop_pct = drop_pct
         self.baseline_steps = baseline_steps
         self.recent_steps = recent_steps
-        self._tick: float | None = None
-        self._spent = 0
+        self._ration = RefreshRation(MAX_PER_TICK)
+        self._memo: dict[str, TrendMemo] = {}  # job -> the last analysis and its episode state
 
-    def _due(self, memo: _Memo, last: int, now: float, ended: bool) -> bool:
+    def forget(self, key: str) -> None:
+        self._memo.pop(key, None)
+
+    def trend_state(self, key: str) -> TrendMemo | None:
+        """The job's last analysis (None before its first)."""
+        return self._memo.get(key)
+
+    def status(self, view: WatchedJob, now: float) -> StatusPart | None:
+        memo = self._memo.get(view.key)
+        a = memo.analysis if memo is not None else None
+        if memo is None or a is None or a.baseline is None:
+            return idle_status(view)
+        return {"tgs": {"degraded": memo.episode, "pattern": a.pattern, "change_pct": a.change_pct}}
+
+    def _due(self, memo: TrendMemo, last: int, now: float, ended: bool) -> bool:
         if ended:
             return last != memo.last_step
         if last - memo.last_step < RECOMPUTE_STEPS or now - memo.at < RECOMPUTE_S:
             return False
-        # Optional work: at most MAX_PER_TICK recomputes per tick (the engine rotates job order).
-        if now != self._tick:
-            self._tick, self._spent = now, 0
-        if self._spent >= MAX_PER_TICK:
-            return False
-        self._spent += 1
-        return True
+        return self._ration.spend(now)  # optional work: at most MAX_PER_TICK recomputes a tick
 
     def check(self, view: WatchedJob, now: float) -> Outcome:
         last = view.last_step
         if last is None:
             return NoData("no steps yet")
-        memo: _Memo | None = view.memo.get(NAME)
+        memo = self._memo.get(view.key)
         if memo is None or self._due(memo, last, now, view.ended):
             steps = window(view.sorted_steps())
             if not steps:
@@ -148,24 +169,15 @@ class TgsDetector:
             elif _recovered(steps, view, a, self.drop_pct, self.baseline_steps[0], self.recent_steps):
                 episode = False
             # First analysis: back-date it by a per-job offset to spread later recomputes.
-            at = now if memo is not None else now - zlib.crc32(view.key.encode()) % int(RECOMPUTE_S)
-            memo = _Memo(last, a, episode, at)
-            view.memo[NAME] = memo
+            at = now if memo is not None else staggered(now, view.key, RECOMPUTE_S)
+            memo = TrendMemo(last, a, episode, at)
+            self._memo[view.key] = memo
         a = memo.analysis
         if a.baseline is None:
             return NoData(a.note or "no TGS baseline yet")
         if not memo.episode:
-            return [
-                Finding(
-                    NAME,
-                    view.key,
-                    KIND,
-                    "info",
-                    f"TGS back to {a.recent:g} {a.metric} ({a.change_pct:+.0f}% vs baseline) at step {memo.last_step}",
-                    at_step=memo.last_step,
-                    resolved=True,
-                )
-            ]
+            back = f"TGS back to {a.recent:g} {a.metric} ({a.change_pct:+.0f}% vs baseline) at step {memo.last_step}"
+            return [resolved_finding(NAME, view.key, KIND, back, memo.last_step)]
         rng = a.range or f"…–{memo.last_step}"
         summary = f"TGS {a.magnitude or f'{a.change_pct:+.0f}%'} over steps {rng} ({a.pattern})"
         details = {
@@ -180,13 +192,19 @@ class TgsDetector:
         return [Finding(NAME, view.key, KIND, "warning", summary, details, at_step=memo.last_step)]
 
 
-register(
+def idle_status(view: WatchedJob) -> StatusPart:
+    return {"tgs": None}
+
+
+def _factory(cfg: Config) -> TgsDetector:
+    t = cfg.detectors.tgs
+    return TgsDetector(t.drop_pct, (t.baseline_first_step, t.baseline_last_step), t.recent_steps)
+
+
+SPEC = DetectorSpec(
     NAME,
     True,
-    lambda cfg: TgsDetector(
-        cfg.detectors.tgs.drop_pct,
-        (cfg.detectors.tgs.baseline_first_step, cfg.detectors.tgs.baseline_last_step),
-        cfg.detectors.tgs.recent_steps,
-    ),
+    _factory,
     "TGS (tokens/s/device) slide vs the steps 5–15 baseline: pattern, step range, magnitude",
+    idle_status,
 )

@@ -40,6 +40,9 @@ class Finding:
     ray: bool = False  # RAY=1 job: a per-job Prometheus exists (Diagnose button, GPU strip)
     # Plot inputs (bounded, JSON-ready) for the incident's picture; only on the finding that opens.
     plot: Mapping[str, Any] | None = None
+    # The failure class the finding is about (a failure finding's root cause), as data: `details`
+    # is for people and its labels may change.
+    failure_class: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,7 +43,7 @@ regular file, leaves the job's outputs root or belongs to another user is left o
 
 Early page (`[tsdb] early_page`, RAY=1 jobs with a `prometheus/` holding data): the replay asks
 the job's own TSDB what the live daemon asks its Prometheus (`tsdb.early_hang.early_query`,
-evaluated at the virtual time) whenever `detectors.hang.early_due_at` says a step is overdue,
+evaluated at the virtual time) whenever `HangDetector.early_due_at` says a step is overdue,
 once per `early_scrape_interval_s` of virtual time, as `service.early_page` does live, and a
 confirmation runs the detectors at that virtual time (the live daemon's immediate partial
 tick). The TSDB is served read-only by a local Prometheus over a private copy of the directory
@@ -74,19 +74,9 @@ from typing import Any
 from jobdiagd import clock, jsonsafe
 from jobdiagd.alerts.incidents import IncidentBook
 from jobdiagd.config import Config, load_for_command
-from jobdiagd.detectors import Detector, NoData, Report, keep_resolution
+from jobdiagd.detectors import Detector, EarlyMemo, early_memo
 from jobdiagd.detectors import build as build_detectors
-from jobdiagd.detectors.hang import (
-    EARLY,
-    EARLY_DETAIL,
-    BudgetMemo,
-    EarlyMemo,
-    EarlyRule,
-    early_memo,
-    early_window,
-    policy_from_config,
-)
-from jobdiagd.detectors.hang import NAME as HANG
+from jobdiagd.detectors.hang import EARLY_DETAIL, EarlyRule, HangDetector, policy_from_config
 from jobdiagd.logs.job import load_job
 from jobdiagd.logs.prefixes import strip
 from jobdiagd.logs.reader import HEAD_FULL, MAX_LINE, _ReadBuffer, prefilter, set_default_workers
@@ -99,6 +89,7 @@ from jobdiagd.model.jobref import JobRef
 from jobdiagd.rules.hostlist import expand_hostlist
 from jobdiagd.rules.slurm import end_state
 from jobdiagd.service.jobs import JobView
+from jobdiagd.service.judging import Judged, run_detectors
 from jobdiagd.triage.engine import analyze
 from jobdiagd.triage.resolve import ResolveError, job_access, list_jobs, resolve
 from jobdiagd.tsdb.access import FULL_COPY_EXCLUDES, AccessError, LocalPrometheus, copy_tsdb, tsdb_has_data
@@ -286,11 +277,7 @@ def survey(path: Path, order: int, ref_time: float, access: LogAccess = ANYWHERE
     fc = FileClock(path, order, access)
     clock = StampClock(ref_time)
     stamp_at: int | None = None
-    # The step lines of task 0, of lines without a prefix and of the first task printing steps
-    # (needed when task 0 prints none); other tasks' copies are not parsed.
-    series: dict[int, FileClock] = {}
-    first_task: int | None = None
-    first_task_b = b""
+    series = _SeriesScan(path, order)
     rb = _ReadBuffer()
     fd = access.open(path)
     try:
@@ -303,37 +290,11 @@ def survey(path: Path, order: int, ref_time: float, access: LogAccess = ANYWHERE
                     if when is not None:
                         fc.first_stamp, stamp_at = when, offset + p - 1
                         break
-            pos = buf.find(_STEP_NEEDLE, 1, 1 + n)
-            while pos != -1:
-                ls = buf.rfind(b"\n", 0, pos) + 1
-                nl = buf.find(b"\n", pos, 1 + n)
-                le = 1 + n if nl == -1 else nl
-                m = _SRUN_TASK.match(buf, ls, le)
-                # Other tasks' copies (most step lines of a multi-node log) are not parsed.
-                if m is None or first_task is None or m.group(1) in (b"0", first_task_b):
-                    fact = step_fact(bytes(buf[ls:le]))
-                    if fact is not None:
-                        step, task, secs, dated = fact
-                        if first_task is None:
-                            first_task, first_task_b = task, str(task).encode()
-                        if task in (0, _NO_TASK, first_task) and (task == 0 or 0 not in series):
-                            into = series.get(task)
-                            if into is None:
-                                into = series[task] = FileClock(path, order)
-                            into.auth_offsets.append(offset + ls - 1)
-                            into.auth_steps.append(step)
-                            into.auth_seconds.append(math.nan if secs is None else secs)
-                            into.auth_dated.append(dated)
-                            if task == 0:  # task 0 prints steps: the others are not needed
-                                for other in [k for k in series if k != 0]:
-                                    del series[other]
-                if nl == -1:
-                    break
-                pos = buf.find(_STEP_NEEDLE, nl, 1 + n)
+            series.scan(buf, n, offset)
     finally:
         os.close(fd)
-    fc.auth_task = 0 if 0 in series else first_task
-    chosen = series.get(fc.auth_task) if fc.auth_task is not None else None
+    fc.auth_task = 0 if 0 in series.series else series.first_task
+    chosen = series.series.get(fc.auth_task) if fc.auth_task is not None else None
     if chosen is not None:
         fc.auth_offsets, fc.auth_steps = chosen.auth_offsets, chosen.auth_steps
         fc.auth_seconds, fc.auth_dated = chosen.auth_seconds, chosen.auth_dated
@@ -341,6 +302,51 @@ def survey(path: Path, order: int, ref_time: float, access: LogAccess = ANYWHERE
         before = sum(fc.advance(j) for j, off in enumerate(fc.auth_offsets) if off < stamp_at)
         fc.start = fc.first_stamp - before
     return fc
+
+
+class _SeriesScan:
+    """The survey's step lines: those of task 0, of lines without a prefix and of the first task
+    printing steps (needed when task 0 prints none); other tasks' copies are not parsed."""
+
+    def __init__(self, path: Path, order: int) -> None:
+        self.path, self.order = path, order
+        self.series: dict[int, FileClock] = {}
+        self.first_task: int | None = None
+        self._first_task_b = b""
+
+    def scan(self, buf: bytes | bytearray, n: int, offset: int) -> None:
+        """The step lines of one chunk (`buf[1:1+n]`, read at `offset`)."""
+        pos = buf.find(_STEP_NEEDLE, 1, 1 + n)
+        while pos != -1:
+            ls = buf.rfind(b"\n", 0, pos) + 1
+            nl = buf.find(b"\n", pos, 1 + n)
+            le = 1 + n if nl == -1 else nl
+            m = _SRUN_TASK.match(buf, ls, le)
+            # Other tasks' copies (most step lines of a multi-node log) are not parsed.
+            if m is None or self.first_task is None or m.group(1) in (b"0", self._first_task_b):
+                fact = step_fact(bytes(buf[ls:le]))
+                if fact is not None:
+                    self._add(fact, offset + ls - 1)
+            if nl == -1:
+                break
+            pos = buf.find(_STEP_NEEDLE, nl, 1 + n)
+
+    def _add(self, fact: tuple[int, int, float | None, bool], at: int) -> None:
+        step, task, secs, dated = fact
+        if self.first_task is None:
+            self.first_task, self._first_task_b = task, str(task).encode()
+        if task not in (0, _NO_TASK, self.first_task) or (task != 0 and 0 in self.series):
+            return
+        into = self.series.get(task)
+        if into is None:
+            into = self.series[task] = FileClock(self.path, self.order)
+        into.auth_offsets.append(at)
+        into.auth_steps.append(step)
+        into.auth_seconds.append(math.nan if secs is None else secs)
+        into.auth_dated.append(dated)
+        if task == 0:  # task 0 prints steps: the others are not needed
+            for other in [k for k in self.series if k != 0]:
+                del self.series[other]
 
 
 def read_timed(fc: FileClock, start: float, ref_time: float, *, every_line: bool = False) -> Iterator[Event]:
@@ -356,12 +362,7 @@ def _read_batches(
     """`read_timed`, one list per chunk read."""
     finder, scan = _tools()
     clock = StampClock(ref_time)
-    cur = start
-    auth = fc.auth_task
-    offsets, steps, dated = fc.auth_offsets, fc.auth_steps, fc.auth_dated
-    n_auth = len(offsets)
-    na = 0  # next authoritative step line not passed yet
-    early = -1  # the authoritative line whose time an earlier copy already took
+    steps = _AuthCursor(fc, start)
     order = fc.order
     rb = _ReadBuffer()
     fd = fc.access.open(fc.path)
@@ -370,24 +371,8 @@ def _read_batches(
         size = os.fstat(fd).st_size
         for n, offset in rb.chunks(fd, 0, size):
             buf = rb.buf
-            # Lines to yield: (index in chunk, start in chunk, raw, in the head, candidate).
             total, cands = prefilter(buf, (), scan, end=1 + n, eq=rb.scratch(1 + n))
-            items: list[tuple[int, int, bytes, bool, bool]]
-            if every_line or offset < HEAD_FULL:
-                cand_starts = {c[1] for c in cands}
-                region = bytes(buf[1 : 1 + n])
-                items = []
-                pos = i = 0
-                while pos < n:
-                    nl = region.find(b"\n", pos)
-                    stop = n if nl == -1 else nl
-                    head, cand = offset + pos < HEAD_FULL, pos in cand_starts
-                    if every_line or head or cand:
-                        items.append((i, pos, region[pos:stop], head, cand))
-                    i += 1
-                    pos = stop + 1
-            else:
-                items = [(ci, cs, raw, False, True) for ci, cs, raw in cands]
+            items = _chunk_items(buf, n, offset, cands, every_line)
             found = finder.line_starts(buf, 0, 1 + n)
             stamp_times = _stamps(buf, found, 1 + n, clock)
             stamp_starts = [p - 1 for p in found]
@@ -396,44 +381,84 @@ def _read_batches(
             for ci, cs, raw, head, cand in items:
                 while si < ns and stamp_starts[si] < cs:
                     w = stamp_times[si]
-                    if w is not None and w > cur:
-                        cur = w
+                    if w is not None and w > steps.cur:
+                        steps.cur = w
                     si += 1
                 own: float | None = None
                 if si < ns and stamp_starts[si] == cs:
                     own = stamp_times[si]
                     si += 1
                 if own is not None:
-                    if own > cur:
-                        cur = own
+                    if own > steps.cur:
+                        steps.cur = own
                 elif _STEP_NEEDLE in raw:
-                    off = offset + cs
-                    while na < n_auth and offsets[na] < off:
-                        na += 1
-                    if na < n_auth and offsets[na] == off:
-                        if na != early:
-                            cur += fc.advance(na)
-                        na += 1
-                    elif na < n_auth and na != early and not dated[na]:
-                        # The first copy of the series' next step, printed by another task?
-                        # (Checked on the number first: most copies are of other steps.)
-                        k = raw.find(_STEP_NEEDLE) + len(_STEP_NEEDLE)
-                        if raw.startswith(b"%d," % steps[na], k):
-                            fact = step_fact(raw)
-                            if fact is not None and fact[1] != auth and fact[0] == steps[na]:
-                                cur += fc.advance(na)
-                                early = na
-                batch.append((cur, order, lineno + ci, offset + cs, raw, head, cand))
+                    steps.step_line(raw, offset + cs)
+                batch.append((steps.cur, order, lineno + ci, offset + cs, raw, head, cand))
             while si < ns:
                 w = stamp_times[si]
-                if w is not None and w > cur:
-                    cur = w
+                if w is not None and w > steps.cur:
+                    steps.cur = w
                 si += 1
             lineno += total
             yield batch
     finally:
         os.close(fd)
-    fc.end = cur
+    fc.end = steps.cur
+
+
+def _chunk_items(
+    buf: bytes | bytearray, n: int, offset: int, cands: list[tuple[int, int, bytes]], every_line: bool
+) -> list[tuple[int, int, bytes, bool, bool]]:
+    """The lines of a chunk to yield: (index in chunk, start in chunk, raw, in the head, candidate).
+    In the head (or with `every_line`) every line, else the pre-filter's candidates."""
+    if not every_line and offset >= HEAD_FULL:
+        return [(ci, cs, raw, False, True) for ci, cs, raw in cands]
+    cand_starts = {c[1] for c in cands}
+    region = bytes(buf[1 : 1 + n])
+    items: list[tuple[int, int, bytes, bool, bool]] = []
+    pos = i = 0
+    while pos < n:
+        nl = region.find(b"\n", pos)
+        stop = n if nl == -1 else nl
+        head, cand = offset + pos < HEAD_FULL, pos in cand_starts
+        if every_line or head or cand:
+            items.append((i, pos, region[pos:stop], head, cand))
+        i += 1
+        pos = stop + 1
+    return items
+
+
+class _AuthCursor:
+    """A file's virtual clock (`cur`) as its undated step lines move it (see the module docstring)."""
+
+    def __init__(self, fc: FileClock, start: float) -> None:
+        self.fc = fc
+        self.cur = start
+        self.na = 0  # next authoritative step line not passed yet
+        self.early = -1  # the authoritative line whose time an earlier copy already took
+
+    def step_line(self, raw: bytes, off: int) -> None:
+        """An undated line holding a step needle, at file offset `off`."""
+        fc = self.fc
+        offsets, n_auth = fc.auth_offsets, len(fc.auth_offsets)
+        na = self.na
+        while na < n_auth and offsets[na] < off:
+            na += 1
+        if na < n_auth and offsets[na] == off:
+            if na != self.early:
+                self.cur += fc.advance(na)
+            self.na = na + 1
+            return
+        self.na = na
+        if na < n_auth and na != self.early and not fc.auth_dated[na]:
+            # The first copy of the series' next step, printed by another task?
+            # (Checked on the number first: most copies are of other steps.)
+            k = raw.find(_STEP_NEEDLE) + len(_STEP_NEEDLE)
+            if raw.startswith(b"%d," % fc.auth_steps[na], k):
+                fact = step_fact(raw)
+                if fact is not None and fact[1] != fc.auth_task and fact[0] == fc.auth_steps[na]:
+                    self.cur += fc.advance(na)
+                    self.early = na
 
 
 FORK_MIN = 8 << 20  # smaller files are read in-process: a fork costs more than it saves
@@ -641,76 +666,23 @@ def replay(ref: JobRef, cfg: Config, *, tick: float, ref_time: float, workers: i
     events: Iterator[Event] = reads[0] if len(reads) == 1 else heapq.merge(*reads)
     first = min(starts)
     states = result.states = [LogState(str(f), ref_time=ref_time, retention=TAIL) for f in files]  # as tailed
-    policy = policy_from_config(cfg)
-    view = JobView(key=key, ref=ref, first_seen=first, policy=policy)
+    view = JobView(key=key, ref=ref, first_seen=first, policy=policy_from_config(cfg))
     view.main = states[0]
     if head is not None and len(states) > 1:
         view.head_host = head
         view.workers = {head: states[1:]}
-    detectors = build_detectors(cfg)
-    book = IncidentBook.from_config(cfg.incidents)
-    t0: float | None = None
-    next_tick = first + tick
-    ticks = 0
-    fed_at: float | None = None  # the last fed line's time, until the view has taken it in
-    early = _EarlyReplay.for_job(ref, cfg, result) if cfg.tsdb.early_page and head is not None else None
-
-    def run_until(t: float, *, inclusive: bool) -> None:
-        """Ticks (and early polls) due before `t` (at `t` too when `inclusive`), in time order."""
-        nonlocal next_tick, ticks, fed_at
-        while ticks < MAX_TICKS:
-            poll = early.next_poll(view) if early is not None else None
-            if poll is not None and poll < next_tick and (poll < t or (inclusive and poll == t)):
-                if fed_at is not None:
-                    view.note_read(fed_at)
-                    fed_at = None
-                if early is not None and early.ask(view, poll):
-                    _tick(view, detectors, book, poll, result, t0)  # the live daemon's early partial tick
-                continue
-            if not (next_tick < t or (inclusive and next_tick == t)):
-                return
-            if fed_at is not None:
-                view.note_read(fed_at)  # as the engine does after every read, before detectors
-                fed_at = None
-            _tick(view, detectors, book, next_tick, result, t0)
-            next_tick += tick
-            ticks += 1
-
+    run = _Run(ref, cfg, view, result, first + tick, tick, head)
     try:
-        for t, order, lineno, offset, raw, head_line, cand in events:
-            run_until(t, inclusive=True)
-            st = states[order]
-            # What PrefilterTailReader feeds: the head in full until training starts, then candidates.
-            if not cand and not (head_line and not st.training_started):
-                continue
-            before = (len(st.steps), st.barrier_passed is None)
-            st.feed_bytes(raw, lineno, offset)
-            st.lines, st.bytes = lineno, offset + len(raw) + 1
-            fed_at = t
-            if (len(st.steps), st.barrier_passed is None) != before:
-                # A new step or the barrier: its arrival is this line's time. (Other tasks' copies
-                # change nothing the view needs before the next tick.)
-                view.note_read(t)
-                fed_at = None
-                if t0 is None and view.last_step is not None:
-                    t0 = t
-                    result.first_step_at = t
+        run.feed(events, states)
         end = max(first, *(fc.end for fc in clocks))
-        if fed_at is not None:
-            view.note_read(fed_at)
-            fed_at = None
+        run.take_in()
         # Trailing lines that only moved the clock (chatter after the last fed line).
-        run_until(end, inclusive=False)
+        run.until(end, inclusive=False)
     finally:
-        if early is not None:
-            early.close()
-    view.note_read(end)
-    view.ended = True
-    s = view.main.summary if view.main is not None else None
-    view.end_state = end_state(s.exit_code if s is not None else None)
-    view.final = analyze(load_job(ref, ref_time=ref_time, access=access), now=end, policy=policy)
-    _tick(view, detectors, book, end, result, t0)
-    base = t0 if t0 is not None else first
+        if run.early is not None:
+            run.early.close()
+    run.end(ref, access, ref_time, end)
+    base = run.t0 if run.t0 is not None else first
     result.end_at_s = end - base
     result.last_step = view.last_step
     if view.last_step_at is not None:
@@ -719,9 +691,89 @@ def replay(ref: JobRef, cfg: Config, *, tick: float, ref_time: float, workers: i
         result.barrier_at_s = view.marker_at - base
     st_time = view.step_time()
     result.step_time_s = round(st_time, 3) if st_time else None
+    assert view.final is not None
     result.final_status = view.final.status
     result.final_primary = view.final.primary
     return result
+
+
+class _Run:
+    """One job's replay on its virtual clock: lines fed to the states, ticks (and early polls)
+    run between them in time order, the job-end tick at the end."""
+
+    def __init__(
+        self, ref: JobRef, cfg: Config, view: JobView, out: JobReplay, next_tick: float, tick: float, head: str | None
+    ) -> None:
+        self.view, self.out, self.next_tick, self.tick = view, out, next_tick, tick
+        self.policy = view.policy
+        self.detectors = build_detectors(cfg)
+        hang = next((d for d in self.detectors if isinstance(d, HangDetector)), None)
+        self.book = IncidentBook.from_config(cfg.incidents)
+        self.ticks = 0
+        self.t0: float | None = None
+        self.fed_at: float | None = None  # the last fed line's time, until the view has taken it in
+        self.early = (
+            _EarlyReplay.for_job(ref, cfg, out, hang)
+            if cfg.tsdb.early_page and head is not None and hang is not None
+            else None
+        )
+
+    def take_in(self) -> None:
+        """The view takes in the lines fed so far (as the engine does after every read)."""
+        if self.fed_at is not None:
+            self.view.note_read(self.fed_at)
+            self.fed_at = None
+
+    def until(self, t: float, *, inclusive: bool) -> None:
+        """Ticks (and early polls) due before `t` (at `t` too when `inclusive`), in time order."""
+        view, early = self.view, self.early
+        while self.ticks < MAX_TICKS:
+            poll = early.next_poll(view) if early is not None else None
+            if poll is not None and poll < self.next_tick and (poll < t or (inclusive and poll == t)):
+                self.take_in()
+                if early is not None and early.ask(view, poll):
+                    self._tick(poll)  # the live daemon's early partial tick
+                continue
+            if not (self.next_tick < t or (inclusive and self.next_tick == t)):
+                return
+            self.take_in()  # before detectors
+            self._tick(self.next_tick)
+            self.next_tick += self.tick
+            self.ticks += 1
+
+    def feed(self, events: Iterator[Event], states: list[LogState]) -> None:
+        view = self.view
+        for t, order, lineno, offset, raw, head_line, cand in events:
+            self.until(t, inclusive=True)
+            st = states[order]
+            # What PrefilterTailReader feeds: the head in full until training starts, then candidates.
+            if not cand and not (head_line and not st.training_started):
+                continue
+            before = (len(st.steps), st.barrier_passed is None)
+            st.feed_bytes(raw, lineno, offset)
+            st.lines, st.bytes = lineno, offset + len(raw) + 1
+            self.fed_at = t
+            if (len(st.steps), st.barrier_passed is None) != before:
+                # A new step or the barrier: its arrival is this line's time. (Other tasks' copies
+                # change nothing the view needs before the next tick.)
+                view.note_read(t)
+                self.fed_at = None
+                if self.t0 is None and view.last_step is not None:
+                    self.t0 = t
+                    self.out.first_step_at = t
+
+    def end(self, ref: JobRef, access: LogAccess, ref_time: float, end: float) -> None:
+        """The job ends at its last line: the job-end report on a fresh read of its files."""
+        view = self.view
+        view.note_read(end)
+        view.ended = True
+        s = view.main.summary if view.main is not None else None
+        view.end_state = end_state(s.exit_code if s is not None else None)
+        view.final = analyze(load_job(ref, ref_time=ref_time, access=access), now=end, policy=self.policy)
+        self._tick(end)
+
+    def _tick(self, now: float) -> None:
+        _tick(self.view, self.detectors, self.book, now, self.out, self.t0)
 
 
 class ReplayTsdb:
@@ -767,8 +819,11 @@ class _EarlyReplay:
     """The live `service.early_page` on the virtual clock: when a step is overdue, one query per
     scrape interval against the job's TSDB, judged by `tsdb.early_hang.judge`."""
 
-    def __init__(self, pdir: Path, settings: TsdbSettings, label: str, out: JobReplay) -> None:
+    def __init__(
+        self, pdir: Path, settings: TsdbSettings, label: str, out: JobReplay, hang: HangDetector
+    ) -> None:
         self.pdir, self.settings, self.label, self.out = pdir, settings, label, out
+        self.hang = hang  # its budget says when a step is overdue
         self.rule = EarlyRule(settings.early_overdue_factor, settings.early_overdue_slack_s)
         self.interval = settings.early_scrape_interval_s
         self.step: int | None = None
@@ -778,12 +833,12 @@ class _EarlyReplay:
         self.verdicts: list[EarlyVerdict] = []
 
     @classmethod
-    def for_job(cls, ref: JobRef, cfg: Config, out: JobReplay) -> _EarlyReplay | None:
+    def for_job(cls, ref: JobRef, cfg: Config, out: JobReplay, hang: HangDetector) -> _EarlyReplay | None:
         pdir = ref.job_dir / "prometheus" if ref.job_dir is not None else None
         if pdir is None or not tsdb_has_data(pdir):
             out.early_note = "no TSDB data in the job's prometheus/: early page not replayed"
             return None
-        return cls(pdir, cfg.tsdb, ref.job_id or ref.name or str(pdir), out)
+        return cls(pdir, cfg.tsdb, ref.job_id or ref.name or str(pdir), out, hang)
 
     def next_poll(self, view: JobView) -> float | None:
         if self.failed:
@@ -791,7 +846,7 @@ class _EarlyReplay:
         memo = early_memo(view)
         if memo is not None and memo.verdict.confirmed:
             return None
-        window = early_window(view, self.rule)
+        window = self.hang.early_window(view, self.rule)
         if window is None:
             return None
         due, budget_at = window
@@ -830,7 +885,7 @@ class _EarlyReplay:
         )
         self.verdicts.append(verdict)
         self.out.early_states[verdict.state] = self.out.early_states.get(verdict.state, 0) + 1
-        view.memo[EARLY] = EarlyMemo(last, verdict, view.last_step_at)
+        view.gpu_check = EarlyMemo(last, verdict, view.last_step_at)
         return verdict.confirmed
 
     def close(self) -> None:
@@ -847,15 +902,9 @@ def _tick(
     out: JobReplay,
     t0: float | None,
 ) -> None:
-    findings: list[Finding] = []
-    reports: list[Report] = []
-    for det in detectors:
-        res = det.check(view, now)
-        if isinstance(res, NoData):
-            continue
-        for item in res:
-            (reports if isinstance(item, Report) else findings).append(item)  # type: ignore[arg-type]
-    findings = [f for f in findings if keep_resolution(book, f)]
+    judged = Judged()
+    run_detectors(detectors, view, now, judged)
+    findings = judged.kept(book)
     by_kind = {f.kind: f for f in findings}
     base = t0 if t0 is not None else view.first_seen
     for n in book.observe_all(findings, now):
@@ -873,11 +922,12 @@ def _tick(
         )
         alert.at = now
         alert.gpu_confirmed = f is not None and EARLY_DETAIL in f.details
-        memo = view.memo.get(HANG)
-        if n.kind == "hang" and isinstance(memo, BudgetMemo):
+        hang = next((d for d in detectors if isinstance(d, HangDetector)), None)
+        memo = hang.budget_state(view.key) if hang is not None else None
+        if n.kind == "hang" and memo is not None:
             alert.budget_s, alert.phase = memo.budget.seconds, memo.budget.phase
         out.alerts.append(alert)
-    for r in reports:
+    for r in judged.reports:
         final = view.final
         out.alerts.append(
             Alert(
@@ -896,7 +946,7 @@ def _alert_class(f: Finding | None) -> str | None:
     if f is None:
         return None
     if f.kind == "failure":
-        return str(f.details.get("root cause", "failure"))
+        return f.failure_class or "failure"
     if f.kind == "tgs-degradation":
         return "tgs-degradation"
     return f.kind

@@ -2,12 +2,12 @@
 
 Scheduling (decided here): `poll(views, now)` is called by the engine's loop after every full
 tick and whenever `next_poll_at()` comes; it never waits on the network. For each job whose step is
-overdue (`detectors.hang.early_due_at`) and not yet confirmed for that step, it starts one
+overdue (`HangDetector.early_due_at`) and not yet confirmed for that step, it starts one
 query task per `early_scrape_interval_s` (a job with a query in flight is skipped, so a slow
 Prometheus costs one query at a time, never a queue), through the ssh tunnel pool the hang
 verdict uses (one connection per head node). At most `early_max_concurrent` queries run at
 once (a semaphore; the others wait their turn in it). The answer goes through the pure judge
-(`tsdb.early_hang.judge`) into the job's `EarlyMemo`; a confirmation sets `wake`, and the
+(`tsdb.early_hang.judge`) into the job's `EarlyMemo` (`view.gpu_check`); a confirmation sets `wake`, and the
 engine runs the hang detector for those jobs at once (`take_confirmed`), not at the next
 full tick. A failed query is `no-data` (never confirms); the step budget is untouched.
 """
@@ -15,12 +15,13 @@ full tick. A failed query is `no-data` (never confirms); the step budget is unto
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from jobdiagd import clock
-from jobdiagd.detectors.hang import EARLY, EarlyMemo, EarlyRule, early_memo, early_window
+from jobdiagd.detectors import Detector, EarlyMemo, early_memo
+from jobdiagd.detectors.hang import EarlyRule, HangDetector
 from jobdiagd.logsetup import get_logger
 from jobdiagd.service.jobs import JobView
 from jobdiagd.tsdb.access import AccessError, NoTsdb, SshTunnelPool, open_tsdb
@@ -81,12 +82,15 @@ class EarlyConfirmer:
         self._jobs: dict[str, _Job] = {}
         self._confirmed: set[str] = set()
         self._next: float | None = None
+        self._hang: HangDetector | None = None  # the running hang detector: its budgets arm the page
         self.wake = asyncio.Event()
         self.queries = 0
         self._log = get_logger(component="early_page")
 
-    def poll(self, views: Mapping[str, JobView], now: float) -> None:
-        """Start the due queries (non-blocking); forget jobs that are no longer overdue."""
+    def poll(self, views: Mapping[str, JobView], now: float, detectors: Sequence[Detector]) -> None:
+        """Start the due queries (non-blocking); forget jobs that are no longer overdue. Without a
+        hang detector among `detectors` nothing is overdue."""
+        self._hang = next((d for d in detectors if isinstance(d, HangDetector)), None)
         nxt: float | None = None
         for key in list(self._jobs):
             if key not in views:
@@ -121,7 +125,7 @@ class EarlyConfirmer:
         memo = early_memo(view)
         if memo is not None and memo.verdict.confirmed:
             return None  # confirmed for this step: nothing more to ask
-        window = early_window(view, self.rule)
+        window = self._hang.early_window(view, self.rule) if self._hang is not None else None
         if window is None or now > window[1]:
             return None  # not armed, or past the step budget (which pages on its own)
         return window[0]
@@ -137,7 +141,7 @@ class EarlyConfirmer:
         finally:
             job.task = None
         if (view.last_step, view.last_step_at) == (job.step, job.step_at):
-            view.memo[EARLY] = EarlyMemo(job.step, verdict, job.step_at)
+            view.gpu_check = EarlyMemo(job.step, verdict, job.step_at)
             if verdict.confirmed:
                 self._log.info("early_confirmed", job_id=key, state=verdict.state, suspects=verdict.suspects)
                 self._confirmed.add(key)

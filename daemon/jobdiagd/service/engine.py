@@ -34,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
-import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -44,10 +43,8 @@ from typing import Any
 from jobdiagd import clock
 from jobdiagd.alerts.pipeline import AlertPipeline
 from jobdiagd.config import Config
-from jobdiagd.detectors import Detector, NoData, Report, keep_resolution
-from jobdiagd.detectors.hang import NAME as HANG
-from jobdiagd.detectors.hang import BudgetMemo, early_memo, policy_from_config
-from jobdiagd.detectors.tgs import NAME as TGS
+from jobdiagd.detectors import CATALOG, Detector, Report, early_memo
+from jobdiagd.detectors.hang import policy_from_config
 from jobdiagd.durations import rounded_duration
 from jobdiagd.logs.job import load_job
 from jobdiagd.logs.safeopen import ANYWHERE, LogAccess, RefusedFile
@@ -61,6 +58,7 @@ from jobdiagd.service.discovery import Discovered, Discovery, NewJob, SlurmDisco
 from jobdiagd.service.early_page import EarlyConfirmer
 from jobdiagd.service.health import Health
 from jobdiagd.service.jobs import JobView
+from jobdiagd.service.judging import Judged, run_detectors
 from jobdiagd.service.metrics import DaemonMetrics
 from jobdiagd.service.tsdb_enrich import TsdbEnricher
 from jobdiagd.sources.slurm import SlurmError, SlurmJob
@@ -71,10 +69,8 @@ from jobdiagd.triage.resolve import job_access
 
 # (view, incident kind, now) -> bounded JSON-ready inputs of the incident's picture, or None.
 PlotInputs = Callable[[JobView, str, float], dict[str, Any] | None]
-PLOTTED_KINDS = frozenset({HANG, "tgs-degradation"})
+PLOTTED_KINDS = frozenset({"hang", "tgs-degradation"})
 
-# Detectors that react to new lines run on partial (event-driven) ticks too.
-ON_DATA = frozenset({"failure_signature", "job_end"})
 MIN_PARTIAL_GAP_S = 2.5
 # The early page's polls are at least this far apart (its own cadence is the scrape interval).
 MIN_EARLY_GAP_S = 0.5
@@ -135,6 +131,30 @@ class TickStats:
     findings: int = 0
     notifications: int = 0
     ok: bool = True
+
+
+class _TickWatch:
+    """One tick's record of the detector checks: time spent and failures per detector; a
+    failing check is an edge-triggered log line per detector and job."""
+
+    def __init__(self, engine: Engine, now: float) -> None:
+        self.engine = engine
+        self.now = now
+        self.durations: dict[str, float] = {}
+        self.ok_by: dict[str, bool] = {}
+
+    def failed(self, det: Detector, key: str, exc: Exception) -> None:
+        self.ok_by[det.name] = False
+        self.engine._edge(f"detector:{det.name}:{key}", "detector").failure(exc, self.now)
+
+    def passed(self, det: Detector, key: str) -> None:
+        self.ok_by.setdefault(det.name, True)
+        edge = self.engine._edges.get(f"detector:{det.name}:{key}")
+        if edge is not None and edge.failing:
+            edge.success(self.now)
+
+    def spent(self, det: Detector, seconds: float) -> None:
+        self.durations[det.name] = self.durations.get(det.name, 0.0) + seconds
 
 
 class Engine:
@@ -206,8 +226,10 @@ class Engine:
         self.detectors = list(detectors)
         policy = policy_from_config(cfg)
         for w in self.jobs.values():
+            # The new detectors start with no state: nothing computed under the old settings
+            # survives; nor does the early page's GPU verdict (asked again if still overdue).
             w.view.policy = policy
-            w.view.memo.clear()  # cached budgets/analyses were computed under the old settings
+            w.view.gpu_check = None
 
     # -- what findings carry for people ---------------------------------------
 
@@ -305,11 +327,46 @@ class Engine:
         full = only is None
         if full:
             await self._discover(now)
-        keys = list(self.jobs) if only is None else [k for k in only if k in self.jobs]
-        if full and keys:
-            # Rotate the order: detectors that ration optional work per tick serve every job in turn.
+        keys = self._tick_keys(only)
+        await self._read_jobs(keys, full, now)
+        ending = [k for k in keys if self.jobs[k].view.ended]
+        self._drop_finished_before_watched(keys, ending, now)
+        for key in ending:
+            await self._finalize(self.jobs[key], now)
+        watch = _TickWatch(self, now)
+        judged = self._judge(keys, ending, full, early, watch, now)
+        for name, secs in watch.durations.items():
+            self.metrics.observe_detector(name, secs, watch.ok_by.get(name, True))
+        findings = [self._stamp(f, now) for f in judged.kept(self.pipeline.book)]
+        reports = judged.reports
+        if self.enricher is not None:
+            # RAY=1 jobs: hang alerts carry the GPU power verdict, failed jobs' end reports the
+            # class playbook; both are held (a tick, a playbook run) rather than sent without it.
+            views = {k: w.view for k, w in self.jobs.items()}
+            findings = self.enricher.enrich_findings(findings, views, now)
+            reports = self.enricher.hold_reports(reports, views, now) + self.enricher.ready_reports()
+        stats.findings = len(findings)
+        self._deliver(findings, reports, ending, now, stats)
+        if ending:
+            self._update_watch_dirs()
+        self._tick_done(full, started, started_cpu, now, stats, all(watch.ok_by.values()))
+        stats.jobs = len(keys)
+        return stats
+
+    def _tick_keys(self, only: set[str] | None) -> list[str]:
+        """The jobs of this tick; a full tick rotates their order, so detectors that ration
+        optional work per tick serve every job in turn."""
+        if only is not None:
+            return [k for k in only if k in self.jobs]
+        keys = list(self.jobs)
+        if keys:
             shift = self._full_ticks % len(keys)
             keys = keys[shift:] + keys[:shift]
+        return keys
+
+    async def _read_jobs(self, keys: list[str], full: bool, now: float) -> None:
+        """Read the tick's jobs: a full tick's share of the catch-up backlog, then every job
+        already caught up (each file once)."""
         self._enqueue_catch_up(keys)
         fresh = await self._catch_up_inline(now) if full else set()
         for key in keys:
@@ -318,70 +375,59 @@ class Engine:
                 await self._read(w, now)
         if self._watch_stale:
             self._update_watch_dirs()
-        findings: list[Finding] = []
-        reports: list[Report] = []
-        durations: dict[str, float] = {}
-        ok_by: dict[str, bool] = {}
-        ending = [k for k in keys if self.jobs[k].view.ended]
+
+    def _drop_finished_before_watched(self, keys: list[str], ending: list[str], now: float) -> None:
+        """A dir found with its JOB SUMMARY already written: finished before we watched it."""
         stale = [k for k in ending if self._over_before_watched(self.jobs[k], now)]
         for key in stale:
-            # A dir found with its JOB SUMMARY already written: finished before we watched it.
             ending.remove(key)
             keys.remove(key)
-            del self.jobs[key]
+            self._unwatch(key)
             self._log.info("job_already_ended", job_id=key)
         if stale:
             self._update_watch_dirs()
-        for key in ending:
-            await self._finalize(self.jobs[key], now)
+
+    def _unwatch(self, key: str) -> Watched:
+        """The job leaves the watch; the detectors forget it."""
+        w = self.jobs.pop(key)
+        for det in self.detectors:
+            det.forget(key)
+        return w
+
+    def _judge(
+        self, keys: list[str], ending: list[str], full: bool, early: bool, watch: _TickWatch, now: float
+    ) -> Judged:
+        """Every detector due on this tick checks each job read so far (`run_detectors`). A
+        partial tick runs only the detectors that react to new lines (and, for a GPU-confirmed
+        hang, the hang detector); a job that is ending gets all of them."""
+        judged = Judged()
         for key in keys:
             w = self.jobs[key]
             if not w.caught_up and key not in ending:
                 continue  # nothing read yet (or being read in the background): nothing to judge
-            for det in self.detectors:
-                if (
-                    not full
-                    and det.name not in ON_DATA
-                    and key not in ending
-                    and not (early and det.name == HANG)
-                ):
-                    continue
-                t0 = time.perf_counter()
-                try:
-                    out = det.check(w.view, now)
-                except Exception as exc:
-                    ok_by[det.name] = False
-                    self._edge(f"detector:{det.name}:{key}", "detector").failure(exc, now)
-                    continue
-                finally:
-                    durations[det.name] = durations.get(det.name, 0.0) + time.perf_counter() - t0
-                ok_by.setdefault(det.name, True)
-                edge = self._edges.get(f"detector:{det.name}:{key}")
-                if edge is not None and edge.failing:
-                    edge.success(now)
-                if isinstance(out, NoData):
-                    continue
-                for item in out:
-                    if isinstance(item, Report):
-                        reports.append(item)
-                    else:
-                        findings.append(item)
-        for name, secs in durations.items():
-            self.metrics.observe_detector(name, secs, ok_by.get(name, True))
-        findings = [self._stamp(f, now) for f in findings if keep_resolution(self.pipeline.book, f)]
-        if self.enricher is not None:
-            # RAY=1 jobs: hang alerts carry the GPU power verdict, failed jobs' end reports the
-            # class playbook; both are held (a tick, a playbook run) rather than sent without it.
-            views = {k: w.view for k, w in self.jobs.items()}
-            findings = self.enricher.enrich_findings(findings, views, now)
-            reports = self.enricher.hold_reports(reports, views, now) + self.enricher.ready_reports()
-        stats.findings = len(findings)
+            if full or key in ending:
+                run_detectors(self.detectors, w.view, now, judged, watch=watch)
+            else:
+                run_detectors(
+                    self.detectors,
+                    w.view,
+                    now,
+                    judged,
+                    runs=lambda d: d.on_data or (early and d.on_gpu_check),
+                    watch=watch,
+                )
+        return judged
+
+    def _deliver(
+        self, findings: list[Finding], reports: list[Report], ending: list[str], now: float, stats: TickStats
+    ) -> None:
+        """Findings to the incident book, ended jobs out of the watch, reports queued."""
         try:
             notes = self.pipeline.observe(findings, now)
             # Causal order: a job's incidents resolve ("job ended") before its end report is queued.
             owners = {r.job_id: self._owner(r.job_id) for r in reports}  # before ended jobs go
             for key in ending:
-                w = self.jobs.pop(key)
+                w = self._unwatch(key)
                 state = w.view.end_state or "UNKNOWN"
                 notes += self.pipeline.job_ended(key, state, now)
                 self._log.info("job_ended", job_id=key, state=state)
@@ -397,8 +443,11 @@ class Engine:
         except Exception as exc:
             stats.ok = False
             self._log.error("incident_update_failed", error=f"{type(exc).__name__}: {exc}")
-        if ending:
-            self._update_watch_dirs()
+
+    def _tick_done(
+        self, full: bool, started: float, started_cpu: float, now: float, stats: TickStats, checks_ok: bool
+    ) -> None:
+        """Tick times, the saved hang clock, and (full ticks) metrics and health."""
         # The first full tick catches up with every file (a restart re-reads them): kept apart.
         kind = "partial" if not full else ("full" if self._full_ticks else "startup")
         self.durations[kind].append(clock.monotonic() - started)
@@ -413,18 +462,17 @@ class Engine:
         elif self._stepped:
             self._persist(now, only=self._stepped)
         self._stepped = set()
-        if full:
-            self._full_ticks += 1
-            self.metrics.set_incidents_open(self.pipeline.open_counts())
-            self.metrics.outbox_pending.set(self.pipeline.outbox.pending_count())
-            self.metrics.jobs_watched.set(len(self.jobs))
-            elapsed = clock.monotonic() - started
-            stats.ok = stats.ok and all(ok_by.values())
-            if self.health is not None:
-                self.health.tick_done(now, stats.ok)
-            self.metrics.observe_tick(elapsed, stats.ok, now)
-        stats.jobs = len(keys)
-        return stats
+        if not full:
+            return
+        self._full_ticks += 1
+        self.metrics.set_incidents_open(self.pipeline.open_counts())
+        self.metrics.outbox_pending.set(self.pipeline.outbox.pending_count())
+        self.metrics.jobs_watched.set(len(self.jobs))
+        elapsed = clock.monotonic() - started
+        stats.ok = stats.ok and checks_ok
+        if self.health is not None:
+            self.health.tick_done(now, stats.ok)
+        self.metrics.observe_tick(elapsed, stats.ok, now)
 
     async def _discover(self, now: float) -> None:
         """Apply discovery's news. The poll runs as its own task: a tick waits for it at most
@@ -467,21 +515,30 @@ class Engine:
             if w is None:
                 continue
             w.view.slurm = job
-            if w.view.ref.job_dir is None and isinstance(d, SlurmDiscovery):
-                # The batch script creates the job dir after the job starts: pick it up (RAY=1
-                # worker logs live there) and follow its `log` link from now on.
-                ref = d.ref_for(job)
-                if ref.job_dir is not None:
-                    w.view.ref = ref
-                    w.access = self._access_for(ref, job)
-                    if w.main is not None and ref.log is not None:
-                        w.main.link = ref.log
-                        w.main.access = w.access
-                        if w.main.reader is not None:
-                            w.main.reader.access = w.access
-                    relinked = True
+            relinked = self._pick_up_job_dir(d, w, job) or relinked
         if relinked:
             self._update_watch_dirs()
+        self._take_ends(news, now)
+
+    def _pick_up_job_dir(self, d: Discovery, w: Watched, job: SlurmJob) -> bool:
+        """The batch script creates the job dir after the job starts: pick it up (RAY=1 worker
+        logs live there) and follow its `log` link from now on. True when the job was relinked."""
+        if w.view.ref.job_dir is not None or not isinstance(d, SlurmDiscovery):
+            return False
+        ref = d.ref_for(job)
+        if ref.job_dir is None:
+            return False
+        w.view.ref = ref
+        w.access = self._access_for(ref, job)
+        if w.main is not None and ref.log is not None:
+            w.main.link = ref.log
+            w.main.access = w.access
+            if w.main.reader is not None:
+                w.main.reader.access = w.access
+        return True
+
+    def _take_ends(self, news: Discovered, now: float) -> None:
+        """Jobs whose end Slurm confirms are marked ended (their end report is due this tick)."""
         for key, (state, final) in news.ended.items():
             w2 = self.jobs.get(key)
             if w2 is None:
@@ -869,39 +926,21 @@ class Engine:
         out: list[dict[str, Any]] = []
         for key, w in sorted(self.jobs.items()):
             v = w.view
-            hang: BudgetMemo | None = v.memo.get(HANG)
-            step_time = hang.step_time if hang else None
-            phase = (
-                hang.budget.phase
-                if hang and v.last_step is not None
-                else ("startup" if v.main else ("blind" if v.blind else "waiting"))
-            )
-            expected = None
-            if v.last_step is not None and v.last_step_at is not None and step_time:
-                expected = v.last_step + int((now - v.last_step_at) // step_time)
-            tgs = v.memo.get(TGS)
-            ta = tgs.analysis if tgs is not None else None
-            out.append(
-                {
-                    "job_id": key,
-                    "state": v.slurm_state
-                    or ("LIVE" if not v.ended else v.end_state),  # LIVE: no Slurm, no JOB SUMMARY yet
-                    "name": v.ref.name,
-                    "log": str(v.ref.log) if v.ref.log else None,
-                    "last_step": v.last_step,
-                    "last_step_at": v.last_step_at,
-                    "total_steps": v.total_steps(),
-                    "step_time_s": round(step_time, 3) if step_time else None,
-                    "expected_step": expected,
-                    "phase": phase,
-                    "tgs": None
-                    if tgs is None or ta is None or ta.baseline is None
-                    else {"degraded": tgs.episode, "pattern": ta.pattern, "change_pct": ta.change_pct},
-                    "open_incidents": open_by_job.get(key, []),
-                    "blind": sorted(v.blind),
-                    "gpu_check": _gpu_check(v),
-                }
-            )
+            row: dict[str, Any] = {
+                "job_id": key,
+                "state": v.slurm_state
+                or ("LIVE" if not v.ended else v.end_state),  # LIVE: no Slurm, no JOB SUMMARY yet
+                "name": v.ref.name,
+                "log": str(v.ref.log) if v.ref.log else None,
+                "last_step": v.last_step,
+                "last_step_at": v.last_step_at,
+                "total_steps": v.total_steps(),
+            }
+            row.update(CATALOG.status(self.detectors, v, now))  # each detector's columns
+            row["open_incidents"] = open_by_job.get(key, [])
+            row["blind"] = sorted(v.blind)
+            row["gpu_check"] = _gpu_check(v)
+            out.append(row)
         return out
 
     # -- the loop ----------------------------------------------------------------
@@ -951,22 +990,8 @@ class Engine:
                 poll_early = True
                 if clock.monotonic() - last_gc >= GC_EVERY_S:
                     last_gc = self._collect()
-            elif early is not None and early.wake.is_set():
-                # GPU-confirmed hangs page now, not at the next full tick.
-                keys = {k for k in early.take_confirmed() if k in self.jobs}
-                if keys:
-                    await self._safe_tick(now, keys, early=True)
-            elif self.watcher is not None:
-                changed, added = self.watcher.take()
-                roots = {str(d) for d in self.discovery.dirs()} if self.discovery is not None else set()
-                if any(str(Path(p).parent) in roots and p not in self._path_jobs for p in added):
-                    await self._safe_tick(now, None)  # something new under an outputs root: discover now
-                    self._start_catch_up()
-                    next_full = now + period()
-                else:
-                    keys = self.jobs_for_paths(changed)
-                    if keys:
-                        await self._safe_tick(now, keys)
+            elif await self._tick_on_events(now, early):
+                next_full = now + period()
             wake_at = next_full
             if early is not None:
                 if poll_early:
@@ -974,25 +999,57 @@ class Engine:
                 due = early.next_poll_at()
                 if due is not None:
                     wake_at = min(wake_at, max(due, clock.wall() + MIN_EARLY_GAP_S))
-            timeout = max(0.0, wake_at - clock.wall())
-            events = [e for e in (self.watcher.wake if self.watcher is not None else None,) if e is not None]
-            if early is not None:
-                events.append(early.wake)
-            if not events:
-                if await sleep(timeout):
-                    return
-                continue
-            if await self._wait(sleep, timeout, events):
+            if await self._pause(sleep, wake_at, next_full, early):
                 return
-            if self.watcher is not None and self.watcher.wake.is_set():
-                # Woken by a file event: let a burst of writes settle into one partial tick.
-                rest = next_full - clock.wall()
-                if rest > 0 and await sleep(min(MIN_PARTIAL_GAP_S, rest)):
-                    return
+
+    async def _tick_on_events(self, now: float, early: EarlyConfirmer | None) -> bool:
+        """Between full ticks: a partial tick for GPU-confirmed hangs or changed files, or a full
+        one for something new under an outputs root (True: the full-tick period starts again)."""
+        if early is not None and early.wake.is_set():
+            # GPU-confirmed hangs page now, not at the next full tick.
+            keys = {k for k in early.take_confirmed() if k in self.jobs}
+            if keys:
+                await self._safe_tick(now, keys, early=True)
+            return False
+        if self.watcher is None:
+            return False
+        changed, added = self.watcher.take()
+        roots = {str(d) for d in self.discovery.dirs()} if self.discovery is not None else set()
+        if any(str(Path(p).parent) in roots and p not in self._path_jobs for p in added):
+            await self._safe_tick(now, None)  # something new under an outputs root: discover now
+            self._start_catch_up()
+            return True
+        keys = self.jobs_for_paths(changed)
+        if keys:
+            await self._safe_tick(now, keys)
+        return False
+
+    async def _pause(
+        self,
+        sleep: Callable[[float], Awaitable[bool]],
+        wake_at: float,
+        next_full: float,
+        early: EarlyConfirmer | None,
+    ) -> bool:
+        """Sleep until `wake_at` or a file event / GPU confirmation; True when the service stops."""
+        timeout = max(0.0, wake_at - clock.wall())
+        events = [e for e in (self.watcher.wake if self.watcher is not None else None,) if e is not None]
+        if early is not None:
+            events.append(early.wake)
+        if not events:
+            return await sleep(timeout)
+        if await self._wait(sleep, timeout, events):
+            return True
+        if self.watcher is not None and self.watcher.wake.is_set():
+            # Woken by a file event: let a burst of writes settle into one partial tick.
+            rest = next_full - clock.wall()
+            if rest > 0 and await sleep(min(MIN_PARTIAL_GAP_S, rest)):
+                return True
+        return False
 
     def _early_poll(self, early: EarlyConfirmer, now: float) -> None:
         try:
-            early.poll({k: w.view for k, w in self.jobs.items()}, now)
+            early.poll({k: w.view for k, w in self.jobs.items()}, now, self.detectors)
         except Exception as exc:  # the early page is an extra: the step budget still pages
             self._edge("early page", "early_page").failure(exc, now)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from jobdiagd.detectors.base import EarlyMemo
 from jobdiagd.logs.job import JobLogs
 from jobdiagd.logs.state import LogState
 from jobdiagd.logs.steps import HistoryPoint
@@ -58,7 +59,12 @@ class JobView:
     _analysis: tuple[int, str | None, float, TriageResult] | None = None
     final: TriageResult | None = None  # full re-read at job end (set by the engine)
     step_guard: StepGuard = field(default_factory=StepGuard)  # implausible steps kept out of progress
-    memo: dict[str, Any] = field(default_factory=dict)  # per-detector caches (keyed by detector)
+    # The early page's GPU verdict (`service.early_page`, or the backtest's); the hang detector reads it.
+    gpu_check: EarlyMemo | None = None
+    # Caches of values derived from the states, each with the key it was computed for.
+    _ckpt: tuple[Any, CheckpointConfig] | None = None
+    _steps: tuple[Any, list[StepRecord]] | None = None
+    _total: tuple[str | None, int | None] | None = None
 
     # -- reading -----------------------------------------------------------
 
@@ -124,10 +130,9 @@ class JobView:
             sum(len(st.profiler_steps) for st in states),
             self.main.header.get("PASSTHROUGH_ARGS") if self.main is not None else None,
         )
-        cached = self.memo.get("_ckpt")
+        cached = self._ckpt
         if cached is not None and cached[0] == key:
-            ck: CheckpointConfig = cached[1]
-            return ck
+            return cached[1]
         main = self.main
         passthrough = main.passthrough() if main is not None else {}
         config: dict[str, str] = {}
@@ -143,22 +148,21 @@ class JobView:
         ck = checkpoint_config(
             passthrough, config, sorted(saves), async_seen=async_seen, profiler_steps=sorted(profiled)
         )
-        self.memo["_ckpt"] = (key, ck)
+        self._ckpt = (key, ck)
         return ck
 
     def sorted_steps(self) -> list[StepRecord]:
         """The authoritative state's `sorted_steps()`, built once per new step line (detectors share it)."""
-        cached = self.memo.get("_steps")
+        cached = self._steps
         suspects = self.step_guard.suspects
         key = (self._auth_source, self._seen_step_lines, len(suspects))
         if cached is not None and cached[0] == key:
-            steps: list[StepRecord] = cached[1]
-            return steps
+            return cached[1]
         auth = self.authoritative()
         steps = auth.sorted_steps() if auth is not None else []
         if suspects:
             steps = [r for r in steps if r.step not in suspects]
-        self.memo["_steps"] = (key, steps)
+        self._steps = (key, steps)
         return steps
 
     def step_history(self) -> list[HistoryPoint]:
@@ -174,13 +178,12 @@ class JobView:
     def total_steps(self) -> int | None:
         main = self.main
         raw = main.header.get("PASSTHROUGH_ARGS") if main is not None else None
-        cached = self.memo.get("_total")
+        cached = self._total
         if cached is not None and cached[0] == raw:
-            total: int | None = cached[1]
-            return total
+            return cached[1]
         value = main.passthrough().get("steps") if main is not None and raw else None
         total = int_setting(value) if value else None
-        self.memo["_total"] = (raw, total)
+        self._total = (raw, total)
         return total
 
     # -- updating ----------------------------------------------------------

@@ -47,60 +47,90 @@ def _clock(t: float) -> str:
 
 def format_status(status: Mapping[str, Any], now: float) -> str:
     """The human view of one status snapshot (pure; `now` is the daemon's clock from the reply)."""
+    lines = _head_lines(status, now)
+    jobs: Sequence[Mapping[str, Any]] = status.get("jobs") or []
+    lines.append(f"jobs watched: {len(jobs)}")
+    lines += [_job_line(j, now) for j in jobs]
+    lines += _incident_lines(status, now)
+    mutes: Sequence[Mapping[str, Any]] = status.get("mutes") or []
+    for m in mutes:
+        lines.append(
+            f"muted: job {m.get('job_id')} kind {m.get('kind')} until {_clock(float(m.get('until', 0)))}"
+        )
+    lines += _source_lines(status, now)
+    lines += _notifier_lines(status, now)
+    return "\n".join(lines) + "\n"
+
+
+def _head_lines(status: Mapping[str, Any], now: float) -> list[str]:
+    """Version, pid, uptime; the last tick and the health verdict."""
     health = assess(status, now)
-    lines: list[str] = []
     head = f"jobdiagd {status.get('version', '?')}"
     if status.get("pid") is not None:
         head += f" (pid {status['pid']})"
     if status.get("started_at") is not None:
         head += f", up {rounded_duration(now - float(status['started_at']))}"
-    lines.append(head)
     if not health.ok:
         verdict = "UNHEALTHY: " + "; ".join(health.problems + health.degraded)
     elif health.degraded:
         verdict = "DEGRADED: " + "; ".join(health.degraded)
     else:
         verdict = "OK"
-    lines.append(
+    return [
+        head,
         f"last tick: {_ago(now, status.get('last_tick_at'))} (every {rounded_duration(float(status.get('tick_seconds') or 0))})"
-        f"  {verdict}"
-    )
+        f"  {verdict}",
+    ]
 
-    jobs: Sequence[Mapping[str, Any]] = status.get("jobs") or []
-    lines.append(f"jobs watched: {len(jobs)}")
-    for j in jobs:
-        parts = [
-            f"  {j.get('job_id', '?'):<10}",
-            f"{j.get('state', '') or '-':<10}",
-            str(j.get("name") or ""),
-        ]
-        if j.get("last_step") is not None:
-            total = f"/{j['total_steps']}" if j.get("total_steps") else ""
-            parts.append(
-                f"step {j['last_step']}{total}"
-                + (f" ({_ago(now, j['last_step_at'])})" if j.get("last_step_at") else "")
-            )
-        if j.get("step_time_s"):
-            parts.append(f"{float(j['step_time_s']):.1f} s/step")
-        if j.get("expected_step") is not None and j.get("expected_step") != j.get("last_step"):
-            parts.append(f"expected ≈{j['expected_step']}")
-        if j.get("phase"):
-            parts.append(f"[{j['phase']}]")
-        tgs = j.get("tgs")
-        if isinstance(tgs, Mapping) and tgs.get("change_pct") is not None:
-            flag = f" DEGRADED ({tgs.get('pattern')})" if tgs.get("degraded") else ""
-            parts.append(f"TGS {float(tgs['change_pct']):+.0f}%{flag}")
-        gpu = j.get("gpu_check")
-        if isinstance(gpu, Mapping) and gpu.get("state"):
-            parts.append(f"GPUs: {gpu['state']}")
-        if j.get("open_incidents"):
-            parts.append("open: " + ", ".join(map(str, j["open_incidents"])))
-        if j.get("blind"):
-            parts.append("BLIND: " + ", ".join(map(str, j["blind"])))
-        lines.append("  ".join(p for p in parts if p).rstrip())
 
+def _job_line(j: Mapping[str, Any], now: float) -> str:
+    """One watched job: its step, then the detectors' columns, open incidents and blind files."""
+    parts = [
+        f"  {j.get('job_id', '?'):<10}",
+        f"{j.get('state', '') or '-':<10}",
+        str(j.get("name") or ""),
+    ]
+    if j.get("last_step") is not None:
+        total = f"/{j['total_steps']}" if j.get("total_steps") else ""
+        parts.append(
+            f"step {j['last_step']}{total}"
+            + (f" ({_ago(now, j['last_step_at'])})" if j.get("last_step_at") else "")
+        )
+    parts += _hang_parts(j) + _tgs_parts(j)
+    gpu = j.get("gpu_check")
+    if isinstance(gpu, Mapping) and gpu.get("state"):
+        parts.append(f"GPUs: {gpu['state']}")
+    if j.get("open_incidents"):
+        parts.append("open: " + ", ".join(map(str, j["open_incidents"])))
+    if j.get("blind"):
+        parts.append("BLIND: " + ", ".join(map(str, j["blind"])))
+    return "  ".join(p for p in parts if p).rstrip()
+
+
+def _hang_parts(j: Mapping[str, Any]) -> list[str]:
+    """The hang detector's columns: steady step time, expected step, budget phase."""
+    parts: list[str] = []
+    if j.get("step_time_s"):
+        parts.append(f"{float(j['step_time_s']):.1f} s/step")
+    if j.get("expected_step") is not None and j.get("expected_step") != j.get("last_step"):
+        parts.append(f"expected ≈{j['expected_step']}")
+    if j.get("phase"):
+        parts.append(f"[{j['phase']}]")
+    return parts
+
+
+def _tgs_parts(j: Mapping[str, Any]) -> list[str]:
+    """The TGS detector's column: the change vs baseline, and the episode's pattern."""
+    tgs = j.get("tgs")
+    if not isinstance(tgs, Mapping) or tgs.get("change_pct") is None:
+        return []
+    flag = f" DEGRADED ({tgs.get('pattern')})" if tgs.get("degraded") else ""
+    return [f"TGS {float(tgs['change_pct']):+.0f}%{flag}"]
+
+
+def _incident_lines(status: Mapping[str, Any], now: float) -> list[str]:
     incidents: Sequence[Mapping[str, Any]] = status.get("open_incidents") or []
-    lines.append(f"open incidents: {len(incidents)}")
+    lines = [f"open incidents: {len(incidents)}"]
     for i in incidents:
         line = f"  job {i.get('job_id')}  {i.get('kind')} [{i.get('severity')}]  open {_ago(now, i.get('opened_at')).removesuffix(' ago')}"
         if i.get("acked_at") is not None:
@@ -110,39 +140,41 @@ def format_status(status: Mapping[str, Any], now: float) -> str:
         lines.append(line)
         if i.get("summary"):
             lines.append(f"      {i['summary']}")
+    return lines
 
-    mutes: Sequence[Mapping[str, Any]] = status.get("mutes") or []
-    for m in mutes:
-        lines.append(
-            f"muted: job {m.get('job_id')} kind {m.get('kind')} until {_clock(float(m.get('until', 0)))}"
-        )
 
+def _source_lines(status: Mapping[str, Any], now: float) -> list[str]:
     sources: Mapping[str, Mapping[str, Any]] = status.get("sources") or {}
-    if sources:
-        lines.append("sources:")
-        for name, s in sorted(sources.items()):
-            if s.get("failing"):
-                lines.append(
-                    f"  {name}: FAILING since {_ago(now, s.get('failing_since'))}"
-                    f" ({s.get('failures')} failures): {s.get('last_error')}"
-                )
-            else:
-                lines.append(f"  {name}: ok")
+    if not sources:
+        return []
+    lines = ["sources:"]
+    for name, s in sorted(sources.items()):
+        if s.get("failing"):
+            lines.append(
+                f"  {name}: FAILING since {_ago(now, s.get('failing_since'))}"
+                f" ({s.get('failures')} failures): {s.get('last_error')}"
+            )
+        else:
+            lines.append(f"  {name}: ok")
+    return lines
 
+
+def _notifier_lines(status: Mapping[str, Any], now: float) -> list[str]:
     notifiers: Mapping[str, Mapping[str, Any]] = status.get("notifiers") or {}
     deliveries: Mapping[str, Mapping[str, int]] = status.get("deliveries") or {}
-    if notifiers or deliveries:
-        lines.append("notifiers:")
-        for name in sorted(set(notifiers) | set(deliveries)):
-            n = notifiers.get(name, {})
-            d = deliveries.get(name, {})
-            line = f"  {name}: {d.get('sent', n.get('sent', 0))} sent, {d.get('pending', 0)} pending"
-            if d.get("dead"):
-                line += f", {d['dead']} abandoned"
-            if n.get("failing"):
-                line += f"; FAILING since {_ago(now, n.get('failing_since'))}: {n.get('last_error')}"
-            lines.append(line)
-    return "\n".join(lines) + "\n"
+    if not notifiers and not deliveries:
+        return []
+    lines = ["notifiers:"]
+    for name in sorted(set(notifiers) | set(deliveries)):
+        n = notifiers.get(name, {})
+        d = deliveries.get(name, {})
+        line = f"  {name}: {d.get('sent', n.get('sent', 0))} sent, {d.get('pending', 0)} pending"
+        if d.get("dead"):
+            line += f", {d['dead']} abandoned"
+        if n.get("failing"):
+            line += f"; FAILING since {_ago(now, n.get('failing_since'))}: {n.get('last_error')}"
+        lines.append(line)
+    return lines
 
 
 def socket_path_from(args: argparse.Namespace) -> Path | None:
