@@ -11,7 +11,10 @@ dispatcher marks the delivery sent, so a retried notification skips what already
 
 Decisions: "message is not modified" is success; an incident message deleted in the chat
 ("message to edit not found") is posted anew and the new one kept; 429 is retried once by
-PTB's AIORateLimiter after `retry_after`, then handed to the dispatcher with `retry_after`;
+PTB's AIORateLimiter after `retry_after`, then handed to the dispatcher with `retry_after`
+(the transport opts in to PTB's timedelta time periods, PTB_TIMEDELTA, unless the operator set
+it: PTB otherwise warns of a deprecation on every 429; opted in, a RetryAfter's own text reads
+"Retry in 0:00:03" instead of "Retry in 3 seconds");
 network errors and 5xx go back to the dispatcher's backoff; a content error the server
 rejects (400) drops that one notification. The bot connects in the background with backoff
 (a daemon must start when Telegram is unreachable); until it is connected sends fail and wait
@@ -24,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import warnings
+import os
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta, tzinfo
@@ -83,10 +86,15 @@ class TelegramSettings:
     scancel_button: bool = False
 
 
+def _opt_in_to_timedelta() -> None:
+    """PTB's documented opt-in to its future time periods (v22.2+): without it PTB warns on every
+    429, since it reads `RetryAfter.retry_after` as seconds itself while building the exception.
+    The daemon owns its process; an operator's explicit PTB_TIMEDELTA is left as it is."""
+    os.environ.setdefault("PTB_TIMEDELTA", "true")
+
+
 def _retry_after_s(exc: RetryAfter) -> float:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ra = exc.retry_after
+    ra = exc.retry_after  # a timedelta once opted in; seconds where PTB_TIMEDELTA=false
     return ra.total_seconds() if isinstance(ra, timedelta) else float(ra)
 
 
@@ -116,6 +124,7 @@ class TelegramTransport(ChatDelivery[TelegramSettings]):
         now: Callable[[], float] = clock.wall,
     ) -> None:
         super().__init__(settings, messages, render_plot=render_plot, now=now, log=logging_bound())
+        _opt_in_to_timedelta()
         self.username: str | None = None
         # httpx logs every request URL at INFO, and the URL carries the bot token.
         logging.getLogger("httpx").setLevel(logging.WARNING)
