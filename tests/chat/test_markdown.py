@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from jobdiagd.chat.markdown import Block, BlockKind, aligned_table, blocks
+import re
+
+from jobdiagd.chat.markdown import Block, BlockKind, aligned_table, blocks, convert_inline
 
 
 def test_each_construct_becomes_its_block_in_order() -> None:
@@ -41,3 +43,10 @@ def test_an_unclosed_fence_runs_to_the_end_and_an_empty_one_stays_a_block() -> N
 def test_a_table_of_separators_only_is_an_empty_table_block() -> None:
     assert list(blocks("|---|---|")) == [Block(BlockKind.TABLE)]
     assert aligned_table(["| a | bb |", "| ccc |"]) == ["a    bb", "ccc"]
+
+
+def test_inline_markup_replaces_each_match_and_escapes_only_the_text_between() -> None:
+    code = re.compile(r"`([^`]+)`")
+    shout = str.upper
+    assert convert_inline("a `b` c `d`", code, shout, lambda m: f"[{m.group(1)}]") == "A [b] C [d]"
+    assert convert_inline("no markup", code, shout, lambda m: "never") == "NO MARKUP"

@@ -9,7 +9,7 @@ own inline converter: Telegram HTML and Slack mrkdwn escape and mark it differen
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -33,6 +33,20 @@ class Block:
     text: str = ""  # heading, bullet, text: one line of inline Markdown
     lines: tuple[str, ...] = ()  # code: its lines as written; table: its rows aligned
     indent: str = ""  # bullet: the white space before its marker
+
+
+def convert_inline(
+    text: str, pattern: re.Pattern[str], escape: Callable[[str], str], markup: Callable[[re.Match[str]], str]
+) -> str:
+    """One line with each `pattern` match turned into markup by `markup`, the text between escaped."""
+    out: list[str] = []
+    pos = 0
+    for m in pattern.finditer(text):
+        out.append(escape(text[pos : m.start()]))
+        out.append(markup(m))
+        pos = m.end()
+    out.append(escape(text[pos:]))
+    return "".join(out)
 
 
 def aligned_table(rows: list[str]) -> list[str]:

@@ -18,7 +18,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from jobdiagd.chat.markdown import BlockKind, blocks
+from jobdiagd.chat.markdown import BlockKind, blocks, convert_inline
 from jobdiagd.chat.model import Button, ChatMessage
 
 MAX_BLOCKS = 50
@@ -44,20 +44,16 @@ def escape(text: str) -> str:
 
 def inline(text: str) -> str:
     """One line of the Markdown inline subset (`code`, **bold**, [link](url)) as escaped mrkdwn."""
-    out: list[str] = []
-    pos = 0
-    for m in _INLINE.finditer(text):
-        out.append(escape(text[pos : m.start()]))
-        if m.group(2) is not None:
-            out.append(f"`{escape(m.group(2))}`")
-        elif m.group(3) is not None:
-            out.append(f"*{inline(m.group(3))}*")
-        else:
-            label = escape(m.group(4)).replace("|", "¦")
-            out.append(f"<{escape(m.group(5))}|{label}>")
-        pos = m.end()
-    out.append(escape(text[pos:]))
-    return "".join(out)
+    return convert_inline(text, _INLINE, escape, _inline_markup)
+
+
+def _inline_markup(m: re.Match[str]) -> str:
+    if m.group(2) is not None:
+        return f"`{escape(m.group(2))}`"
+    if m.group(3) is not None:
+        return f"*{inline(m.group(3))}*"
+    label = escape(m.group(4)).replace("|", "¦")
+    return f"<{escape(m.group(5))}|{label}>"
 
 
 # A rendered body is a list of (line, in_code) so the splitter knows where code blocks run.

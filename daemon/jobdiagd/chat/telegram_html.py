@@ -13,7 +13,7 @@ import html
 import re
 from collections.abc import Iterator
 
-from jobdiagd.chat.markdown import BlockKind, blocks
+from jobdiagd.chat.markdown import BlockKind, blocks, convert_inline
 from jobdiagd.chat.model import ChatMessage
 
 MESSAGE_LIMIT = 4096
@@ -31,17 +31,13 @@ def escape(text: str) -> str:
 
 def inline(text: str) -> str:
     """One line of Markdown's inline subset (`code`, **bold**) as escaped HTML."""
-    out: list[str] = []
-    pos = 0
-    for m in _INLINE.finditer(text):
-        out.append(escape(text[pos : m.start()]))
-        if m.group(2) is not None:
-            out.append(f"<code>{escape(m.group(2))}</code>")
-        else:
-            out.append(f"<b>{inline(m.group(3))}</b>")
-        pos = m.end()
-    out.append(escape(text[pos:]))
-    return "".join(out)
+    return convert_inline(text, _INLINE, escape, _inline_markup)
+
+
+def _inline_markup(m: re.Match[str]) -> str:
+    if m.group(2) is not None:
+        return f"<code>{escape(m.group(2))}</code>"
+    return f"<b>{inline(m.group(3))}</b>"
 
 
 def markdown_to_html(md: str) -> str:
