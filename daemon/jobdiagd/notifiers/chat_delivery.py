@@ -12,6 +12,7 @@ transport's name in its log events (`telegram_plot_failed`, `slack_connect_faile
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import tzinfo
 from typing import Any, Generic, Protocol, TypeVar
@@ -129,6 +130,20 @@ class ChatDelivery(Generic[SettingsT]):
         return ref
 
     # -- lifecycle ----------------------------------------------------------------------
+
+    async def _connect(self) -> None:
+        raise NotImplementedError
+
+    def _start_connecting(self) -> None:
+        """Connect in the background: the daemon starts (and pages via other notifiers) meanwhile."""
+        self._task = asyncio.get_running_loop().create_task(self._connect(), name=f"{self.name}-connect")
+
+    async def _stop_connecting(self) -> None:
+        """Cancel the background connect (a stop while it still backs off, or once it is done)."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
 
     async def _retrying(self, call: Callable[[], Awaitable[Any]], **log_fields: Any) -> Any:
         """`call()` until it succeeds, doubling the wait up to CONNECT_BACKOFF_MAX_S (a daemon

@@ -328,7 +328,7 @@ class SlackTransport(ChatDelivery[SlackSettings]):
         )
         self.web.session = self._session
         self.web_interactive.session = self._session
-        self._task = asyncio.get_running_loop().create_task(self._connect(), name="slack-connect")
+        self._start_connecting()
 
     async def _connect(self) -> None:
         auth = await self._retrying(self.web.auth_test, step="auth.test")
@@ -354,10 +354,7 @@ class SlackTransport(ChatDelivery[SlackSettings]):
 
     async def stop(self) -> None:
         """Stop in reverse: the connect task, the websocket, answers in flight, the HTTP session."""
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+        await self._stop_connecting()
         if self.socket is not None:
             with contextlib.suppress(Exception):
                 await self.socket.close()  # type: ignore[no-untyped-call]

@@ -24,7 +24,6 @@ in the outbox. The token is never logged: error texts are scrubbed and httpx's r
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
@@ -163,7 +162,7 @@ class TelegramTransport(ChatDelivery[TelegramSettings]):
 
     async def start(self) -> None:
         """Connect in the background (getMe with backoff), then poll for commands and presses."""
-        self._task = asyncio.get_running_loop().create_task(self._connect(), name="telegram-connect")
+        self._start_connecting()
 
     async def _connect(self) -> None:
         await self._retrying(self.app.initialize)
@@ -188,10 +187,7 @@ class TelegramTransport(ChatDelivery[TelegramSettings]):
 
     async def stop(self) -> None:
         """Stop in reverse: polling, the application, then its HTTP clients."""
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+        await self._stop_connecting()
         if self.router is not None:
             await self.router.close()
         updater = self.app.updater
