@@ -5,18 +5,21 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import sys
+import warnings
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from telegram.warnings import PTBDeprecationWarning
 
 from jobdiagd.alerts.messages import MessageStore
 from jobdiagd.alerts.pipeline import AlertPipeline
 from jobdiagd.chat.routes import Route, parse_quiet_hours
 from jobdiagd.config import IncidentsConfig
 from jobdiagd.model.alerts import Finding
+from jobdiagd.notifiers.base import NotifierError
 from jobdiagd.notifiers.dispatcher import Dispatcher, RetryPolicy
 from jobdiagd.notifiers.telegram import TelegramSettings, TelegramTransport
 from tests.helpers.chat import CHAT, OTHER_CHAT, until
@@ -304,3 +307,30 @@ async def test_a_ray_hang_page_is_its_chart_with_the_power_strip_replied_under_i
     assert "acked by dan" in (
         h.tg.messages[(CHAT, page.message_id)].caption or ""
     )  # a photo's text is its caption
+
+
+async def test_a_429_hands_its_wait_on_without_a_ptb_deprecation_warning(
+    tg: TelegramEmulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # PTB >= 22.2 warns whenever RetryAfter.retry_after is read as seconds, and reads it itself
+    # while building the exception: only its documented opt-in (PTB_TIMEDELTA) silences that.
+    monkeypatch.setenv("PTB_TIMEDELTA", "unset by this test")  # restored afterwards
+    monkeypatch.delenv("PTB_TIMEDELTA")
+    harness = await make(tg, tmp_path)
+    try:
+        tg.fail("sendMessage", 429, "Too Many Requests: retry after 1", retry_after=1, times=2)
+        harness.pipeline.notice("busy", "flood", "x", harness.now)
+        (n,) = [d.notification for d in harness.pipeline.outbox.due("telegram", harness.now)]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with pytest.raises(NotifierError) as raised:
+                await harness.transport.send(n)  # PTB retries once itself, then hands it on
+        assert raised.value.retry_after == 1.0
+        assert str(raised.value) == "telegram: flood control, retry in 1 s"
+        assert [w for w in caught if issubclass(w.category, PTBDeprecationWarning)] == []
+        await harness.transport.send(n)  # the wait over, it goes out once
+        assert [body(m) for m in tg.bot_messages(CHAT)] == [body(tg.bot_messages(CHAT)[0])]
+        assert body(tg.bot_messages(CHAT)[0]).startswith("flood")
+    finally:
+        await harness.transport.stop()
+        harness.pipeline.close()

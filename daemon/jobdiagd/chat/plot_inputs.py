@@ -118,21 +118,11 @@ def hang_chart(
         facts.append(f"steady {step_time_s:.3g} s/step")
     if incident_id:
         facts.append(f"incident {incident_id}")
-    period = f" (every {ckpt.period:,} steps)" if ckpt.period else ""
-    evals = eval_interval if eval_interval is not None else ckpt.eval_period
-    return StepChart(
-        title=title,
-        points=points,
-        marks=IncidentMarks(
-            "hang", last_step, projected_step=projected, stalled_s=stalled_s, step_time_s=step_time_s
-        ),
-        checkpoints=checkpoint_steps(ckpt, lo, hi),
-        evals=eval_steps(evals, lo, hi),
-        subtitle=" · ".join(facts) or None,
-        throughput_unit=unit,
-        checkpoint_label=f"checkpoint{period}",
-        eval_label=f"eval (every {evals:,} steps)" if evals else "eval",
+    marks = IncidentMarks(
+        "hang", last_step, projected_step=projected, stalled_s=stalled_s, step_time_s=step_time_s
     )
+    evals = eval_interval if eval_interval is not None else ckpt.eval_period
+    return _step_chart(title, points, marks, unit=unit, facts=facts, ckpt=ckpt, steps=(lo, hi), evals=evals)
 
 
 def tgs_chart(
@@ -161,24 +151,42 @@ def tgs_chart(
         facts.append(analysis.pattern)
     if incident_id:
         facts.append(f"incident {incident_id}")
-    period = f" (every {ckpt.period:,} steps)" if ckpt.period else ""
+    marks = IncidentMarks(
+        "tgs",
+        start,
+        baseline=analysis.baseline,
+        degraded=analysis.recent,
+        change_pct=analysis.change_pct,
+        baseline_steps=(lo + baseline_steps[0], lo + baseline_steps[1]) if points else None,
+        pattern=analysis.pattern if analysis.pattern != "none" else None,
+    )
+    unit = analysis.metric if points else unit
     evals = eval_interval if eval_interval is not None else ckpt.eval_period
+    return _step_chart(title, points, marks, unit=unit, facts=facts, ckpt=ckpt, steps=(lo, hi), evals=evals)
+
+
+def _step_chart(
+    title: str,
+    points: tuple[StepPoint, ...],
+    marks: IncidentMarks,
+    *,
+    unit: str,
+    facts: list[str],
+    ckpt: CheckpointConfig,
+    steps: tuple[int, int],
+    evals: int | None,
+) -> StepChart:
+    """What every step chart shares: checkpoint and eval marks over `steps`, the facts subtitle."""
+    lo, hi = steps
+    period = f" (every {ckpt.period:,} steps)" if ckpt.period else ""
     return StepChart(
         title=title,
         points=points,
-        marks=IncidentMarks(
-            "tgs",
-            start,
-            baseline=analysis.baseline,
-            degraded=analysis.recent,
-            change_pct=analysis.change_pct,
-            baseline_steps=(lo + baseline_steps[0], lo + baseline_steps[1]) if points else None,
-            pattern=analysis.pattern if analysis.pattern != "none" else None,
-        ),
+        marks=marks,
         checkpoints=checkpoint_steps(ckpt, lo, hi),
         evals=eval_steps(evals, lo, hi),
         subtitle=" · ".join(facts) or None,
-        throughput_unit=analysis.metric if points else unit,
+        throughput_unit=unit,
         checkpoint_label=f"checkpoint{period}",
         eval_label=f"eval (every {evals:,} steps)" if evals else "eval",
     )

@@ -278,6 +278,18 @@ def _placeholder(fig: Figure, message: str) -> None:
     )
 
 
+def _two_panels(fig: Figure, *, hspace: float, left: float, right: float) -> tuple[GridSpec, Axes, Axes]:
+    """A taller panel over a shorter one sharing its x axis, below the header (step chart, power strip)."""
+    gs = fig.add_gridspec(
+        2, 1, height_ratios=(3, 2), hspace=hspace, left=left, right=right, top=0.80, bottom=0.08
+    )
+    top = fig.add_subplot(gs[0])
+    bottom = fig.add_subplot(gs[1], sharex=top)
+    for ax in (top, bottom):
+        _style(ax)
+    return gs, top, bottom
+
+
 def _style(ax: Axes) -> None:
     ax.tick_params(labelsize=F_TICK)
     ax.grid(True, color="#dddddd", linewidth=0.8)
@@ -359,13 +371,7 @@ def step_figure(chart: StepChart) -> Figure:
     tps = [_num(p.tokens_per_s) for p in vis]
     secs = [_num(p.seconds) for p in vis]
 
-    gs = fig.add_gridspec(
-        2, 1, height_ratios=(3, 2), hspace=0.08, left=0.10, right=0.97, top=0.80, bottom=0.08
-    )
-    ax_t = fig.add_subplot(gs[0])
-    ax_s = fig.add_subplot(gs[1], sharex=ax_t)
-    for ax in (ax_t, ax_s):
-        _style(ax)
+    gs, ax_t, ax_s = _two_panels(fig, hspace=0.08, left=0.10, right=0.97)
     marker = "o" if len(vis) <= 150 else None
     ax_t.plot(xs, tps, color=C_TPS, linewidth=1.8, marker=marker, markersize=3.5, zorder=3)
     ax_s.plot(xs, secs, color=C_SECS, linewidth=1.6, marker=marker, markersize=3.5, zorder=3)
@@ -740,13 +746,7 @@ def strip_figure(strip: PowerStrip) -> Figure:
         )
         return fig
     b = strip.bands
-    gs = fig.add_gridspec(
-        2, 1, height_ratios=(3, 2), hspace=0.10, left=0.09, right=0.86, top=0.80, bottom=0.08
-    )
-    ax_p = fig.add_subplot(gs[0])
-    ax_u = fig.add_subplot(gs[1], sharex=ax_p)
-    for ax in (ax_p, ax_u):
-        _style(ax)
+    gs, ax_p, ax_u = _two_panels(fig, hspace=0.10, left=0.09, right=0.86)
     p_groups = split_hosts(strip.power, strip.start, strip.end, tolerance=60.0, relative=0.15, unit=" W")
     u_groups = split_hosts(strip.util, strip.start, strip.end, tolerance=25.0, unit=" %")
     odd = odd_groups(p_groups, u_groups)

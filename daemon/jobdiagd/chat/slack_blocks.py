@@ -18,6 +18,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from jobdiagd.chat.markdown import BlockKind, blocks, convert_inline
 from jobdiagd.chat.model import Button, ChatMessage
 
 MAX_BLOCKS = 50
@@ -32,10 +33,6 @@ FALLBACK_LIMIT = 3000  # the notification preview; the blocks carry the rest
 ACTIONS_BLOCK_PREFIX = "jd_actions_"
 CUT_MARKER = "_… cut: too long for one Slack message_"
 
-_FENCE = re.compile(r"^\s*```")
-_HEADING = re.compile(r"^(#{1,6})\s+(.*)$")
-_BULLET = re.compile(r"^(\s*)[-*]\s+(.*)$")
-_TABLE_SEP = re.compile(r"^\|?\s*:?-{2,}:?\s*(\|\s*:?-{2,}:?\s*)*\|?\s*$")
 _INLINE = re.compile(r"(`+)(.+?)\1|\*\*(.+?)\*\*|\[([^\]\n]+)\]\((https?://[^\s)]+)\)")
 _ENTITY_TAIL = re.compile(r"&[a-z]{0,3}$")
 
@@ -47,31 +44,16 @@ def escape(text: str) -> str:
 
 def inline(text: str) -> str:
     """One line of the Markdown inline subset (`code`, **bold**, [link](url)) as escaped mrkdwn."""
-    out: list[str] = []
-    pos = 0
-    for m in _INLINE.finditer(text):
-        out.append(escape(text[pos : m.start()]))
-        if m.group(2) is not None:
-            out.append(f"`{escape(m.group(2))}`")
-        elif m.group(3) is not None:
-            out.append(f"*{inline(m.group(3))}*")
-        else:
-            label = escape(m.group(4)).replace("|", "¦")
-            out.append(f"<{escape(m.group(5))}|{label}>")
-        pos = m.end()
-    out.append(escape(text[pos:]))
-    return "".join(out)
+    return convert_inline(text, _INLINE, escape, _inline_markup)
 
 
-def _table(rows: list[str]) -> list[str]:
-    cells = [[c.strip() for c in r.strip().strip("|").split("|")] for r in rows if not _TABLE_SEP.match(r)]
-    if not cells:
-        return []
-    n = max(len(r) for r in cells)
-    widths = [max((len(r[i]) if i < len(r) else 0) for r in cells) for i in range(n)]
-    return [
-        "  ".join((r[i] if i < len(r) else "").ljust(widths[i]) for i in range(n)).rstrip() for r in cells
-    ]
+def _inline_markup(m: re.Match[str]) -> str:
+    if m.group(2) is not None:
+        return f"`{escape(m.group(2))}`"
+    if m.group(3) is not None:
+        return f"*{inline(m.group(3))}*"
+    label = escape(m.group(4)).replace("|", "¦")
+    return f"<{escape(m.group(5))}|{label}>"
 
 
 # A rendered body is a list of (line, in_code) so the splitter knows where code blocks run.
@@ -81,32 +63,15 @@ Line = tuple[str, bool]
 def markdown_lines(md: str) -> list[Line]:
     """The Markdown the reports and alerts use, as mrkdwn lines (code lines flagged, fences dropped)."""
     out: list[Line] = []
-    lines = md.splitlines()
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        if _FENCE.match(line):
-            i += 1
-            while i < len(lines) and not _FENCE.match(lines[i]):
-                out.append((escape(lines[i]), True))
-                i += 1
-            i += 1  # the closing fence (an unclosed one still ends the block at the end)
-            continue
-        if line.lstrip().startswith("|"):
-            rows = []
-            while i < len(lines) and lines[i].lstrip().startswith("|"):
-                rows.append(lines[i])
-                i += 1
-            out += [(escape(r), True) for r in _table(rows)]
-            continue
-        m = _HEADING.match(line)
-        if m:
-            out.append((f"*{inline(m.group(2))}*", False))
-        elif (b := _BULLET.match(line)) is not None:
-            out.append((f"{b.group(1)}• {inline(b.group(2))}", False))
+    for block in blocks(md):
+        if block.kind in (BlockKind.CODE, BlockKind.TABLE):
+            out += [(escape(line), True) for line in block.lines]
+        elif block.kind is BlockKind.HEADING:
+            out.append((f"*{inline(block.text)}*", False))
+        elif block.kind is BlockKind.BULLET:
+            out.append((f"{block.indent}• {inline(block.text)}", False))
         else:
-            out.append((inline(line), False))
-        i += 1
+            out.append((inline(block.text), False))
     return out
 
 

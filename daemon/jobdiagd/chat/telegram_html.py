@@ -13,15 +13,12 @@ import html
 import re
 from collections.abc import Iterator
 
+from jobdiagd.chat.markdown import BlockKind, blocks, convert_inline
 from jobdiagd.chat.model import ChatMessage
 
 MESSAGE_LIMIT = 4096
 CAPTION_LIMIT = 1024
 
-_FENCE = re.compile(r"^\s*```")
-_HEADING = re.compile(r"^(#{1,6})\s+(.*)$")
-_BULLET = re.compile(r"^(\s*)[-*]\s+(.*)$")
-_TABLE_SEP = re.compile(r"^\|?\s*:?-{2,}:?\s*(\|\s*:?-{2,}:?\s*)*\|?\s*$")
 _INLINE = re.compile(r"(`+)(.+?)\1|\*\*(.+?)\*\*")
 _TOKEN = re.compile(r"<[^>]*>|&[#A-Za-z0-9]+;|[^<&]")
 _TAG = re.compile(r"<(/?)([a-zA-Z-]+)[^>]*>")
@@ -34,63 +31,29 @@ def escape(text: str) -> str:
 
 def inline(text: str) -> str:
     """One line of Markdown's inline subset (`code`, **bold**) as escaped HTML."""
-    out: list[str] = []
-    pos = 0
-    for m in _INLINE.finditer(text):
-        out.append(escape(text[pos : m.start()]))
-        if m.group(2) is not None:
-            out.append(f"<code>{escape(m.group(2))}</code>")
-        else:
-            out.append(f"<b>{inline(m.group(3))}</b>")
-        pos = m.end()
-    out.append(escape(text[pos:]))
-    return "".join(out)
+    return convert_inline(text, _INLINE, escape, _inline_markup)
 
 
-def _table(rows: list[str]) -> str:
-    cells = [[c.strip() for c in r.strip().strip("|").split("|")] for r in rows if not _TABLE_SEP.match(r)]
-    if not cells:
-        return ""
-    n = max(len(r) for r in cells)
-    widths = [max((len(r[i]) if i < len(r) else 0) for r in cells) for i in range(n)]
-    lines = []
-    for r in cells:
-        padded = [(r[i] if i < len(r) else "").ljust(widths[i]) for i in range(n)]
-        lines.append("  ".join(padded).rstrip())
-    return "<pre>" + escape("\n".join(lines)) + "</pre>"
+def _inline_markup(m: re.Match[str]) -> str:
+    if m.group(2) is not None:
+        return f"<code>{escape(m.group(2))}</code>"
+    return f"<b>{inline(m.group(3))}</b>"
 
 
 def markdown_to_html(md: str) -> str:
     """The Markdown the reports and alerts use, as Telegram HTML (balanced tags only)."""
     out: list[str] = []
-    lines = md.splitlines()
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        if _FENCE.match(line):
-            body: list[str] = []
-            i += 1
-            while i < len(lines) and not _FENCE.match(lines[i]):
-                body.append(lines[i])
-                i += 1
-            i += 1  # the closing fence (or the end: an unclosed fence still closes its <pre>)
-            out.append("<pre>" + escape("\n".join(body)) + "</pre>")
-            continue
-        if line.lstrip().startswith("|"):
-            rows = []
-            while i < len(lines) and lines[i].lstrip().startswith("|"):
-                rows.append(lines[i])
-                i += 1
-            out.append(_table(rows))
-            continue
-        m = _HEADING.match(line)
-        if m:
-            out.append(f"<b>{inline(m.group(2))}</b>")
-        elif (b := _BULLET.match(line)) is not None:
-            out.append(f"{b.group(1)}• {inline(b.group(2))}")
+    for block in blocks(md):
+        if block.kind is BlockKind.CODE:
+            out.append("<pre>" + escape("\n".join(block.lines)) + "</pre>")
+        elif block.kind is BlockKind.TABLE:
+            out.append("<pre>" + escape("\n".join(block.lines)) + "</pre>" if block.lines else "")
+        elif block.kind is BlockKind.HEADING:
+            out.append(f"<b>{inline(block.text)}</b>")
+        elif block.kind is BlockKind.BULLET:
+            out.append(f"{block.indent}• {inline(block.text)}")
         else:
-            out.append(inline(line))
-        i += 1
+            out.append(inline(block.text))
     return "\n".join(out).strip("\n")
 
 

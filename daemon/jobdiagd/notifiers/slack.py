@@ -70,15 +70,14 @@ from slack_sdk.webhook.async_client import AsyncWebhookClient
 from jobdiagd import clock
 from jobdiagd.alerts.messages import ChatMessageRef, MessageStore
 from jobdiagd.chat.auth import Authorizer, Sender
-from jobdiagd.chat.incident_view import incident_message, reply_message, report_message
+from jobdiagd.chat.incident_view import incident_message
 from jobdiagd.chat.model import Button, ChatMessage
-from jobdiagd.chat.router import ChatRouter
-from jobdiagd.chat.routes import QuietHours, Route, destination_for, is_silent
+from jobdiagd.chat.routes import QuietHours, Route
 from jobdiagd.chat.slack_blocks import escape, render, with_buttons
 from jobdiagd.model.alerts import Notification
 from jobdiagd.notifiers.base import CheckResult, NotifierError, PlotFn
+from jobdiagd.notifiers.chat_delivery import ChatDelivery
 
-CONNECT_BACKOFF_MAX_S = 300.0
 INTERACTIVE_RETRY_MAX_S = 5.0
 PLOT_NOTE = "📈 plot in the thread"
 PLOT_ALT = "Step time and tokens/s per device over training steps, the incident marked"
@@ -249,7 +248,7 @@ def from_slack_text(text: str) -> str:
     return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&").strip()
 
 
-class SlackTransport:
+class SlackTransport(ChatDelivery[SlackSettings]):
     """Notifier + command intake for one Slack app. `start()`/`stop()` are the daemon's lifecycle step."""
 
     name = "slack"
@@ -262,15 +261,13 @@ class SlackTransport:
         render_plot: PlotFn | None = None,
         now: Callable[[], float] = clock.wall,
     ) -> None:
-        self.settings = settings
-        self._messages = messages
-        self.render_plot = render_plot
-        self.router: ChatRouter | None = None
-        self._now = now
-        self._log = structlog.get_logger("jobdiagd").bind(component="slack")
-        self._ready = asyncio.Event()
-        self._connect_error: str | None = None
-        self._task: asyncio.Task[None] | None = None
+        super().__init__(
+            settings,
+            messages,
+            render_plot=render_plot,
+            now=now,
+            log=structlog.get_logger("jobdiagd").bind(component="slack"),
+        )
         self._tasks: set[asyncio.Task[None]] = set()
         self._session: aiohttp.ClientSession | None = None
         self._seen_events: OrderedDict[str, None] = OrderedDict()
@@ -308,14 +305,8 @@ class SlackTransport:
         return Authorizer.of(self.settings.channel_ids, self.settings.allowed_users, self.settings.operators)
 
     @property
-    def messages(self) -> MessageStore:
-        if self._messages is None:
-            raise RuntimeError("slack transport used before bind(message store)")
-        return self._messages
-
-    def bind(self, messages: MessageStore) -> None:
-        """The daemon's message store (opened after the notifiers are built)."""
-        self._messages = messages
+    def default_destination(self) -> str:
+        return self.settings.default_channel
 
     def scrub(self, text: str) -> str:
         for secret in (self.settings.bot_token, self.settings.app_token):
@@ -337,25 +328,10 @@ class SlackTransport:
         )
         self.web.session = self._session
         self.web_interactive.session = self._session
-        self._task = asyncio.get_running_loop().create_task(self._connect(), name="slack-connect")
-
-    async def _retrying(self, call: Callable[[], Awaitable[Any]], what: str) -> Any:
-        delay = 1.0
-        while True:
-            try:
-                return await call()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                error = self.describe(exc)
-                if error != self._connect_error:
-                    self._log.error("slack_connect_failed", step=what, error=error, retry_in_s=delay)
-                self._connect_error = error
-                await asyncio.sleep(delay)
-                delay = min(CONNECT_BACKOFF_MAX_S, delay * 2)
+        self._start_connecting()
 
     async def _connect(self) -> None:
-        auth = await self._retrying(self.web.auth_test, "auth.test")
+        auth = await self._retrying(self.web.auth_test, step="auth.test")
         self.bot_user_id = str(auth.get("user_id") or "") or None
         self.bot_name = str(auth.get("user") or "") or None
         self._connect_error = None
@@ -371,17 +347,14 @@ class SlackTransport:
         )
         socket.socket_mode_request_listeners.append(self._on_request)  # type: ignore[arg-type]
         self.socket = socket
-        socket.wss_uri = await self._retrying(socket.issue_new_wss_url, "apps.connections.open")
+        socket.wss_uri = await self._retrying(socket.issue_new_wss_url, step="apps.connections.open")
         await socket.connect()  # type: ignore[no-untyped-call]
         self._connect_error = None
         self._log.info("slack_socket_connected", commands=self.settings.slash_command)
 
     async def stop(self) -> None:
         """Stop in reverse: the connect task, the websocket, answers in flight, the HTTP session."""
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+        await self._stop_connecting()
         if self.socket is not None:
             with contextlib.suppress(Exception):
                 await self.socket.close()  # type: ignore[no-untyped-call]
@@ -408,20 +381,9 @@ class SlackTransport:
         return "\n\n".join([text, *(str(b["text"]["text"]) for b in blocks if b.get("type") == "section")])
 
     async def send(self, notification: Notification) -> None:
-        if not self._ready.is_set():
-            raise NotifierError(f"slack: not connected yet ({self._connect_error or 'connecting'})")
-        n = notification
+        self._check_ready()
         try:
-            if n.event == "open" and n.incident_id:
-                await self._send_open(n)
-            elif n.event in ("remind", "resolve") and n.incident_id:
-                await self._reply_and_edit(n)
-            elif n.event == "update" and n.incident_id:
-                await self._edit_parents(n)
-            elif n.event == "report":
-                await self._send_report(n)
-            else:
-                await self._post(n, self._route(n), self._plain_message(n), thread_ts=None)
+            await self._deliver(notification)
         except SlackApiError as exc:
             raise self._notifier_error(exc) from None
         except (SlackClientError, aiohttp.ClientError, OSError, TimeoutError) as exc:
@@ -441,40 +403,6 @@ class SlackTransport:
         return NotifierError(f"slack: {text}")
 
     # -- events -------------------------------------------------------------------------
-
-    def _route(self, n: Notification) -> str:
-        return destination_for(n, self.settings.routes, self.settings.default_channel)
-
-    def _silent(self, n: Notification) -> bool:
-        return is_silent(n, self.settings.quiet, self._now())
-
-    def _plain_message(self, n: Notification) -> ChatMessage:
-        if n.event in ("remind", "resolve", "update"):
-            return reply_message(n, silent=self._silent(n))
-        return report_message(n, silent=self._silent(n))
-
-    def _incident_view(self, n: Notification, open_body: str, *, silent: bool = False) -> ChatMessage:
-        token = self.messages.incident_token(n.incident_id) if n.incident_id else None
-        return incident_message(
-            n,
-            open_body,
-            token=token,
-            now=self._now(),
-            tz=self.settings.tz,
-            scancel=self.settings.scancel_button,
-            silent=silent,
-        )
-
-    async def _pictures(self, n: Notification) -> list[bytes]:
-        if not n.plot or self.render_plot is None:
-            return []
-        try:
-            return list(await self.render_plot(n.plot))
-        except Exception as exc:  # a picture must never keep a page from going out
-            self._log.warning(
-                "slack_plot_failed", incident=n.incident_id, error=f"{type(exc).__name__}: {exc}"
-            )
-            return []
 
     async def _send_open(self, n: Notification) -> None:
         """The page, then its pictures (the step chart; a RAY=1 hang's GPU power strip) in its thread."""
@@ -500,20 +428,9 @@ class SlackTransport:
             mention="" if silent else self.settings.page_mention,
             notes=(PLOT_NOTE,) if plot else (),
         )
-        ref = ChatMessageRef(
-            notifier=self.name,
-            destination=dest,
-            message_id=ts,
-            notification_id=n.id,
-            incident_id=n.incident_id,
-            job_id=n.job_id,
-            role="parent",
-            kind="blocks",
-            extra={"body": open_body, "plot": plot},
-            created_at=self._now(),
+        return self._record(
+            n, dest, ts, role="parent", kind="blocks", extra={"body": open_body, "plot": plot}
         )
-        self.messages.record(ref)
-        return ref
 
     async def _upload_picture(self, n: Notification, parent: ChatMessageRef, png: bytes, index: int) -> None:
         if index == 0:
@@ -544,23 +461,6 @@ class SlackTransport:
             n, parent.destination, file_id, kind="file", part=f"picture-{index}", thread_ts=parent.message_id
         )
 
-    async def _reply_and_edit(self, n: Notification) -> None:
-        assert n.incident_id is not None
-        parents = self.messages.parents(n.incident_id, self.name)
-        if not parents:
-            # The incident's message never reached Slack (notifier added later, open abandoned):
-            # say it on its own rather than lose it.
-            await self._post(n, self._route(n), self._plain_message(n), thread_ts=None)
-            return
-        for parent in parents:
-            await self._post(n, parent.destination, self._plain_message(n), thread_ts=parent.message_id)
-            await self._edit_parent(n, parent)
-
-    async def _edit_parents(self, n: Notification) -> None:
-        assert n.incident_id is not None
-        for parent in self.messages.parents(n.incident_id, self.name):
-            await self._edit_parent(n, parent)
-
     async def _edit_parent(self, n: Notification, parent: ChatMessageRef) -> None:
         extra = parent.extra or {}
         body = str(extra.get("body", ""))
@@ -577,16 +477,9 @@ class SlackTransport:
             self.messages.forget(parent.notifier, parent.destination, parent.message_id)
             await self._post_parent(n, parent.destination, body, plot=False)
 
-    async def _send_report(self, n: Notification) -> None:
-        parents = self.messages.job_parents(n.job_id, self.name) if n.job_id else []
-        latest: dict[str, ChatMessageRef] = {}
-        for p in parents:  # newest first: one reply per channel, in its newest incident's thread
-            latest.setdefault(p.destination, p)
-        if not latest:
-            await self._post(n, self._route(n), self._plain_message(n), thread_ts=None)
-            return
-        for dest, parent in latest.items():
-            await self._post(n, dest, self._plain_message(n), thread_ts=parent.message_id)
+    async def _post_reply(self, n: Notification, dest: str, parent: ChatMessageRef | None) -> None:
+        thread_ts = parent.message_id if parent is not None else None
+        await self._post(n, dest, self._plain_message(n), thread_ts=thread_ts)
 
     async def _post(self, n: Notification, dest: str, msg: ChatMessage, *, thread_ts: str | None) -> None:
         """Post `msg` (text, then its file) to `dest`, skipping parts this notification already posted.
@@ -635,19 +528,8 @@ class SlackTransport:
         part: int | str,
         thread_ts: str | None,
     ) -> None:
-        self.messages.record(
-            ChatMessageRef(
-                notifier=self.name,
-                destination=dest,
-                message_id=message_id,
-                notification_id=n.id,
-                incident_id=n.incident_id,
-                job_id=n.job_id,
-                role="reply",
-                kind=kind,
-                extra={"part": part, "thread_ts": thread_ts},
-                created_at=self._now(),
-            )
+        self._record(
+            n, dest, message_id, role="reply", kind=kind, extra={"part": part, "thread_ts": thread_ts}
         )
 
     # -- Web API calls (shared by the outbox and the conversations) ---------------------------
@@ -720,14 +602,6 @@ class SlackTransport:
         task = asyncio.get_running_loop().create_task(self._guard(work, req.type))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-    async def _guard(self, work: Awaitable[None], what: str) -> None:
-        try:
-            await work
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # one failed answer must not stop the intake
-            self._log.error("slack_answer_failed", what=what, error=self.describe(exc))
 
     def _refused(self, sender: Sender) -> bool:
         return self.auth.refusal(sender) is not None

@@ -11,7 +11,10 @@ dispatcher marks the delivery sent, so a retried notification skips what already
 
 Decisions: "message is not modified" is success; an incident message deleted in the chat
 ("message to edit not found") is posted anew and the new one kept; 429 is retried once by
-PTB's AIORateLimiter after `retry_after`, then handed to the dispatcher with `retry_after`;
+PTB's AIORateLimiter after `retry_after`, then handed to the dispatcher with `retry_after`
+(the transport opts in to PTB's timedelta time periods, PTB_TIMEDELTA, unless the operator set
+it: PTB otherwise warns of a deprecation on every 429; opted in, a RetryAfter's own text reads
+"Retry in 0:00:03" instead of "Retry in 3 seconds");
 network errors and 5xx go back to the dispatcher's backoff; a content error the server
 rejects (400) drops that one notification. The bot connects in the background with backoff
 (a daemon must start when Telegram is unreachable); until it is connected sends fail and wait
@@ -21,10 +24,9 @@ in the outbox. The token is never logged: error texts are scrubbed and httpx's r
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
-import warnings
+import os
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta, tzinfo
@@ -56,16 +58,15 @@ from jobdiagd import clock
 from jobdiagd.alerts.messages import ChatMessageRef, MessageStore
 from jobdiagd.chat.auth import Authorizer, Sender
 from jobdiagd.chat.commands import COMMANDS
-from jobdiagd.chat.incident_view import incident_message, reply_message, report_message
+from jobdiagd.chat.incident_view import incident_message
 from jobdiagd.chat.model import Button, ChatMessage, Picture
-from jobdiagd.chat.router import ChatRouter
-from jobdiagd.chat.routes import QuietHours, Route, destination_for, is_silent
+from jobdiagd.chat.routes import QuietHours, Route
 from jobdiagd.chat.telegram_html import CAPTION_LIMIT, MESSAGE_LIMIT, escape, render_parts, render_single
 from jobdiagd.model.alerts import Notification
 from jobdiagd.notifiers.base import CheckResult, NotifierError, PlotFn
+from jobdiagd.notifiers.chat_delivery import ChatDelivery
 
 MAX_PARTS = 8  # a reply longer than this many messages is cut (reports go as documents before that)
-CONNECT_BACKOFF_MAX_S = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,10 +85,15 @@ class TelegramSettings:
     scancel_button: bool = False
 
 
+def _opt_in_to_timedelta() -> None:
+    """PTB's documented opt-in to its future time periods (v22.2+): without it PTB warns on every
+    429, since it reads `RetryAfter.retry_after` as seconds itself while building the exception.
+    The daemon owns its process; an operator's explicit PTB_TIMEDELTA is left as it is."""
+    os.environ.setdefault("PTB_TIMEDELTA", "true")
+
+
 def _retry_after_s(exc: RetryAfter) -> float:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ra = exc.retry_after
+    ra = exc.retry_after  # a timedelta once opted in; seconds where PTB_TIMEDELTA=false
     return ra.total_seconds() if isinstance(ra, timedelta) else float(ra)
 
 
@@ -103,7 +109,7 @@ def _empty_markup() -> InlineKeyboardMarkup:
     return InlineKeyboardMarkup([])
 
 
-class TelegramTransport:
+class TelegramTransport(ChatDelivery[TelegramSettings]):
     """Notifier + command intake for one bot. `start()`/`stop()` are the daemon's lifecycle step."""
 
     name = "telegram"
@@ -116,15 +122,8 @@ class TelegramTransport:
         render_plot: PlotFn | None = None,
         now: Callable[[], float] = clock.wall,
     ) -> None:
-        self.settings = settings
-        self._messages = messages
-        self.render_plot = render_plot
-        self.router: ChatRouter | None = None
-        self._now = now
-        self._log = logging_bound()
-        self._ready = asyncio.Event()
-        self._connect_error: str | None = None
-        self._task: asyncio.Task[None] | None = None
+        super().__init__(settings, messages, render_plot=render_plot, now=now, log=logging_bound())
+        _opt_in_to_timedelta()
         self.username: str | None = None
         # httpx logs every request URL at INFO, and the URL carries the bot token.
         logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -148,14 +147,11 @@ class TelegramTransport:
         return Authorizer.of(self.settings.chat_ids, self.settings.allowed_users, self.settings.operators)
 
     @property
-    def messages(self) -> MessageStore:
-        if self._messages is None:
-            raise RuntimeError("telegram transport used before bind(message store)")
-        return self._messages
+    def default_destination(self) -> str:
+        return str(self.settings.default_chat)
 
-    def bind(self, messages: MessageStore) -> None:
-        """The daemon's message store (opened after the notifiers are built)."""
-        self._messages = messages
+    def describe(self, exc: BaseException) -> str:
+        return self.scrub(f"{type(exc).__name__}: {exc}")
 
     @property
     def bot(self) -> Bot:
@@ -166,23 +162,10 @@ class TelegramTransport:
 
     async def start(self) -> None:
         """Connect in the background (getMe with backoff), then poll for commands and presses."""
-        self._task = asyncio.get_running_loop().create_task(self._connect(), name="telegram-connect")
+        self._start_connecting()
 
     async def _connect(self) -> None:
-        delay = 1.0
-        while True:
-            try:
-                await self.app.initialize()
-                break
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                error = self.scrub(f"{type(exc).__name__}: {exc}")
-                if error != self._connect_error:
-                    self._log.error("telegram_connect_failed", error=error, retry_in_s=delay)
-                self._connect_error = error
-                await asyncio.sleep(delay)
-                delay = min(CONNECT_BACKOFF_MAX_S, delay * 2)
+        await self._retrying(self.app.initialize)
         self.username = self.app.bot.username
         await self.app.start()
         if self.settings.commands:
@@ -200,14 +183,11 @@ class TelegramTransport:
         self._log.info("telegram_connected", bot=self.username, commands=self.settings.commands)
 
     def _polling_error(self, exc: TelegramError) -> None:
-        self._log.warning("telegram_polling_error", error=self.scrub(f"{type(exc).__name__}: {exc}"))
+        self._log.warning("telegram_polling_error", error=self.describe(exc))
 
     async def stop(self) -> None:
         """Stop in reverse: polling, the application, then its HTTP clients."""
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+        await self._stop_connecting()
         if self.router is not None:
             await self.router.close()
         updater = self.app.updater
@@ -232,21 +212,9 @@ class TelegramTransport:
         return "\n\n".join(render_parts(self._plain_message(n), MESSAGE_LIMIT))
 
     async def send(self, notification: Notification) -> None:
-        if not self._ready.is_set():
-            raise NotifierError(f"telegram: not connected yet ({self._connect_error or 'connecting'})")
-        n = notification
+        self._check_ready()
         try:
-            if n.event == "open" and n.incident_id:
-                await self._send_open(n)
-            elif n.event in ("remind", "resolve") and n.incident_id:
-                await self._reply_and_edit(n)
-            elif n.event == "update" and n.incident_id:
-                await self._edit_parents(n)
-            elif n.event == "report":
-                await self._send_report(n)
-            else:
-                dest = destination_for(n, self.settings.routes, str(self.settings.default_chat))
-                await self._post(n, dest, self._plain_message(n), role="reply", reply_to=None)
+            await self._deliver(notification)
         except RetryAfter as exc:
             raise NotifierError(
                 f"telegram: flood control, retry in {_retry_after_s(exc):g} s",
@@ -262,40 +230,9 @@ class TelegramTransport:
                 raise NotifierError(f"telegram: unknown chat ({exc.message})") from None
             raise NotifierError(f"telegram: rejected ({self.scrub(exc.message)})", permanent=True) from None
         except NetworkError as exc:  # TimedOut included; 5xx arrive as NetworkError too
-            raise NotifierError(f"telegram: {self.scrub(f'{type(exc).__name__}: {exc}')}") from None
+            raise NotifierError(f"telegram: {self.describe(exc)}") from None
 
     # -- events -------------------------------------------------------------------------
-
-    def _silent(self, n: Notification) -> bool:
-        return is_silent(n, self.settings.quiet, self._now())
-
-    def _plain_message(self, n: Notification) -> ChatMessage:
-        if n.event in ("remind", "resolve", "update"):
-            return reply_message(n, silent=self._silent(n))
-        return report_message(n, silent=self._silent(n))
-
-    def _incident_view(self, n: Notification, open_body: str, *, silent: bool = False) -> ChatMessage:
-        token = self.messages.incident_token(n.incident_id) if n.incident_id else None
-        return incident_message(
-            n,
-            open_body,
-            token=token,
-            now=self._now(),
-            tz=self.settings.tz,
-            scancel=self.settings.scancel_button,
-            silent=silent,
-        )
-
-    async def _pictures(self, n: Notification) -> list[bytes]:
-        if not n.plot or self.render_plot is None or n.event != "open":
-            return []
-        try:
-            return list(await self.render_plot(n.plot))
-        except Exception as exc:  # a picture must never keep a page from going out
-            self._log.warning(
-                "telegram_plot_failed", incident=n.incident_id, error=f"{type(exc).__name__}: {exc}"
-            )
-            return []
 
     async def _send_open(self, n: Notification) -> None:
         """The page (a photo of the step chart with the text as caption, or text), then further
@@ -304,9 +241,8 @@ class TelegramTransport:
         parent = next((r for r in sent if r.role == "parent"), None)
         pictures: list[bytes] | None = None
         if parent is None:
-            dest = destination_for(n, self.settings.routes, str(self.settings.default_chat))
             pictures = await self._pictures(n)
-            parent = await self._post_parent(n, dest, n.body, pictures[0] if pictures else None)
+            parent = await self._post_parent(n, self._route(n), n.body, pictures[0] if pictures else None)
         wants_more = bool(n.plot and n.plot.get("strip"))
         if not wants_more or any(r.role == "reply" for r in sent):
             return  # nothing more, or posted before a crash/timeout: the outbox only missed the mark
@@ -345,38 +281,9 @@ class TelegramTransport:
                 link_preview_options=None,
             )
             kind = "text"
-        ref = ChatMessageRef(
-            notifier=self.name,
-            destination=dest,
-            message_id=str(sent.message_id),
-            notification_id=n.id,
-            incident_id=n.incident_id,
-            job_id=n.job_id,
-            role="parent",
-            kind=kind,
-            extra={"body": open_body},
-            created_at=self._now(),
+        return self._record(
+            n, dest, str(sent.message_id), role="parent", kind=kind, extra={"body": open_body}
         )
-        self.messages.record(ref)
-        return ref
-
-    async def _reply_and_edit(self, n: Notification) -> None:
-        assert n.incident_id is not None
-        parents = self.messages.parents(n.incident_id, self.name)
-        if not parents:
-            # The incident's message never reached this chat (notifier added later, open
-            # abandoned): say it on its own rather than lose it.
-            dest = destination_for(n, self.settings.routes, str(self.settings.default_chat))
-            await self._post(n, dest, self._plain_message(n), role="reply", reply_to=None)
-            return
-        for parent in parents:
-            await self._post(n, parent.destination, self._plain_message(n), role="reply", reply_to=parent)
-            await self._edit_parent(n, parent)
-
-    async def _edit_parents(self, n: Notification) -> None:
-        assert n.incident_id is not None
-        for parent in self.messages.parents(n.incident_id, self.name):
-            await self._edit_parent(n, parent)
 
     async def _edit_parent(self, n: Notification, parent: ChatMessageRef) -> None:
         body = str((parent.extra or {}).get("body", ""))
@@ -410,17 +317,8 @@ class TelegramTransport:
                 return
             raise
 
-    async def _send_report(self, n: Notification) -> None:
-        parents = self.messages.job_parents(n.job_id, self.name) if n.job_id else []
-        latest: dict[str, ChatMessageRef] = {}
-        for p in parents:  # newest first: one reply per chat, under its newest incident message
-            latest.setdefault(p.destination, p)
-        if not latest:
-            dest = destination_for(n, self.settings.routes, str(self.settings.default_chat))
-            await self._post(n, dest, self._plain_message(n), role="reply", reply_to=None)
-            return
-        for dest, parent in latest.items():
-            await self._post(n, dest, self._plain_message(n), role="reply", reply_to=parent)
+    async def _post_reply(self, n: Notification, dest: str, parent: ChatMessageRef | None) -> None:
+        await self._post(n, dest, self._plain_message(n), role="reply", reply_to=parent)
 
     async def _post(
         self,
@@ -443,20 +341,7 @@ class TelegramTransport:
             if i in done:
                 continue
             message = await sent()
-            self.messages.record(
-                ChatMessageRef(
-                    notifier=self.name,
-                    destination=dest,
-                    message_id=str(message.message_id),
-                    notification_id=n.id,
-                    incident_id=n.incident_id,
-                    job_id=n.job_id,
-                    role="reply",
-                    kind=kind,
-                    extra={"part": i},
-                    created_at=self._now(),
-                )
-            )
+            self._record(n, dest, str(message.message_id), role="reply", kind=kind, extra={"part": i})
 
     def _outgoing(
         self, chat: int, msg: ChatMessage, reply_to: int | None
@@ -545,16 +430,6 @@ class TelegramTransport:
         exc = context.error
         self._log.error("telegram_update_failed", error=self.scrub(f"{type(exc).__name__}: {exc}"))
 
-    async def _guard(self, work: Awaitable[None], what: str) -> None:
-        try:
-            await work
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # one failed answer must not stop the intake
-            self._log.error(
-                "telegram_answer_failed", what=what, error=self.scrub(f"{type(exc).__name__}: {exc}")
-            )
-
     # -- notify-test ------------------------------------------------------------------
 
     async def check(self, text: str) -> list[CheckResult]:
@@ -584,7 +459,7 @@ class TelegramTransport:
                 except Forbidden as exc:
                     out.append(CheckResult(what, False, f"missing permission: {exc.message}"))
                 except TelegramError as exc:
-                    out.append(CheckResult(what, False, self.scrub(f"{type(exc).__name__}: {exc}")))
+                    out.append(CheckResult(what, False, self.describe(exc)))
         finally:
             with contextlib.suppress(Exception):
                 await bot.shutdown()
