@@ -9,7 +9,8 @@ import pytest
 from jobdiagd.alerts.store import DB_NAME
 from jobdiagd.logs.reader import read_file
 from jobdiagd.logs.state import LogState
-from jobdiagd.sources.tail import RESOLVE_EVERY, FileTail, OffsetStore, Saved
+from jobdiagd.sources import tail
+from jobdiagd.sources.tail import RESOLVE_EVERY, ChangeWatcher, FileTail, OffsetStore, Saved
 from tests.helpers.joblog import JobLog
 
 
@@ -90,3 +91,55 @@ def test_a_repointed_link_further_down_a_chain_is_followed_within_a_few_polls(tm
     for _ in range(RESOLVE_EVERY):
         ft.poll()
     assert ft.state.steps.max_step == 1
+
+
+def test_change_watcher_keeps_what_the_default_filter_keeps_asking_once_per_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from watchfiles import Change, DefaultFilter
+
+    asked: list[str] = []
+    real = DefaultFilter()
+
+    def counting(change: Change, path: str) -> bool:
+        asked.append(path)
+        return real(change, path)
+
+    monkeypatch.setattr(tail, "_default_filter", lambda: counting)
+    w = ChangeWatcher()
+    log, swap, cache = "/o/1-job.log", "/o/.1-job.log.swp", "/o/__pycache__/x.pyc"
+    for _ in range(3):
+        w.record({(Change.modified, log), (Change.modified, swap), (Change.modified, cache)})
+    w.record({(Change.added, "/o/2-job")})
+    assert w.wake.is_set()
+    changed, added = w.take()
+    assert changed == {log, "/o/2-job"}
+    assert added == {"/o/2-job"}
+    assert sorted(asked) == sorted([log, swap, cache, "/o/2-job"])  # once per path, not per event
+    # A batch of only filtered paths wakes nothing, as watchfiles' own filter did.
+    w.record({(Change.modified, swap)})
+    assert not w.wake.is_set()
+    assert w.take() == (set(), set())
+
+
+async def test_change_watcher_wakes_on_a_real_write_and_not_on_a_swap_file(tmp_path: Path) -> None:
+    import asyncio
+
+    log = tmp_path / "1-job.log"
+    log.write_text("start\n")
+    w = ChangeWatcher(debounce_ms=50)
+    w.set_dirs([tmp_path])
+    task = asyncio.ensure_future(w.run())
+    try:
+        await asyncio.sleep(0.5)  # the watch is set up in a thread
+        (tmp_path / ".1-job.log.swp").write_text("editor\n")
+        with log.open("a") as fh:
+            fh.write("more\n")
+        await asyncio.wait_for(w.wake.wait(), 30)
+        await asyncio.sleep(0.3)  # the swap file's event may come in a later batch
+        changed, _added = w.take()
+        assert str(log) in changed
+        assert str(tmp_path / ".1-job.log.swp") not in changed
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
