@@ -28,8 +28,11 @@ import asyncio
 import contextlib
 import functools
 import os
+import resource
 import sqlite3
 import stat
+import threading
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +48,7 @@ if TYPE_CHECKING:
 
 RESOLVE_EVERY = 16
 KEEP_VERDICTS_MAX = 1 << 16  # paths whose watch-filter verdict is remembered
+HELD_MAX = 1 << 16  # log descriptors kept open between polls, at most (see `_HeldBudget`)
 
 
 @functools.cache
@@ -134,15 +138,103 @@ class OffsetStore:
         self._conn.close()
 
 
+class _HeldBudget:
+    """How many log descriptors the tails keep open between polls: half the process's soft
+    open-file limit (the rest is for sockets, SQLite, ssh and first reads). Past it, a tail
+    opens and closes its file every poll, as before."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.held = 0
+        self.limit: int | None = None
+
+    def take(self) -> bool:
+        with self._lock:
+            if self.limit is None:
+                soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+                self.limit = HELD_MAX if soft == resource.RLIM_INFINITY else min(HELD_MAX, soft // 2)
+            if self.held >= self.limit:
+                return False
+            self.held += 1
+            return True
+
+    def give(self) -> None:
+        with self._lock:
+            self.held -= 1
+
+
+HELD = _HeldBudget()
+
+
+def _close_held(fd: int) -> None:
+    os.close(fd)
+    HELD.give()
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    # The inode, and what the access check judged of it: type and permissions, owner, group.
+    return (st.st_dev, st.st_ino, st.st_mode, st.st_uid, st.st_gid)
+
+
 class PrefilterTailReader(TailReader):
     """`TailReader` that reads like `read_file`: the head in full (header, env dumps, config —
     everything before training starts, at most `HEAD_FULL` bytes), then only the lines the
     triage pre-filter (`logs.scan`) marks as candidates: NCCL/Ray chatter, the bulk of a live
     log, is skipped before decoding. Same parser; the final job-end triage re-reads the files
-    with `read_file` (tail in full), exactly as `jobdiagd triage` does."""
+    with `read_file` (tail in full), exactly as `jobdiagd triage` does.
+
+    It keeps the descriptor of its file open between polls (within `HELD`'s budget). Each poll
+    then `lstat`s the path (its last component not followed) instead of the access-checked
+    open's walk from the root: while the path still names the very inode that open vetted —
+    same device and inode, same type, permissions, owner and group — reading the descriptor
+    reads nothing the check did not allow, and the inode cannot be reused while it is held
+    open. Anything else (a new file under the name, the file swapped for a symlink, a
+    directory on the way swapped for one leading elsewhere, chmod, chown, deletion) drops the
+    descriptor and the checked open decides again, as on every poll before. Truncation and the
+    head check are the base reader's, on the same descriptor."""
+
+    _held: int | None = None
+    _held_as: tuple[int, int, int, int, int] | None = None
+    _finalizer: weakref.finalize[[int], PrefilterTailReader] | None = None
 
     def read_fully(self, body_start: int) -> bool:
         return body_start < HEAD_FULL and not self.state.training_started
+
+    def open_checked(self) -> int:
+        fd = self._held
+        if fd is not None:
+            try:
+                st = os.stat(self.path, follow_symlinks=False)
+            except OSError:
+                self.release()
+                raise
+            if _identity(st) == self._held_as:
+                return fd
+            self.release()
+        return super().open_checked()
+
+    def done_with(self, fd: int) -> None:
+        if fd == self._held:
+            return
+        if self._held is None and HELD.take():
+            try:
+                self._held_as = _identity(os.fstat(fd))
+            except OSError:
+                HELD.give()
+                os.close(fd)
+                raise
+            self._held = fd
+            # A tail dropped without `release` (its job ended) closes its file when collected.
+            self._finalizer = weakref.finalize(self, _close_held, fd)
+            return
+        os.close(fd)
+
+    def release(self) -> None:
+        """Close the held descriptor, if any (the next poll opens the file checked again)."""
+        fin, self._finalizer = self._finalizer, None
+        self._held = self._held_as = None
+        if fin is not None:
+            fin()
 
 
 @dataclass
@@ -183,6 +275,8 @@ class FileTail:
             return self._poll()
         except OSError:
             self._resolved = None
+            if isinstance(self.reader, PrefilterTailReader):
+                self.reader.release()
             raise
 
     def _poll(self) -> tuple[int, bool]:
@@ -198,6 +292,8 @@ class FileTail:
             if st.st_ino == self.reader.inode:
                 self.reader.path = target  # renamed (e.g. the TGS tagger): same file, keep the offset
             else:
+                if isinstance(self.reader, PrefilterTailReader):
+                    self.reader.release()
                 self.reader = PrefilterTailReader(
                     target, LogState(str(target), ref_time=self.ref_time, retention=TAIL), access=self.access
                 )
