@@ -120,6 +120,19 @@ def main_thread_cpu_seconds(pid: int) -> float:
     return proc_cpu_seconds(pid, f"/proc/{pid}/task/{pid}/stat")
 
 
+def threads_cpu_seconds(pid: int) -> dict[str, float]:
+    """CPU time per thread name (threads of one name summed; the main thread is `main`)."""
+    out: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = "main" if task.name == str(pid) else (task / "comm").read_text().strip()
+            secs = proc_cpu_seconds(pid, str(task / "stat"))
+        except (OSError, ValueError):
+            continue  # the thread ended meanwhile
+        out[name] = out.get(name, 0.0) + secs
+    return out
+
+
 def proc_mem_mb(pid: int) -> dict[str, float]:
     out: dict[str, float] = {}
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -207,11 +220,11 @@ def run_one(jobs: int, a: argparse.Namespace, pkg: str) -> dict[str, Any]:
             time.sleep(a.warmup)
             if prof_out:
                 daemon.send_signal(signal.SIGUSR1)
-            m0 = main_thread_cpu_seconds(daemon.pid)
+            m0, th0 = main_thread_cpu_seconds(daemon.pid), threads_cpu_seconds(daemon.pid)
             c0, t0, w0 = proc_cpu_seconds(daemon.pid), time.monotonic(), lines_written(count)
             time.sleep(a.seconds)
             c1, t1, w1 = proc_cpu_seconds(daemon.pid), time.monotonic(), lines_written(count)
-            m1 = main_thread_cpu_seconds(daemon.pid)
+            m1, th1 = main_thread_cpu_seconds(daemon.pid), threads_cpu_seconds(daemon.pid)
             if prof_out:
                 daemon.send_signal(signal.SIGUSR2)
                 time.sleep(2.0)  # the dump happens between two of the loop's callbacks
@@ -244,6 +257,9 @@ def run_one(jobs: int, a: argparse.Namespace, pkg: str) -> dict[str, Any]:
         "window_s": round(t1 - t0, 1),
         "cpu_pct_of_one_core": round(cpu_pct, 2),
         "cpu_pct_event_loop_thread": round((m1 - m0) / (t1 - t0) * 100, 2),
+        "cpu_pct_by_thread_name": {
+            k: round((v - th0.get(k, 0.0)) / (t1 - t0) * 100, 2) for k, v in sorted(th1.items())
+        },
         "rss_mb": round(rss, 1),
         "rss_peak_mb": round(mem.get("VmHWM", 0.0), 1),
         "full_tick_p99_ms": full_p99,
