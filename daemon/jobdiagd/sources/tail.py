@@ -16,7 +16,9 @@ Files are followed through truncation, rotation (new inode), a rename or a repoi
 "monitoring blind" notice, once per episode). Every open goes through the job's
 `logs.safeopen.LogAccess`: a FIFO, socket, device or directory in place of a log, a link out
 of the job's roots or another user's file is refused (RefusedFile, an OSError: the same
-notice), never read and never waited on.
+notice), never read and never waited on. A followed file's descriptor stays open between
+polls while an `lstat` of its path still shows the inode that open vetted
+(`PrefilterTailReader`): what a poll costs is then that `lstat` and the read.
 
 The arrival time of a job's newest step is written in the tick that read it (the hang clock
 must survive a crash or a wedge); other offsets once a minute (`service.engine`).
