@@ -323,6 +323,17 @@ def test_a_chown_or_chmod_makes_the_checked_open_decide_again(
     assert held_fd(ft) is None and steps_of(ft) == [0, 1]
 
 
+def test_new_access_rules_apply_to_a_held_file_at_the_next_poll(tmp_path: Path) -> None:
+    job, ft = held_tail(tmp_path, "8110")
+    assert held_fd(ft) is not None and ft.reader is not None
+    # What the engine does when a Slurm job's dir appears: the job's rules are set anew.
+    ft.access = ft.reader.access = LogAccess.within([tmp_path], owner=os.getuid() + 1)
+    job.step(1)
+    with pytest.raises(OSError, match="owned by uid"):
+        ft.poll()
+    assert held_fd(ft) is None and steps_of(ft) == [0]
+
+
 def test_deletion_and_a_dropped_tail_give_their_descriptor_back(tmp_path: Path) -> None:
     gc.collect()  # tails of earlier tests
     start = tail.HELD.held

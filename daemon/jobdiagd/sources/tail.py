@@ -191,12 +191,13 @@ class PrefilterTailReader(TailReader):
     same device and inode, same type, permissions, owner and group — reading the descriptor
     reads nothing the check did not allow, and the inode cannot be reused while it is held
     open. Anything else (a new file under the name, the file swapped for a symlink, a
-    directory on the way swapped for one leading elsewhere, chmod, chown, deletion) drops the
-    descriptor and the checked open decides again, as on every poll before. Truncation and the
+    directory on the way swapped for one leading elsewhere, chmod, chown, deletion, new rules
+    in `access`) drops the descriptor and the checked open decides again, as on every poll before. Truncation and the
     head check are the base reader's, on the same descriptor."""
 
     _held: int | None = None
     _held_as: tuple[int, int, int, int, int] | None = None
+    _held_under: LogAccess | None = None  # the rules that vetted it (the engine may set new ones)
     _finalizer: weakref.finalize[[int], PrefilterTailReader] | None = None
 
     def read_fully(self, body_start: int) -> bool:
@@ -210,7 +211,7 @@ class PrefilterTailReader(TailReader):
             except OSError:
                 self.release()
                 raise
-            if _identity(st) == self._held_as:
+            if _identity(st) == self._held_as and self.access is self._held_under:
                 return fd
             self.release()
         return super().open_checked()
@@ -225,7 +226,7 @@ class PrefilterTailReader(TailReader):
                 HELD.give()
                 os.close(fd)
                 raise
-            self._held = fd
+            self._held, self._held_under = fd, self.access
             # A tail dropped without `release` (its job ended) closes its file when collected.
             self._finalizer = weakref.finalize(self, _close_held, fd)
             return
@@ -234,7 +235,7 @@ class PrefilterTailReader(TailReader):
     def release(self) -> None:
         """Close the held descriptor, if any (the next poll opens the file checked again)."""
         fin, self._finalizer = self._finalizer, None
-        self._held = self._held_as = None
+        self._held = self._held_as = self._held_under = None
         if fin is not None:
             fin()
 
