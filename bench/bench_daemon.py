@@ -331,6 +331,10 @@ def main(argv: list[str] | None = None) -> int:
         "full_tick_cpu_p99_ms": [big["full_tick_cpu_p99_ms"], "<", TARGETS["tick_p99_ms"]],
         "first_tick_ms": [big["first_tick_ms"], "<", TARGETS["first_tick_ms"]],
     }
+    # Each figure over its target (< 1.0: met), the form the README quotes.
+    result["ratio_to_target"] = {
+        k: ratio(v[0], v[2]) for k, v in result["targets"].items() if isinstance(v, list)
+    }
     print(json.dumps(result, indent=1))
     return 0
 
