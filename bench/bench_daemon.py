@@ -1,6 +1,7 @@
 """Benchmark `jobdiagd run` watching N simulated jobs that each append L lines/s, at several N.
 
     .venv/bin/python bench/bench_daemon.py [--jobs 200,1000] [--lines-per-s 10] [--seconds 90] [--tick 15]
+    .venv/bin/python bench/bench_daemon.py --jobs 1000 --profile /tmp/daemon.pstats   # where it goes
 
 A writer process appends real-format lines (srun -l + absl prefixes; one `completed step:`
 every `--step-time` s per job, the rest NCCL/XLA chatter) to N job logs under an outputs
@@ -15,6 +16,11 @@ leaves out the waits for a core). Tick percentiles cover every tick since start,
 catch-up included. Printed as JSON with the cost per job at each N and the ratio largest/smallest
 per job (1.0 = linear in the jobs). Targets (issue 12, at 1000 jobs x 10 lines/s): < 10 %
 of a core, RSS < 400 MB, full tick p99 < 250 ms, first tick < 5 s.
+
+`--profile PATH`: cProfile the daemon's event-loop thread over the measurement window only (the
+steady state, after catch-up and warm-up; switched on and off by SIGUSR1/SIGUSR2) and write
+`PATH.<jobs>` (pstats) per run, with the top functions by own time on stderr. The profiler slows
+the daemon: the figures of a profiled run are not comparable with an unprofiled one.
 """
 
 from __future__ import annotations
@@ -86,10 +92,45 @@ while True:
 """
 
 
-def proc_cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+# Runs the daemon's CLI with a profiler that SIGUSR1 starts and SIGUSR2 stops and dumps. It
+# profiles the thread the signal lands in: the main thread, which runs the event loop.
+PROFILED = r"""
+import cProfile, signal, sys
+prof = cProfile.Profile()
+out = sys.argv.pop(1)
+signal.signal(signal.SIGUSR1, lambda *_: prof.enable())
+def _dump(*_):
+    prof.disable()
+    prof.dump_stats(out)
+signal.signal(signal.SIGUSR2, _dump)
+from jobdiagd.cli import main
+sys.exit(main())
+"""
+
+
+def proc_cpu_seconds(pid: int, path: str | None = None) -> float:
+    fields = Path(path or f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     ticks = os.sysconf("SC_CLK_TCK")
     return (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
+
+
+def main_thread_cpu_seconds(pid: int) -> float:
+    """CPU time of the process's main thread (the daemon's event loop); the rest is the
+    threads: watchfiles' watcher, `asyncio.to_thread` reads, SQLite."""
+    return proc_cpu_seconds(pid, f"/proc/{pid}/task/{pid}/stat")
+
+
+def threads_cpu_seconds(pid: int) -> dict[str, float]:
+    """CPU time per thread name (threads of one name summed; the main thread is `main`)."""
+    out: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = "main" if task.name == str(pid) else (task / "comm").read_text().strip()
+            secs = proc_cpu_seconds(pid, str(task / "stat"))
+        except (OSError, ValueError):
+            continue  # the thread ended meanwhile
+        out[name] = out.get(name, 0.0) + secs
+    return out
 
 
 def proc_mem_mb(pid: int) -> dict[str, float]:
@@ -162,8 +203,10 @@ def run_one(jobs: int, a: argparse.Namespace, pkg: str) -> dict[str, Any]:
         time.sleep(a.head_start)  # logs already written when the daemon starts: it catches up
         env = dict(os.environ, PYTHONPATH=pkg)
         started = time.monotonic()
+        prof_out = f"{a.profile}.{jobs}" if a.profile else None
+        entry = ["-c", PROFILED, prof_out] if prof_out else ["-m", "jobdiagd.cli"]
         daemon = subprocess.Popen(
-            [sys.executable, "-m", "jobdiagd.cli", "run", "--config", str(cfg), "--watch", str(outputs)],
+            [sys.executable, *entry, "run", "--config", str(cfg), "--watch", str(outputs)],
             stdout=subprocess.DEVNULL,
             env=env,
         )
@@ -175,9 +218,16 @@ def run_one(jobs: int, a: argparse.Namespace, pkg: str) -> dict[str, Any]:
             caught_up_s = time.monotonic() - started if ready is not None else None
             startup_cpu_s = proc_cpu_seconds(daemon.pid)
             time.sleep(a.warmup)
+            if prof_out:
+                daemon.send_signal(signal.SIGUSR1)
+            m0, th0 = main_thread_cpu_seconds(daemon.pid), threads_cpu_seconds(daemon.pid)
             c0, t0, w0 = proc_cpu_seconds(daemon.pid), time.monotonic(), lines_written(count)
             time.sleep(a.seconds)
             c1, t1, w1 = proc_cpu_seconds(daemon.pid), time.monotonic(), lines_written(count)
+            m1, th1 = main_thread_cpu_seconds(daemon.pid), threads_cpu_seconds(daemon.pid)
+            if prof_out:
+                daemon.send_signal(signal.SIGUSR2)
+                time.sleep(2.0)  # the dump happens between two of the loop's callbacks
             mem = proc_mem_mb(daemon.pid)
             st = status(sock, timeout=30) or {}
             notes = work / "state" / "notifications.jsonl"
@@ -187,6 +237,8 @@ def run_one(jobs: int, a: argparse.Namespace, pkg: str) -> dict[str, Any]:
             writer.kill()
             rc = daemon.wait(timeout=60)
             writer.wait(timeout=10)
+    if prof_out:
+        print_profile(prof_out)
     ticks = st.get("tick_durations") or {}
     watched = st.get("jobs", [])
     cpu_pct = (c1 - c0) / (t1 - t0) * 100
@@ -204,6 +256,10 @@ def run_one(jobs: int, a: argparse.Namespace, pkg: str) -> dict[str, Any]:
         "startup_cpu_s": round(startup_cpu_s, 2),
         "window_s": round(t1 - t0, 1),
         "cpu_pct_of_one_core": round(cpu_pct, 2),
+        "cpu_pct_event_loop_thread": round((m1 - m0) / (t1 - t0) * 100, 2),
+        "cpu_pct_by_thread_name": {
+            k: round((v - th0.get(k, 0.0)) / (t1 - t0) * 100, 2) for k, v in sorted(th1.items())
+        },
         "rss_mb": round(rss, 1),
         "rss_peak_mb": round(mem.get("VmHWM", 0.0), 1),
         "full_tick_p99_ms": full_p99,
@@ -218,6 +274,16 @@ def run_one(jobs: int, a: argparse.Namespace, pkg: str) -> dict[str, Any]:
         "notifications": alerts,
         "daemon_exit": rc,
     }
+
+
+def print_profile(path: str, top: int = 30) -> None:
+    import pstats
+
+    if not Path(path).exists():
+        print(f"no profile written to {path}", file=sys.stderr)
+        return
+    print(f"--- profile {path}: top {top} by own time ---", file=sys.stderr)
+    pstats.Stats(path, stream=sys.stderr).sort_stats("tottime").print_stats(top)
 
 
 def ratio(big: float | None, small: float | None) -> float | None:
@@ -236,6 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--startup-timeout", type=float, default=600.0)
     p.add_argument("--tick", type=float, default=15.0)
+    p.add_argument("--profile", metavar="PATH", help="cProfile the measurement window to PATH.<jobs>")
     p.add_argument(
         "--package-dir",
         default=str(Path(__file__).resolve().parents[1] / "daemon"),
@@ -247,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {
         "measured": "daemon process CPU time (utime+stime, all threads) over the window / window wall time",
         "package": a.package_dir,
+        "profiled": bool(a.profile),
         "runs": runs,
     }
     if len(runs) >= 2:
@@ -262,6 +330,10 @@ def main(argv: list[str] | None = None) -> int:
         "full_tick_p99_ms": [big["full_tick_p99_ms"], "<", TARGETS["tick_p99_ms"]],
         "full_tick_cpu_p99_ms": [big["full_tick_cpu_p99_ms"], "<", TARGETS["tick_p99_ms"]],
         "first_tick_ms": [big["first_tick_ms"], "<", TARGETS["first_tick_ms"]],
+    }
+    # Each figure over its target (< 1.0: met), the form the README quotes.
+    result["ratio_to_target"] = {
+        k: ratio(v[0], v[2]) for k, v in result["targets"].items() if isinstance(v, list)
     }
     print(json.dumps(result, indent=1))
     return 0

@@ -552,7 +552,7 @@ class TailReader:
         Raises OSError when the file cannot be read (the caller reports "monitoring blind"),
         RefusedFile when `access` refuses it.
         """
-        fd = self.access.open(self.path, resolved=True)
+        fd = self.open_checked()
         try:
             st = os.fstat(fd)
             if self.inode is not None and st.st_ino != self.inode:
@@ -569,7 +569,7 @@ class TailReader:
                 return 0
             data = _pread_all(fd, min(max_bytes, st.st_size - self.offset), self.offset)
         finally:
-            os.close(fd)
+            self.done_with(fd)
         body_start = self.offset - len(self._carry) - self._dropped
         buf = self._carry + data
         cut = buf.rfind(b"\n") + 1
@@ -593,6 +593,14 @@ class TailReader:
         self.state.bytes = self.offset
         self.state.ends_with_newline = not self._carry
         return len(data)
+
+    def open_checked(self) -> int:
+        """A descriptor of the file at `path`, as `access` allows (a subclass may keep one open)."""
+        return self.access.open(self.path, resolved=True)
+
+    def done_with(self, fd: int) -> None:
+        """The end of a poll's use of `fd` (from `open_checked`)."""
+        os.close(fd)
 
     def _feed(self, body: bytes, body_start: int) -> None:
         self.lineno += feed_buffer(
