@@ -631,6 +631,10 @@ def load_for_command(path: str | Path | None, command: str) -> Config | None:
         return None
 
 
+# What a field builder returns when the key's problem was reported: the field keeps its default.
+_REPORTED = object()
+
+
 @dataclass
 class _Ctx:
     source: str
@@ -644,126 +648,162 @@ class _Ctx:
     def build(self, cls: type[Any], raw: Mapping[str, Any], section: tuple[str, ...], skip: set[str]) -> Any:
         hints = typing.get_type_hints(cls)
         fields = {f.name: f for f in dataclasses.fields(cls) if f.name not in skip}
-        for key in raw:
-            if key not in fields:
-                close = difflib.get_close_matches(key, list(fields), n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                if isinstance(raw[key], dict):
-                    where = ".".join((*section, key))
-                    self.errors.append(f"{self.source}: [{where}]: unknown section{hint}")
-                else:
-                    self.error(section, key, f"unknown key{hint}")
+        self._report_unknown(raw, list(fields), section)
         kwargs: dict[str, Any] = {}
         for name, f in fields.items():
-            if name not in raw:
-                continue
-            tp = hints[name]
-            value = raw[name]
-            parser = f.metadata.get("table_parser")
-            if parser is not None:
-                if not isinstance(value, dict):
-                    self.error(section, name, f"must be a table [{'.'.join((*section, name))}]")
-                    continue
-                try:
-                    kwargs[name] = parser(value)
-                except (ValueError, TypeError) as exc:  # the parser's message names the table and key
-                    self.errors.append(f"{self.source}: {_hide_tokens(str(exc), value)}")
-                continue
-            item_tp = typing.get_args(tp)[0] if typing.get_origin(tp) is tuple else None
-            if item_tp is not None and dataclasses.is_dataclass(item_tp):
-                # [[section.name]]: a list of tables, each built and checked like a section.
-                if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
-                    self.error(section, name, f"must be a list of tables [[{'.'.join((*section, name))}]]")
-                    continue
-                kwargs[name] = tuple(
-                    self.build(typing.cast(type[Any], item_tp), v, (*section, f"{name}[{i}]"), set())
-                    for i, v in enumerate(value)
-                )
-                continue
-            if dataclasses.is_dataclass(tp):
-                if not isinstance(value, dict):
-                    self.error(section, name, f"must be a table [{'.'.join((*section, name))}]")
-                    continue
-                kwargs[name] = self.build(typing.cast(type[Any], tp), value, (*section, name), set())
-                continue
-            ok, converted, msg = self.convert(
-                tp, value, keep_relative=bool(f.metadata.get("under_state_dir"))
-            )
-            if not ok:
-                if f.metadata.get("secret"):
-                    msg = f"must be {_expected(tp)} ({_NOT_SHOWN})"
-                self.error(section, name, _hide_tokens(msg, value))
-                continue
-            failed = False
-            for check in f.metadata.get("validators", ()):
-                problem = check(converted)
-                if problem:
-                    self.error(section, name, _hide_tokens(problem, value))
-                    failed = True
-                    break
-            if not failed:
-                kwargs[name] = converted
+            if name in raw:
+                value = self._build_field(f, hints[name], raw[name], section)
+                if value is not _REPORTED:
+                    kwargs[name] = value
         try:
             return cls(**kwargs)
         except TypeError as exc:  # only reachable through a bug in this module
             self.error(section, None, str(exc))
             return cls()
 
+    def _report_unknown(self, raw: Mapping[str, Any], known: list[str], section: tuple[str, ...]) -> None:
+        for key in raw:
+            if key not in known:
+                close = difflib.get_close_matches(key, known, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                if isinstance(raw[key], dict):
+                    where = ".".join((*section, key))
+                    self.errors.append(f"{self.source}: [{where}]: unknown section{hint}")
+                else:
+                    self.error(section, key, f"unknown key{hint}")
+
+    def _build_field(self, f: dataclasses.Field[Any], tp: Any, value: Any, section: tuple[str, ...]) -> Any:
+        """The field's value from the file, or _REPORTED once its problem is in `errors`."""
+        name = f.name
+        parser = f.metadata.get("table_parser")
+        if parser is not None:
+            return self._parse_table(parser, name, value, section)
+        item_tp = typing.get_args(tp)[0] if typing.get_origin(tp) is tuple else None
+        if item_tp is not None and dataclasses.is_dataclass(item_tp):
+            return self._build_table_list(typing.cast(type[Any], item_tp), name, value, section)
+        if dataclasses.is_dataclass(tp):
+            if not isinstance(value, dict):
+                self.error(section, name, f"must be a table [{'.'.join((*section, name))}]")
+                return _REPORTED
+            return self.build(typing.cast(type[Any], tp), value, (*section, name), set())
+        return self._build_value(f, tp, value, section)
+
+    def _parse_table(
+        self, parser: Callable[[Any], Any], name: str, value: Any, section: tuple[str, ...]
+    ) -> Any:
+        if not isinstance(value, dict):
+            self.error(section, name, f"must be a table [{'.'.join((*section, name))}]")
+            return _REPORTED
+        try:
+            return parser(value)
+        except (ValueError, TypeError) as exc:  # the parser's message names the table and key
+            self.errors.append(f"{self.source}: {_hide_tokens(str(exc), value)}")
+            return _REPORTED
+
+    def _build_table_list(self, item_tp: type[Any], name: str, value: Any, section: tuple[str, ...]) -> Any:
+        """[[section.name]]: a list of tables, each built and checked like a section."""
+        if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+            self.error(section, name, f"must be a list of tables [[{'.'.join((*section, name))}]]")
+            return _REPORTED
+        return tuple(self.build(item_tp, v, (*section, f"{name}[{i}]"), set()) for i, v in enumerate(value))
+
+    def _build_value(self, f: dataclasses.Field[Any], tp: Any, value: Any, section: tuple[str, ...]) -> Any:
+        """A plain key: converted to the field's type, then checked by its validators (first problem wins)."""
+        ok, converted, msg = self.convert(tp, value, keep_relative=bool(f.metadata.get("under_state_dir")))
+        if not ok:
+            if f.metadata.get("secret"):
+                msg = f"must be {_expected(tp)} ({_NOT_SHOWN})"
+            self.error(section, f.name, _hide_tokens(msg, value))
+            return _REPORTED
+        for check in f.metadata.get("validators", ()):
+            problem = check(converted)
+            if problem:
+                self.error(section, f.name, _hide_tokens(problem, value))
+                return _REPORTED
+        return converted
+
     def convert(self, tp: Any, value: Any, keep_relative: bool = False) -> tuple[bool, Any, str]:
         origin = typing.get_origin(tp)
         if origin is Literal:
-            allowed = typing.get_args(tp)
-            if value in allowed:
-                return True, value, ""
-            return False, None, f"must be one of {', '.join(repr(a) for a in allowed)}, got {value!r}"
+            return _convert_literal(typing.get_args(tp), value)
         if origin in (types.UnionType, typing.Union):
             args = [a for a in typing.get_args(tp) if a is not type(None)]
             if value == "":
                 return True, None, ""
             return self.convert(args[0], value, keep_relative)
         if origin is tuple:
-            item = typing.get_args(tp)[0]
-            if not isinstance(value, list):
-                return False, None, f"must be a list, got {_tname(value)}"
-            out = []
-            for i, v in enumerate(value):
-                ok, c, msg = self.convert(item, v)
-                if not ok:
-                    return False, None, f"item {i}: {msg}"
-                out.append(c)
-            return True, tuple(out), ""
-        if tp is bool:
-            if isinstance(value, bool):
-                return True, value, ""
-            return False, None, f"must be true or false, got {value!r}"
-        if tp is int:
-            if isinstance(value, int) and not isinstance(value, bool):
-                return True, value, ""
-            return False, None, f"must be an integer, got {value!r}"
-        if tp is float:
-            if isinstance(value, int | float) and not isinstance(value, bool):
-                if not math.isfinite(value):
-                    return False, None, f"must be a finite number, got {value!r}"
-                return True, float(value), ""
-            return False, None, f"must be a number, got {value!r}"
-        # A NUL is never part of a name, id, URL or path (the OS refuses it in paths).
-        if tp is str:
-            if isinstance(value, str) and "\x00" not in value:
-                return True, value, ""
-            if isinstance(value, str):
-                return False, None, "must not contain a NUL character"
-            return False, None, f"must be a string, got {_tname(value)}"
+            return self._convert_list(typing.get_args(tp)[0], value)
+        scalar = _SCALARS.get(tp)
+        if scalar is not None:
+            return scalar(value)
         if tp is Path:
-            if not isinstance(value, str) or not value:
-                return False, None, f"must be a non-empty path string, got {value!r}"
-            if "\x00" in value:
-                return False, None, "must not contain a NUL character"
-            try:
-                p = Path(value).expanduser()
-            except RuntimeError:  # `~name` of a user this host does not know
-                return False, None, f"cannot expand {value.split('/')[0]!r}: no such user's home directory"
-            return True, p if p.is_absolute() or keep_relative else self.base_dir / p, ""
+            return self._convert_path(value, keep_relative)
         raise TypeError(f"config type not supported: {tp!r}")
+
+    def _convert_list(self, item: Any, value: Any) -> tuple[bool, Any, str]:
+        if not isinstance(value, list):
+            return False, None, f"must be a list, got {_tname(value)}"
+        out = []
+        for i, v in enumerate(value):
+            ok, c, msg = self.convert(item, v)
+            if not ok:
+                return False, None, f"item {i}: {msg}"
+            out.append(c)
+        return True, tuple(out), ""
+
+    def _convert_path(self, value: Any, keep_relative: bool) -> tuple[bool, Any, str]:
+        if not isinstance(value, str) or not value:
+            return False, None, f"must be a non-empty path string, got {value!r}"
+        if "\x00" in value:
+            return False, None, "must not contain a NUL character"
+        try:
+            p = Path(value).expanduser()
+        except RuntimeError:  # `~name` of a user this host does not know
+            return False, None, f"cannot expand {value.split('/')[0]!r}: no such user's home directory"
+        return True, p if p.is_absolute() or keep_relative else self.base_dir / p, ""
+
+
+def _convert_literal(allowed: tuple[Any, ...], value: Any) -> tuple[bool, Any, str]:
+    if value in allowed:
+        return True, value, ""
+    return False, None, f"must be one of {', '.join(repr(a) for a in allowed)}, got {value!r}"
+
+
+def _convert_bool(value: Any) -> tuple[bool, Any, str]:
+    if isinstance(value, bool):
+        return True, value, ""
+    return False, None, f"must be true or false, got {value!r}"
+
+
+def _convert_int(value: Any) -> tuple[bool, Any, str]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return True, value, ""
+    return False, None, f"must be an integer, got {value!r}"
+
+
+def _convert_float(value: Any) -> tuple[bool, Any, str]:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if not math.isfinite(value):
+            return False, None, f"must be a finite number, got {value!r}"
+        return True, float(value), ""
+    return False, None, f"must be a number, got {value!r}"
+
+
+def _convert_str(value: Any) -> tuple[bool, Any, str]:
+    # A NUL is never part of a name, id, URL or path (the OS refuses it in paths).
+    if isinstance(value, str) and "\x00" not in value:
+        return True, value, ""
+    if isinstance(value, str):
+        return False, None, "must not contain a NUL character"
+    return False, None, f"must be a string, got {_tname(value)}"
+
+
+_SCALARS: dict[Any, Callable[[Any], tuple[bool, Any, str]]] = {
+    bool: _convert_bool,
+    int: _convert_int,
+    float: _convert_float,
+    str: _convert_str,
+}
 
 
 def _expected(tp: Any) -> str:

@@ -19,6 +19,8 @@ from tests.helpers.chat import ALICE, CHAT, MALLORY, OPERATOR, daemon_config, hu
 from tests.helpers.emulators.slack import SlackEmulator
 from tests.helpers.emulators.telegram import TelegramEmulator
 
+pytestmark = pytest.mark.daemon  # both tests run the in-process daemon
+
 FOREIGN_CHAT = -1009  # the bot is in it, but it is not in chat_ids
 
 

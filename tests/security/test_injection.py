@@ -113,6 +113,7 @@ def test_regex_union_matches_each_value_literally(values: list[str]) -> None:
             assert not re.fullmatch(pattern, other), (pattern, other)
 
 
+@pytest.mark.prometheus  # promtool checks the rules file
 def test_hostile_label_values_stay_inside_their_promql_string(tmp_path: Path) -> None:
     promtool = shutil.which("promtool")
     assert promtool, "promtool missing: scripts/setup.sh installs prometheus"

@@ -71,6 +71,48 @@ async def test_failed_setup_cleans_up_only_what_was_set_up() -> None:
     assert [str(e) for e in info.value.exceptions] == ["setup b broke"]
 
 
+async def test_adopted_resources_close_after_every_step_in_reverse_even_when_a_setup_fails() -> None:
+    log: list[str] = []
+    lc = Lifecycle()
+    async with lc.opening():
+        lc.adopt("lock", lambda: log.append("close lock"))
+        lc.adopt("store", lambda: log.append("close store"))
+    lc.add_step("a", *make(log, "a"))
+    lc.add_step("b", *make(log, "b", fail_setup=True))
+    with pytest.raises(ExceptionGroup):
+        await lc.run()
+    assert log == ["setup a", "setup b", "cleanup a", "close store", "close lock"]
+
+
+async def test_a_failure_while_opening_closes_what_was_adopted_before_it() -> None:
+    log: list[str] = []
+    lc = Lifecycle()
+
+    def broken_close() -> None:
+        log.append("close lock")
+        raise OSError("close lock broke")
+
+    with pytest.raises(ValueError, match="third resource"):
+        async with lc.opening():
+            lc.adopt("lock", broken_close)
+            lc.adopt("store", lambda: log.append("close store"))
+            raise ValueError("third resource failed to open")
+    # Every close attempted, in reverse; the error that stopped the start is the one raised.
+    assert log == ["close store", "close lock"]
+    await lc.close_opened()  # nothing left to close twice
+    assert log == ["close store", "close lock"]
+
+
+async def test_a_stop_before_run_still_closes_the_adopted_resources() -> None:
+    log: list[str] = []
+    lc = Lifecycle()
+    lc.adopt("store", lambda: log.append("close store"))
+    lc.add_step("a", *make(log, "a"))
+    lc.request_stop("early")
+    await lc.run()
+    assert log == ["close store"]
+
+
 async def test_every_cleanup_is_attempted_and_errors_are_gathered() -> None:
     log: list[str] = []
     lc = Lifecycle(stop_seconds=0.3)

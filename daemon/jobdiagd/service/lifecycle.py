@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import inspect
 import signal
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +34,10 @@ class Lifecycle:
     """aiohttp-style runner for the daemon.
 
     Steps (`add_step`) are set up in order; if one fails, the rest are skipped and those already
-    set up are cleaned up in reverse. Tasks (`add_task`) start after every step is up; a task that
+    set up are cleaned up in reverse. A resource opened before the service runs (a lock, a store)
+    is `adopt`ed right where it is opened: it counts as set up from then on and is closed after
+    every step, in reverse order of adoption; if the start fails before `run()`, `opening()`
+    closes what was adopted so far. Tasks (`add_task`) start after every step is up; a task that
     raises stops the service, and its error is reported. `run()` returns normally only if nothing
     failed; otherwise it raises an ExceptionGroup of every error (setup, tasks, cleanup).
 
@@ -62,6 +65,7 @@ class Lifecycle:
         self.stop_reason: str | None = None
         self.reloads = 0
         self._steps: list[_Step] = []
+        self._opened: list[_Step] = []
         self._tasks: list[tuple[str, AsyncFn, bool]] = []
         self._cancel_at_once: set[str] = set()
         self._stop = asyncio.Event()
@@ -72,6 +76,26 @@ class Lifecycle:
 
     def add_step(self, name: str, setup: StepFn | None = None, cleanup: StepFn | None = None) -> None:
         self._steps.append(_Step(name, setup, cleanup))
+
+    def adopt(self, name: str, close: StepFn) -> None:
+        """A resource opened already: `close` runs in the teardown (or in `opening()` on failure)."""
+        self._opened.append(_Step(name, None, close))
+
+    @contextlib.asynccontextmanager
+    async def opening(self) -> AsyncIterator[None]:
+        """Open and adopt resources inside: an error closes those adopted so far, then goes on."""
+        try:
+            yield
+        except BaseException:
+            await self.close_opened()
+            raise
+
+    async def close_opened(self) -> None:
+        """Close the adopted resources in reverse, for a start that never reaches `run()`; a close
+        that fails is logged (`cleanup_failed`), the others are still attempted."""
+        errors: list[BaseException] = []
+        await self._clean_up(self._opened, errors, clock.monotonic() + self.stop_seconds)
+        self._opened.clear()
 
     def add_task(self, name: str, fn: AsyncFn, *, drain: bool = True) -> None:
         """A long-running task. drain=True: on stop it gets `drain_seconds` to finish by itself
@@ -125,44 +149,15 @@ class Lifecycle:
         try:
             if handle_signals:
                 installed = self._install_signals(loop)
-            for step in self._steps:
-                if self._stop.is_set():
-                    break
-                try:
-                    if step.setup is not None:
-                        await _call(step.setup)
-                except Exception as exc:
-                    self._log.error("setup_failed", step=step.name, error=f"{type(exc).__name__}: {exc}")
-                    errors.append(exc)
-                    self.request_stop(f"setup of {step.name} failed")
-                    break
-                up.append(step)
+            await self._set_up(up, errors)
             if not self._stop.is_set():
-                for name, fn, drain in self._tasks:
-                    tasks[asyncio.create_task(fn(), name=name)] = name
-                    if not drain:
-                        self._cancel_at_once.add(name)
-                if self.sd.watchdog_interval is not None:
-                    tasks[asyncio.create_task(self._watchdog(), name="watchdog")] = "watchdog"
-                    self._cancel_at_once.add("watchdog")
+                self._start_tasks(tasks)
                 self.sd.ready(f"{self.name} running")
-                self._log.info("started", steps=[s.name for s in up], tasks=list(tasks.values()))
+                steps = [s.name for s in (*self._opened, *up)]
+                self._log.info("started", steps=steps, tasks=list(tasks.values()))
                 await self._wait_for_stop(tasks, errors)
         finally:
-            self.request_stop("cancelled")
-            self.sd.stopping(f"{self.name} stopping: {self.stop_reason}")
-            deadline = clock.monotonic() + self.stop_seconds
-            await self._drain(tasks, errors, deadline)
-            for step in reversed(up):
-                if step.cleanup is None:
-                    continue
-                budget = max(MIN_STEP_SECONDS, deadline - clock.monotonic())
-                try:
-                    async with asyncio.timeout(budget):
-                        await _call(step.cleanup)
-                except Exception as exc:
-                    self._log.error("cleanup_failed", step=step.name, error=f"{type(exc).__name__}: {exc}")
-                    errors.append(exc)
+            await self._tear_down(up, tasks, errors)
             for sig in installed:
                 loop.remove_signal_handler(sig)
             for t in list(self._reload_tasks):
@@ -177,6 +172,55 @@ class Lifecycle:
             raise ExceptionGroup(
                 f"{self.name}: {len(errors)} error(s) during run", [_as_exception(e) for e in errors]
             )
+
+    async def _set_up(self, up: list[_Step], errors: list[BaseException]) -> None:
+        """Set up the steps in order until one fails or a stop is requested; `up` gets those set up."""
+        for step in self._steps:
+            if self._stop.is_set():
+                return
+            try:
+                if step.setup is not None:
+                    await _call(step.setup)
+            except Exception as exc:
+                self._log.error("setup_failed", step=step.name, error=f"{type(exc).__name__}: {exc}")
+                errors.append(exc)
+                self.request_stop(f"setup of {step.name} failed")
+                return
+            up.append(step)
+
+    def _start_tasks(self, tasks: dict[asyncio.Task[None], str]) -> None:
+        for name, fn, drain in self._tasks:
+            tasks[asyncio.create_task(fn(), name=name)] = name
+            if not drain:
+                self._cancel_at_once.add(name)
+        if self.sd.watchdog_interval is not None:
+            tasks[asyncio.create_task(self._watchdog(), name="watchdog")] = "watchdog"
+            self._cancel_at_once.add("watchdog")
+
+    async def _tear_down(
+        self, up: list[_Step], tasks: dict[asyncio.Task[None], str], errors: list[BaseException]
+    ) -> None:
+        """Stop the tasks, then clean up the steps set up and the adopted resources, in reverse."""
+        self.request_stop("cancelled")
+        self.sd.stopping(f"{self.name} stopping: {self.stop_reason}")
+        deadline = clock.monotonic() + self.stop_seconds
+        await self._drain(tasks, errors, deadline)
+        await self._clean_up(up, errors, deadline)
+        await self._clean_up(self._opened, errors, deadline)
+        self._opened.clear()
+
+    async def _clean_up(self, steps: list[_Step], errors: list[BaseException], deadline: float) -> None:
+        """Every cleanup in reverse, each within what is left of the budget (at least MIN_STEP_SECONDS)."""
+        for step in reversed(steps):
+            if step.cleanup is None:
+                continue
+            budget = max(MIN_STEP_SECONDS, deadline - clock.monotonic())
+            try:
+                async with asyncio.timeout(budget):
+                    await _call(step.cleanup)
+            except Exception as exc:
+                self._log.error("cleanup_failed", step=step.name, error=f"{type(exc).__name__}: {exc}")
+                errors.append(exc)
 
     async def _wait_for_stop(self, tasks: dict[asyncio.Task[None], str], errors: list[BaseException]) -> None:
         stop_waiter = asyncio.create_task(self._stop.wait(), name="stop-waiter")

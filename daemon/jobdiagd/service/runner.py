@@ -30,7 +30,7 @@ from jobdiagd.detectors import build as build_detectors
 from jobdiagd.detectors import enabled_names
 from jobdiagd.durations import rounded_duration
 from jobdiagd.logsetup import EdgeTrigger, configure_logging, get_logger
-from jobdiagd.notifiers.base import ChatTransport
+from jobdiagd.notifiers.base import ChatTransport, Notifier
 from jobdiagd.notifiers.dispatcher import Dispatcher, RetryPolicy
 from jobdiagd.notifiers.registry import build_notifiers
 from jobdiagd.privatefs import check_private_file, check_private_parent, ensure_private_dir, lock_state_dir
@@ -48,7 +48,7 @@ from jobdiagd.service.plots_bridge import PlotBridge
 from jobdiagd.service.sdnotify import SdNotifier
 from jobdiagd.service.status_socket import StatusServer
 from jobdiagd.service.tsdb_enrich import TsdbEnricher
-from jobdiagd.sources.slurm import SlurmError, SlurmWatcher, make_backend
+from jobdiagd.sources.slurm import SlurmWatcher, make_backend
 from jobdiagd.sources.tail import ChangeWatcher, OffsetStore
 
 DiscoverMode = Literal["auto", "slurm", "outputs"]
@@ -208,48 +208,24 @@ def choose_discovery(
     return SlurmDiscovery(watcher, cfg.slurm.outputs_roots, cfg.daemon.squeue_interval_seconds, known)
 
 
-async def run_daemon(
-    config_path: str | Path,
-    *,
-    discover: DiscoverMode = "auto",
-    watch: Sequence[Path] = (),
-    handle_signals: bool = True,
-    on_started: Callable[[Lifecycle, Engine], None] | None = None,
-    configure_logs: bool = True,
-) -> None:
-    """Run until SIGTERM/SIGINT (or `lc.request_stop()`); raises ConfigError, UnsafePathError,
-    StoreError / ExceptionGroup."""
-    cfg = config.load(config_path)
-    # Oldest-generation collections scan every step record of every job (50+ ms with 200 jobs);
-    # the engine runs them itself between ticks (Engine.run), so none lands inside a tick.
-    gc.set_threshold(700, 10, 1_000_000)
-    if configure_logs:
-        configure_logging(cfg.daemon.log_level)
-    log = get_logger(component="runner")
-    metrics = DaemonMetrics()
-    notifiers, skipped = build_notifiers(cfg)
-    if skipped:
-        log.warning("notifiers_not_available", names=skipped)
-    check_state_paths(cfg)
-    lock_fd = lock_state_dir(cfg.daemon.state_dir)
-    sd = SdNotifier.from_env()
-    health = Health(tick_seconds=cfg.daemon.tick_seconds, started_at=clock.wall())
-    # Every write to the store reports here: one log line when writes start failing (disk full,
-    # locked) and one when they work again; `jobdiagd status` lists it with the sources.
-    store_edge = health.sources[STORE_SOURCE] = EdgeTrigger(
-        STORE_SOURCE, kind="state_store", logger=get_logger(component="store")
-    )
-    try:
-        opened = await open_state_waiting(
-            cfg, [n.name for n in notifiers], store_edge, sd, handle_signals=handle_signals
+def close_store(pipeline: AlertPipeline, edge: EdgeTrigger) -> None:
+    """Flush what the store still holds, say what could not be saved, then close it."""
+    if pipeline.held:
+        pipeline.flush(clock.wall())
+    if pipeline.held:
+        get_logger(component="runner").error(
+            "notifications_unsaved",
+            error=edge.last_error,
+            # Incidents and job-end reports are derived again after the restart if still true.
+            found_again_after_restart=[n.id for n in pipeline.held if n.event != "notice"],
+            lost=[n.id for n in pipeline.held if n.event == "notice"],
         )
-    except BaseException:
-        os.close(lock_fd)
-        raise
-    if opened is None:
-        os.close(lock_fd)
-        return
-    pipeline, offsets = opened
+    pipeline.close()
+
+
+def report_store_damage(pipeline: AlertPipeline) -> None:
+    """One log line for a quarantined store and one per row that could not be read."""
+    log = get_logger(component="runner")
     if pipeline.quarantined is not None:
         log.error(
             "state_store_quarantined",
@@ -259,23 +235,146 @@ async def run_daemon(
         )
     for problem in pipeline.store.unreadable:
         log.error("state_row_unreadable", problem=problem)
+
+
+async def open_state_dir(
+    cfg: config.Config, lc: Lifecycle, names: list[str], health: Health, *, handle_signals: bool
+) -> tuple[AlertPipeline, OffsetStore] | None:
+    """Lock the state dir and open the store and tail offsets, each adopted by `lc` as it opens;
+    None: stopped while waiting for the store."""
+    lock_fd = lock_state_dir(cfg.daemon.state_dir)
+    lc.adopt("state dir lock", lambda: os.close(lock_fd))
+    # Every write to the store reports here: one log line when writes start failing (disk full,
+    # locked) and one when they work again; `jobdiagd status` lists it with the sources.
+    store_edge = health.sources[STORE_SOURCE] = EdgeTrigger(
+        STORE_SOURCE, kind="state_store", logger=get_logger(component="store")
+    )
+    opened = await open_state_waiting(cfg, names, store_edge, lc.sd, handle_signals=handle_signals)
+    if opened is None:
+        return None
+    pipeline, offsets = opened
+    lc.adopt("alert store", lambda: close_store(pipeline, store_edge))
+    lc.adopt("tail offsets", offsets.close)
+    report_store_damage(pipeline)
+    return opened
+
+
+class LiveDaemon:
+    """What the status socket, SIGHUP and the loops act on: the wired parts and the current config."""
+
+    def __init__(
+        self,
+        cfg: config.Config,
+        config_path: str | Path,
+        *,
+        health: Health,
+        pipeline: AlertPipeline,
+        dispatcher: Dispatcher,
+        engine: Engine,
+        discovery: Discovery,
+    ) -> None:
+        self.cfg = cfg
+        self.config_path = config_path
+        self.health = health
+        self.pipeline = pipeline
+        self.dispatcher = dispatcher
+        self.engine = engine
+        self.discovery = discovery
+        self._log = get_logger(component="runner")
+
+    def snapshot(self) -> dict[str, Any]:
+        now = clock.wall()
+        return self.health.snapshot(
+            self.pipeline.snapshot(now),
+            {
+                "notifiers": self.dispatcher.snapshot(),
+                "jobs": self.engine.snapshot_jobs(now),
+                "tick_durations": self.engine.tick_stats(),
+                "catch_up": {"pending": self.engine.catching_up},
+                "discovery": self.discovery.name,
+                "detectors": enabled_names(self.cfg),
+                "asyncio_tasks": task_count(),
+            },
+        )
+
+    def reload(self) -> None:
+        new = config.load(self.config_path)
+        needs_restart = config.restart_required(self.cfg, new)
+        if needs_restart:
+            self._log.warning("reload_needs_restart", keys=needs_restart)
+        self.engine.reconfigure(new, build_detectors(new))
+        self.health.tick_seconds = new.daemon.tick_seconds
+        if isinstance(self.discovery, SlurmDiscovery):
+            self.discovery.interval = new.daemon.squeue_interval_seconds
+        self.cfg = new
+        self._log.info("config_reloaded", detectors=enabled_names(new))
+
+    def add_tasks(self, lc: Lifecycle, watcher: ChangeWatcher, messages: MessageStore) -> None:
+        lc.add_task("dispatcher", self.dispatcher.run, drain=False)
+        lc.add_task("file watcher", watcher.run, drain=False)
+        lc.add_task(
+            "history pruning",
+            lambda: prune_loop(
+                self.pipeline.outbox, messages, lambda: self.cfg.delivery.keep_history_seconds, lc.sleep
+            ),
+            drain=False,
+        )
+
+        async def engine_loop() -> None:
+            await self.engine.run(lc.sleep, lambda: self.cfg.daemon.tick_seconds)
+
+        lc.add_task("engine", engine_loop)
+
+
+def add_chat_steps(
+    lc: Lifecycle,
+    daemon: LiveDaemon,
+    chats: Sequence[ChatTransport],
+    messages: MessageStore,
+    plots: PlotBridge | None,
+) -> None:
+    """Bind each chat transport to the store and the router; its bot starts and stops as a step."""
+    backend = DaemonChatBackend(
+        daemon.cfg, Path(daemon.config_path), daemon.engine, daemon.pipeline, daemon.snapshot, plots=plots
+    )
+    for transport in chats:
+        transport.bind(messages)
+        transport.render_plot = plots.render if plots is not None else None
+        transport.router = chat_router(daemon.cfg, transport, backend)
+        # Set up before "final delivery": stopped after it, so the last deliveries still go out.
+        lc.add_step(f"{transport.name} bot", transport.start, transport.stop)
+
+
+async def wire_daemon(
+    cfg: config.Config,
+    config_path: str | Path,
+    lc: Lifecycle,
+    notifiers: Sequence[Notifier],
+    health: Health,
+    *,
+    discover: DiscoverMode,
+    watch: Sequence[Path],
+    handle_signals: bool,
+) -> LiveDaemon | None:
+    """Open every resource and register its close with `lc` where it opens (in opening order, so
+    the teardown runs in reverse); None: stopped while waiting for the store."""
+    opened = await open_state_dir(cfg, lc, [n.name for n in notifiers], health, handle_signals=handle_signals)
+    if opened is None:
+        return None
+    pipeline, offsets = opened
+    metrics = DaemonMetrics()
     messages = MessageStore(pipeline.store)
     chats = [n for n in notifiers if isinstance(n, ChatTransport)]
-    plots = PlotBridge() if chats and plots_bridge.available() else None
+    pictures = bool(chats) and plots_bridge.available()
     dispatcher = Dispatcher(
         pipeline.outbox, notifiers, policy=RetryPolicy.from_config(cfg.delivery), observer=metrics
     )
     pipeline.on_enqueue = dispatcher.kick
     add_notifier_notices(dispatcher, pipeline, metrics)
-    try:
-        discovery = choose_discovery(cfg, discover, watch, offsets.known_jobs())
-    except (config.ConfigError, SlurmError):
-        offsets.close()
-        pipeline.close()
-        os.close(lock_fd)
-        raise
+    discovery = choose_discovery(cfg, discover, watch, offsets.known_jobs())
     watcher = ChangeWatcher()
     enricher = TsdbEnricher(cfg.tsdb, tick_s=cfg.daemon.tick_seconds)
+    lc.adopt("tsdb connections", enricher.close)
     engine = Engine(
         cfg,
         pipeline,
@@ -286,95 +385,81 @@ async def run_daemon(
         offsets=offsets,
         watcher=watcher,
         enricher=enricher,
-        plot_inputs=plot_inputs(cfg) if plots is not None else None,
+        plot_inputs=plot_inputs(cfg) if pictures else None,
     )
-    current = {"cfg": cfg}
-
-    def snapshot() -> dict[str, Any]:
-        now = clock.wall()
-        return health.snapshot(
-            pipeline.snapshot(now),
-            {
-                "notifiers": dispatcher.snapshot(),
-                "jobs": engine.snapshot_jobs(now),
-                "tick_durations": engine.tick_stats(),
-                "catch_up": {"pending": engine.catching_up},
-                "discovery": discovery.name,
-                "detectors": enabled_names(current["cfg"]),
-                "asyncio_tasks": task_count(),
-            },
-        )
-
-    def reload() -> None:
-        new = config.load(config_path)
-        needs_restart = config.restart_required(current["cfg"], new)
-        if needs_restart:
-            log.warning("reload_needs_restart", keys=needs_restart)
-        engine.reconfigure(new, build_detectors(new))
-        health.tick_seconds = new.daemon.tick_seconds
-        if isinstance(discovery, SlurmDiscovery):
-            discovery.interval = new.daemon.squeue_interval_seconds
-        current["cfg"] = new
-        log.info("config_reloaded", detectors=enabled_names(new))
-
-    status = StatusServer(cfg.daemon.socket_path, snapshot, group=cfg.daemon.socket_group)
-
-    def close_store() -> None:
-        if pipeline.held:
-            pipeline.flush(clock.wall())
-        if pipeline.held:
-            log.error(
-                "notifications_unsaved",
-                error=store_edge.last_error,
-                # Incidents and job-end reports are derived again after the restart if still true.
-                found_again_after_restart=[n.id for n in pipeline.held if n.event != "notice"],
-                lost=[n.id for n in pipeline.held if n.event == "notice"],
-            )
-        pipeline.close()
-
-    lc = Lifecycle(sd=sd, on_reload=reload, watchdog_check=health.watchdog_check(clock.wall))
-    lc.add_step("state dir lock", cleanup=lambda: os.close(lock_fd))
-    lc.add_step("alert store", cleanup=close_store)
-    lc.add_step("tail offsets", cleanup=offsets.close)
-    lc.add_step("tsdb connections", cleanup=enricher.close)
+    daemon = LiveDaemon(
+        cfg,
+        config_path,
+        health=health,
+        pipeline=pipeline,
+        dispatcher=dispatcher,
+        engine=engine,
+        discovery=discovery,
+    )
+    lc.on_reload = daemon.reload
+    status = StatusServer(cfg.daemon.socket_path, daemon.snapshot, group=cfg.daemon.socket_group)
     lc.add_step("status socket", status.start, status.stop)
     if cfg.daemon.metrics_port:
         ms = MetricsServer(metrics, cfg.daemon.metrics_host, cfg.daemon.metrics_port)
         lc.add_step("metrics", ms.start, ms.stop)
+    plots = PlotBridge() if pictures else None
     if plots is not None:
         lc.add_step("plot renderer", cleanup=plots.close)
     if chats:
-        backend = DaemonChatBackend(cfg, Path(config_path), engine, pipeline, snapshot, plots=plots)
-        for transport in chats:
-            transport.bind(messages)
-            transport.render_plot = plots.render if plots is not None else None
-            transport.router = chat_router(cfg, transport, backend)
-            # Set up before "final delivery": stopped after it, so the last deliveries still go out.
-            lc.add_step(f"{transport.name} bot", transport.start, transport.stop)
+        add_chat_steps(lc, daemon, chats, messages, plots)
     # Alertmanager forgets alerts not re-posted: it gets the open incidents again every interval.
-    add_state_mirrors(lc, notifiers, pipeline, snapshot)
+    add_state_mirrors(lc, notifiers, pipeline, daemon.snapshot)
     lc.add_step("final delivery", cleanup=dispatcher.drain)
-    lc.add_task("dispatcher", dispatcher.run, drain=False)
-    lc.add_task("file watcher", watcher.run, drain=False)
-    lc.add_task(
-        "history pruning",
-        lambda: prune_loop(
-            pipeline.outbox, messages, lambda: current["cfg"].delivery.keep_history_seconds, lc.sleep
-        ),
-        drain=False,
-    )
+    daemon.add_tasks(lc, watcher, messages)
+    return daemon
 
-    async def engine_loop() -> None:
-        await engine.run(lc.sleep, lambda: current["cfg"].daemon.tick_seconds)
 
-    lc.add_task("engine", engine_loop)
-    log.info(
-        "starting",
-        config=str(config_path),
-        discovery=discovery.name,
-        detectors=enabled_names(cfg),
-        notifiers=[n.name for n in notifiers],
-    )
-    if on_started is not None:
-        on_started(lc, engine)
+async def run_daemon(
+    config_path: str | Path,
+    *,
+    discover: DiscoverMode = "auto",
+    watch: Sequence[Path] = (),
+    handle_signals: bool = True,
+    on_started: Callable[[Lifecycle, Engine], None] | None = None,
+    configure_logs: bool = True,
+) -> None:
+    """Run until SIGTERM/SIGINT (or `lc.request_stop()`); raises ConfigError, UnsafePathError,
+    StoreError / ExceptionGroup. Whatever fails while opening, what was opened before it is closed."""
+    cfg = config.load(config_path)
+    # Oldest-generation collections scan every step record of every job (50+ ms with 200 jobs);
+    # the engine runs them itself between ticks (Engine.run), so none lands inside a tick.
+    gc.set_threshold(700, 10, 1_000_000)
+    if configure_logs:
+        configure_logging(cfg.daemon.log_level)
+    log = get_logger(component="runner")
+    notifiers, skipped = build_notifiers(cfg)
+    if skipped:
+        log.warning("notifiers_not_available", names=skipped)
+    check_state_paths(cfg)
+    health = Health(tick_seconds=cfg.daemon.tick_seconds, started_at=clock.wall())
+    lc = Lifecycle(sd=SdNotifier.from_env(), watchdog_check=health.watchdog_check(clock.wall))
+    async with lc.opening():
+        daemon = await wire_daemon(
+            cfg,
+            config_path,
+            lc,
+            notifiers,
+            health,
+            discover=discover,
+            watch=watch,
+            handle_signals=handle_signals,
+        )
+        if daemon is not None:
+            log.info(
+                "starting",
+                config=str(config_path),
+                discovery=daemon.discovery.name,
+                detectors=enabled_names(cfg),
+                notifiers=[n.name for n in notifiers],
+            )
+            if on_started is not None:
+                on_started(lc, daemon.engine)
+    if daemon is None:
+        await lc.close_opened()
+        return
     await lc.run(handle_signals=handle_signals)

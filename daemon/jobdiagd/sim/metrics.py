@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import datetime as _dt
 import math
 import os
@@ -72,78 +73,67 @@ class Scenario:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+# Each named scenario's departures from the Scenario defaults (`scenario()` copies them).
+_SCENARIO_DEFAULTS: dict[str, dict[str, Any]] = {
+    "rccl-hang": {"hang_after_steps": 150, "extra": {"tcp_lifetime_outlier": "node002"}},
+    "init-hang": {"hang_after_steps": 0, "hang_s": 900.0},
+    "dead-node": {"hang_after_steps": 150},
+    # The training process on bad_host dies right after the last step; the host keeps reporting.
+    "dead-process": {"hang_after_steps": 150, "nodes": SIX_NODES, "bad_host": "node004"},
+    # Steps stop at T; every GPU busy-waits; a gRPC deadlock lets the heartbeat kill the job at T + 40 min.
+    "hang-then-heartbeat": {
+        "hang_after_steps": 150,
+        "hang_s": 2400.0,
+        "tail_s": 20.0,
+        "extra": {"heartbeat_kill": True, "heartbeat_timeout_s": 100.0, "accused_task": 2},
+    },
+    # A collective hang with single-digit RDMA retransmit / ACK-timeout increments on every host.
+    "rdma-background": {"hang_after_steps": 150, "nodes": SIX_NODES, "extra": {"rdma_background": True}},
+    # The same background, plus a real retransmit / ACK-timeout burst on bad_host before the stall.
+    "rdma-trigger": {
+        "hang_after_steps": 150,
+        "nodes": SIX_NODES,
+        "bad_host": "node005",
+        "extra": {"rdma_background": True, "rdma_burst_before_s": 90.0},
+    },
+    # A healthy run with long checkpoint saves, evals and a mid-run recompilation: pauses
+    # between step lines where the GPUs do something other than spin (no hang to page).
+    "healthy-evals": {
+        "checkpoint_extra_s": 60.0,
+        "extra": {"pauses": ((50, 60.0, "eval"), (120, 45.0, "compile"), (150, 60.0, "eval"))},
+    },
+    # Training runs right up to the heartbeat error that kills the job (gRPC false positive).
+    "heartbeat-false-positive": {
+        "hang_after_steps": 180,
+        "hang_s": 0.0,
+        "tail_s": 20.0,
+        "extra": {"heartbeat_kill": True, "heartbeat_timeout_s": 100.0, "accused_task": 2},
+    },
+    "rdma-degraded": {"tgs_factor": 0.92},
+    "host-oom-ramp": {"hang_after_steps": 200, "hang_s": 0.0, "tail_s": 20.0},
+    "io-contention": {"extra": {"degrade_from": 0.6}, "bad_host": "node002"},
+    "thermal-throttle": {"extra": {"degrade_from": 0.6}, "bad_host": "node002"},
+    "network-partition": {"hang_after_steps": 150, "bad_host": "node004"},
+    "hardware-fault": {"hang_after_steps": 180, "hang_s": 0.0, "tail_s": 20.0, "bad_host": "node002"},
+    "restore-fresh": {"steps": 400, "job_id": "5001"},
+    "restore-leak": {
+        "steps": 600,
+        "first_step": 200,
+        "restored_from": 200,
+        "procs_extra": 5.0,
+        "tgs_factor": 0.992,
+        "job_id": "5002",
+        "start": BASE_TIME + 86400,
+    },
+}
+
+
 def scenario(name: str, **kw: Any) -> Scenario:
     """Defaults for each named scenario; keyword arguments override them."""
-    base: dict[str, Any] = {"name": name}
-    if name == "rccl-hang":
-        base |= {"hang_after_steps": 150, "extra": {"tcp_lifetime_outlier": "node002"}}
-    elif name == "init-hang":
-        base |= {"hang_after_steps": 0, "hang_s": 900.0}
-    elif name == "dead-node":
-        base |= {"hang_after_steps": 150}
-    elif name == "dead-process":
-        # The training process on bad_host dies right after the last step; the host keeps reporting.
-        base |= {"hang_after_steps": 150, "nodes": SIX_NODES, "bad_host": "node004"}
-    elif name == "hang-then-heartbeat":
-        # Steps stop at T; every GPU busy-waits; a gRPC deadlock lets the heartbeat kill the job at T + 40 min.
-        base |= {
-            "hang_after_steps": 150,
-            "hang_s": 2400.0,
-            "tail_s": 20.0,
-            "extra": {"heartbeat_kill": True, "heartbeat_timeout_s": 100.0, "accused_task": 2},
-        }
-    elif name == "rdma-background":
-        # A collective hang with single-digit RDMA retransmit / ACK-timeout increments on every host.
-        base |= {"hang_after_steps": 150, "nodes": SIX_NODES, "extra": {"rdma_background": True}}
-    elif name == "rdma-trigger":
-        # The same background, plus a real retransmit / ACK-timeout burst on bad_host before the stall.
-        base |= {
-            "hang_after_steps": 150,
-            "nodes": SIX_NODES,
-            "bad_host": "node005",
-            "extra": {"rdma_background": True, "rdma_burst_before_s": 90.0},
-        }
-    elif name == "healthy-evals":
-        # A healthy run with long checkpoint saves, evals and a mid-run recompilation: pauses
-        # between step lines where the GPUs do something other than spin (no hang to page).
-        base |= {
-            "checkpoint_extra_s": 60.0,
-            "extra": {"pauses": ((50, 60.0, "eval"), (120, 45.0, "compile"), (150, 60.0, "eval"))},
-        }
-    elif name == "heartbeat-false-positive":
-        # Training runs right up to the heartbeat error that kills the job (gRPC false positive).
-        base |= {
-            "hang_after_steps": 180,
-            "hang_s": 0.0,
-            "tail_s": 20.0,
-            "extra": {"heartbeat_kill": True, "heartbeat_timeout_s": 100.0, "accused_task": 2},
-        }
-    elif name == "rdma-degraded":
-        base |= {"tgs_factor": 0.92}
-    elif name == "host-oom-ramp":
-        base |= {"hang_after_steps": 200, "hang_s": 0.0, "tail_s": 20.0}
-    elif name in ("io-contention", "thermal-throttle"):
-        base |= {"extra": {"degrade_from": 0.6}, "bad_host": "node002"}
-    elif name == "network-partition":
-        base |= {"hang_after_steps": 150, "bad_host": "node004"}
-    elif name == "hardware-fault":
-        base |= {"hang_after_steps": 180, "hang_s": 0.0, "tail_s": 20.0, "bad_host": "node002"}
-    elif name == "restore-fresh":
-        base |= {"steps": 400, "job_id": "5001"}
-    elif name == "restore-leak":
-        base |= {
-            "steps": 600,
-            "first_step": 200,
-            "restored_from": 200,
-            "procs_extra": 5.0,
-            "tgs_factor": 0.992,
-            "job_id": "5002",
-            "start": BASE_TIME + 86400,
-        }
-    elif name not in SCENARIOS:
+    if name not in _SCENARIO_DEFAULTS and name not in SCENARIOS:
         raise ValueError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
-    base |= kw
-    return Scenario(**base)
+    # A deep copy: a caller that changes its scenario's `extra` must not change the table.
+    return Scenario(**{"name": name, **copy.deepcopy(_SCENARIO_DEFAULTS.get(name, {})), **kw})
 
 
 @dataclass(frozen=True)
@@ -692,11 +682,41 @@ def write_job(
     if not link.exists():
         os.symlink(f"../{stem}.log", link)
     head = sc.nodes[0]
+    lines = _log_head(sim, stem, port=port, ray=ray)
+    worker = _nccl_waves(sim)
+    _add_steps(sim, lines, worker, ray=ray)
+    if hang_chatter_s and ray:
+        lines += _raylet_chatter(sim, hang_chatter_s)
+        lines.sort(key=_line_time)
+    lines += _failure_lines(sim)
+    if finished:
+        lines += _job_summary(sim)
+    log_path.write_text("\n".join(lines) + "\n")
+    ray_dir = job_dir / "ray_logs" / head
+    if ray:
+        ray_dir.mkdir(parents=True, exist_ok=True)
+        (ray_dir / "worker-0a1b2c-01000000-2345.out").write_text("\n".join(worker) + "\n")
+    prom = job_dir / "prometheus"
+    if ray and with_tsdb:
+        build_tsdb(sim, prom, work=outputs)
+        if sc.name in ("rccl-hang", "hardware-fault"):
+            (prom / "lock").write_text("")  # stale lock left by the job's Prometheus
+    return JobFiles(log_path, job_dir, prom)
+
+
+def _passthrough_args(sc: Scenario) -> str:
     args = f"steps={sc.steps} per_device_batch_size=2 enable_checkpointing=true checkpoint_period={sc.checkpoint_period} dcn_data_parallelism={sc.dcn_data_parallelism}"
     if sc.restored_from is not None or sc.name.startswith("restore"):
         args += " enable_single_replica_ckpt_restoring=true"
     if "heartbeat_timeout_s" in sc.extra:
         args += f" jax_distributed_heartbeat_timeout_seconds={int(sc.extra['heartbeat_timeout_s'])}"
+    return args
+
+
+def _log_head(sim: JobSim, stem: str, *, port: int, ray: bool) -> list[str]:
+    """The launcher's header, preflight, Ray/Prometheus start-up, restore and barrier lines."""
+    sc = sim.sc
+    head = sc.nodes[0]
     lines = [
         f"JOB_ID={sc.job_id}",
         f"JOB_NAME={job_name(sc)}",
@@ -707,7 +727,7 @@ def write_job(
     if ray:
         lines.append("RAY_PORT=6379")
     lines += [
-        f'PASSTHROUGH_ARGS="{args}"',
+        f'PASSTHROUGH_ARGS="{_passthrough_args(sc)}"',
         "MODEL_NAME=llama2-70b",
         f"[INFO] Running from artifact: /outputs/{stem}/artifact",
         '==STAGE TIMEOUTS (override: STAGE_TIMEOUTS="stage:seconds,...")==',
@@ -717,18 +737,7 @@ def write_job(
         "== Preflight END (14s) ==",
     ]
     if ray:
-        lines += [
-            f"[Ray] Starting HEAD on {head}:6379 (bind=10.0.0.1)",
-            *[f"[Prometheus] Port {p} occupied, trying {p + 1}..." for p in range(9190, port)],
-            *(
-                [f"[Prometheus] WARNING: port 9190 was occupied; using {port} instead"]
-                if port != 9190
-                else []
-            ),
-            f"[Prometheus] Started on port {port} (ray: '{head}:55080', node_hw: '{head}:9400')",
-            f"[Prometheus] TSDB -> /outputs/{stem}/prometheus (persistent)",
-            f"0:   ssh -J me@login01 -L 8265:localhost:8265 -L 6006:localhost:6006 -L {port}:localhost:{port} root@{head}",
-        ]
+        lines += _ray_start_lines(head, stem, port)
     if sc.restored_from is not None:
         lines.append(
             f"0: {_absl(sim.train_start - 5)}restoring from this run's directory step {sc.restored_from}"
@@ -738,6 +747,24 @@ def write_job(
             f"0: {_absl(sim.train_start - 5)}No existing checkpoints found, not restoring checkpoint."
         )
     lines.append(f"0: {_absl(sim.train_start - 2)}====== BARRIER PASSED: Starting training loop ======")
+    return lines
+
+
+def _ray_start_lines(head: str, stem: str, port: int) -> list[str]:
+    return [
+        f"[Ray] Starting HEAD on {head}:6379 (bind=10.0.0.1)",
+        *[f"[Prometheus] Port {p} occupied, trying {p + 1}..." for p in range(9190, port)],
+        *([f"[Prometheus] WARNING: port 9190 was occupied; using {port} instead"] if port != 9190 else []),
+        f"[Prometheus] Started on port {port} (ray: '{head}:55080', node_hw: '{head}:9400')",
+        f"[Prometheus] TSDB -> /outputs/{stem}/prometheus (persistent)",
+        f"0:   ssh -J me@login01 -L 8265:localhost:8265 -L 6006:localhost:6006 -L {port}:localhost:{port} root@{head}",
+    ]
+
+
+def _nccl_waves(sim: JobSim) -> list[str]:
+    """The worker log's NCCL warning waves: start-up, (restore broadcast), training."""
+    sc = sim.sc
+    head = sc.nodes[0]
     worker: list[str] = []
 
     def nccl_wave(t: float) -> None:
@@ -753,30 +780,45 @@ def write_job(
         # Single-replica restore broadcast: the extra wave (absent when Orbax's dispatcher path is used).
         nccl_wave(sim.train_start - 120)
     nccl_wave(sim.train_start - 20)  # training
+    return worker
+
+
+def _add_steps(sim: JobSim, lines: list[str], worker: list[str], *, ray: bool) -> None:
+    """Each step's line in the job log and the worker log, and a save line at each checkpoint."""
+    sc = sim.sc
+    prefix = "(MaxTextTrainerActor pid=2345) " if ray else ""
     for s in sim.steps:
         text = (
             f"completed step: {s.step}, seconds: {s.seconds:.3f}, TFLOP/s/device: {s.tgs / 30.0:.3f}, "
             f"Tokens/s/device: {s.tgs:.3f}, total_weights: 196608, loss: {s.loss:.3f}"
         )
-        prefix = "(MaxTextTrainerActor pid=2345) " if ray else ""
         lines.append(f"0: {prefix}{_absl(s.t)}{text}")
         worker.append(f"{_absl(s.t)}{text}")
         if s.step > 0 and s.step % sc.checkpoint_period == 0:
             lines.append(f"0: {prefix}{_absl(s.t + 0.5)}Saved a checkpoint at step {s.step}.")
-    if hang_chatter_s and ray:
-        quiet = [(sim.train_end, sim.train_end + sc.hang_s)] if sim.hang else []
-        for a, b in [*quiet, *((a, b) for a, b, _k in sim.pause_windows)]:
-            t = a + hang_chatter_s
-            while t < b:
-                d = _dt.datetime.fromtimestamp(t, tz=_dt.UTC)
-                ts = f"{d:%Y-%m-%d %H:%M:%S},{d.microsecond // 1000:03d}"
-                lines.append(
-                    f"0: (raylet) [{ts} I 4242 4242] (raylet) node_manager.cc:525: [state-dump] "
-                    "NodeManager: [state-dump] Node ID: 5f1e0a1b2c3d4e5f"
-                )
-                t += hang_chatter_s
-        lines.sort(key=_line_time)
-    end_wall = sim.end - sc.start
+
+
+def _raylet_chatter(sim: JobSim, every_s: float) -> list[str]:
+    """The head raylet's dated state dumps during the hang and each pause."""
+    quiet = [(sim.train_end, sim.train_end + sim.sc.hang_s)] if sim.hang else []
+    out: list[str] = []
+    for a, b in [*quiet, *((a, b) for a, b, _k in sim.pause_windows)]:
+        t = a + every_s
+        while t < b:
+            d = _dt.datetime.fromtimestamp(t, tz=_dt.UTC)
+            ts = f"{d:%Y-%m-%d %H:%M:%S},{d.microsecond // 1000:03d}"
+            out.append(
+                f"0: (raylet) [{ts} I 4242 4242] (raylet) node_manager.cc:525: [state-dump] "
+                "NodeManager: [state-dump] Node ID: 5f1e0a1b2c3d4e5f"
+            )
+            t += every_s
+    return out
+
+
+def _failure_lines(sim: JobSim) -> list[str]:
+    """What the failing scenarios print at the end: OOM kill, heartbeat errors, SIGABRT."""
+    sc = sim.sc
+    lines: list[str] = []
     if sc.name == "host-oom-ramp":
         lines.append(
             f"{sc.nodes.index(sc.bad_host)}: Memory cgroup out of memory: Killed process 424242 (python3) total-vm:1kB, anon-rss:1kB"
@@ -795,35 +837,28 @@ def write_job(
             f"{sc.nodes.index(sc.bad_host)}: [Node {sc.nodes.index(sc.bad_host)} @ {sc.bad_host}] Training subprocess killed by SIGABRT (signal 6)"
         )
         lines.append(f"NODE_EXIT host={sc.bad_host} exit=134")
-    if finished:
-        status = "SUCCESS (exit 0)"
-        if sc.extra.get("heartbeat_kill") and (sim.hang or sim.crash):
-            status = "FAILED (exit 1) — Training FAILED (exit=1)"
-        elif sim.hang or sc.name == "dead-node":
-            status = "FAILED (exit 143) — CANCELLED (scancel / SIGTERM)"
-        elif sim.crash:
-            status = "FAILED (exit 1) — Training FAILED (exit=1)"
-        wall = int(end_wall)
-        lines += [
-            "========================== JOB SUMMARY ==========================",
-            f"  Job:    {sc.job_id} ({job_name(sc)})",
-            "  Model:  llama2-70b",
-            f"  Nodes:  {len(sc.nodes)}",
-            f"  Wall:   {wall // 3600}h {wall % 3600 // 60}m {wall % 60}s",
-            f"  Status: {status}",
-            "=================================================================",
-        ]
-    log_path.write_text("\n".join(lines) + "\n")
-    ray_dir = job_dir / "ray_logs" / head
-    if ray:
-        ray_dir.mkdir(parents=True, exist_ok=True)
-        (ray_dir / "worker-0a1b2c-01000000-2345.out").write_text("\n".join(worker) + "\n")
-    prom = job_dir / "prometheus"
-    if ray and with_tsdb:
-        build_tsdb(sim, prom, work=outputs)
-        if sc.name in ("rccl-hang", "hardware-fault"):
-            (prom / "lock").write_text("")  # stale lock left by the job's Prometheus
-    return JobFiles(log_path, job_dir, prom)
+    return lines
+
+
+def _job_summary(sim: JobSim) -> list[str]:
+    sc = sim.sc
+    status = "SUCCESS (exit 0)"
+    if sc.extra.get("heartbeat_kill") and (sim.hang or sim.crash):
+        status = "FAILED (exit 1) — Training FAILED (exit=1)"
+    elif sim.hang or sc.name == "dead-node":
+        status = "FAILED (exit 143) — CANCELLED (scancel / SIGTERM)"
+    elif sim.crash:
+        status = "FAILED (exit 1) — Training FAILED (exit=1)"
+    wall = int(sim.end - sc.start)
+    return [
+        "========================== JOB SUMMARY ==========================",
+        f"  Job:    {sc.job_id} ({job_name(sc)})",
+        "  Model:  llama2-70b",
+        f"  Nodes:  {len(sc.nodes)}",
+        f"  Wall:   {wall // 3600}h {wall % 3600 // 60}m {wall % 60}s",
+        f"  Status: {status}",
+        "=================================================================",
+    ]
 
 
 # --- live exporter ----------------------------------------------------------------------------------
