@@ -19,6 +19,8 @@ args=("$@")
 for a in "$@"; do
   if [ "$a" = "--unit" ]; then
     args=(-n "${JOBDIAGD_TEST_WORKERS:-2}" "${args[@]}")
+    # A developer's loop: the fuzz targets try 1/5 of CI's inputs (tests/helpers/fuzz.py).
+    export HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-quick}"
     break
   fi
 done

@@ -1,8 +1,10 @@
-"""Hypothesis budgets of the fuzz tests: a fixed CI profile, and a long one chosen with HYPOTHESIS_PROFILE=long.
+"""Hypothesis budgets of the fuzz tests: a fixed CI profile; HYPOTHESIS_PROFILE=long or quick.
 
 CI (the default) is derandomized, so every run tries the same inputs and a failure reproduces
 as is; `long` multiplies each target's example count by LONG_FACTOR and draws new inputs each
-run. Neither writes an example database (a crasher found is kept as an explicit `@example`).
+run; `quick` (what `scripts/test.sh --unit` uses, a developer's loop) tries
+1/QUICK_DIVISOR as many inputs (at least QUICK_MIN), derandomized too; CI keeps the full
+budget. None writes an example database (a crasher found is kept as an explicit `@example`).
 
 The deadline bounds the time of one input: it is far above what any input takes (milliseconds)
 so a loaded CI machine does not trip it, and far below what a quadratic or backtracking parser
@@ -18,9 +20,11 @@ from datetime import timedelta
 from hypothesis import HealthCheck, settings
 
 LONG_FACTOR = 25
+QUICK_DIVISOR = 5
+QUICK_MIN = 10
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
-if PROFILE not in ("ci", "long"):
-    raise RuntimeError(f"HYPOTHESIS_PROFILE={PROFILE!r}: expected 'ci' or 'long'")
+if PROFILE not in ("ci", "long", "quick"):
+    raise RuntimeError(f"HYPOTHESIS_PROFILE={PROFILE!r}: expected 'ci', 'long' or 'quick'")
 
 _COMMON = {
     "deadline": timedelta(seconds=3),
@@ -34,4 +38,7 @@ def fuzz_settings(examples: int) -> settings:
     """The settings of one fuzz target that tries `examples` inputs in CI."""
     if PROFILE == "long":
         return settings(max_examples=examples * LONG_FACTOR, derandomize=False, **_COMMON)  # type: ignore[arg-type]
+    if PROFILE == "quick":
+        quick = max(QUICK_MIN, examples // QUICK_DIVISOR)
+        return settings(max_examples=min(examples, quick), derandomize=True, **_COMMON)  # type: ignore[arg-type]
     return settings(max_examples=examples, derandomize=True, **_COMMON)  # type: ignore[arg-type]
