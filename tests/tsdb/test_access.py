@@ -35,7 +35,18 @@ def test_validate_host_rejects(bad: str) -> None:
 
 def test_validate_host_accepts_listed_and_fqdn() -> None:
     assert validate_host("node002", NODES) == "node002"
-    assert validate_host("node001.cluster.local", NODES) == "node001.cluster.local"
+    # The node list's spelling reaches ssh, whichever form the log wrote.
+    assert validate_host("node001.cluster.local", NODES) == "node001"
+    assert validate_host("node001", ("node001.cluster.local",)) == "node001.cluster.local"
+
+
+@pytest.mark.parametrize("name", ["node001.evil.example", "node001.cluster.evil"])
+def test_a_log_cannot_send_ssh_to_another_domain(name: str) -> None:
+    # node001 is listed; a log naming it under a domain the list does not have must not route
+    # the ssh tunnel there: the listed name is used, never the log's.
+    assert validate_host(name, NODES) == "node001"
+    with pytest.raises(AccessError):
+        validate_host(name, ("node001.cluster.local", "node002.cluster.local"))
 
 
 def test_copy_excludes_live_files(tmp_path: Path) -> None:

@@ -41,13 +41,19 @@ class NoTsdb(AccessError):
 
 
 def validate_host(name: str, nodes: Sequence[str]) -> str:
-    """A host name taken from a log may only be used if it is well-formed and one of the job's nodes."""
+    """A host name taken from a log may only be used if it is well-formed and one of the job's
+    nodes; what is returned (and reaches ssh) is the node list's own spelling. The log may write
+    a node short (`node001`) where Slurm lists it qualified, or the other way round, but a
+    domain the node list does not have (`node001.evil.example` for `node001`) is never used."""
     if not _HOST_RE.match(name) or len(name) > 253:
         raise AccessError(f"invalid host name from log: {name!r}")
-    short = {n.split(".")[0] for n in nodes}
-    if name not in nodes and name.split(".")[0] not in short:
-        raise AccessError(f"host {name!r} is not in the job's node list ({len(nodes)} nodes)")
-    return name
+    if name in nodes:
+        return name
+    short = name.split(".")[0]
+    for node in nodes:
+        if node.split(".")[0] == short and (node == short or name == short):
+            return node
+    raise AccessError(f"host {name!r} is not in the job's node list ({len(nodes)} nodes)")
 
 
 def absolute(path: Path | str) -> Path:
