@@ -202,3 +202,31 @@ async def test_an_ended_jobs_detector_state_is_dropped_and_a_reload_starts_afres
     (tgs2,) = [x for x in d.engine.detectors if isinstance(x, TgsDetector)]
     assert fresh.budget_state("7010") is None and tgs2.trend_state("7010") is None
     d.close()
+
+
+async def test_an_ended_jobs_detector_failure_trigger_is_dropped(short_tmp: Path) -> None:
+    """A check that raises on a job is an edge-triggered log line per (detector, job); the
+    trigger goes with the job, so a daemon watching job after job does not keep one per job ever
+    seen."""
+    from jobdiagd.detectors.tgs import TgsDetector
+
+    state, outputs = short_tmp / "state", short_tmp / "outputs"
+    job = JobLog(outputs, "7011")
+    d = Daemon(state, outputs)
+    (tgs,) = [x for x in d.engine.detectors if isinstance(x, TgsDetector)]
+
+    def broken(view: object, now: float) -> object:
+        raise RuntimeError("boom")
+
+    tgs.check = broken  # type: ignore[method-assign]
+    t = T0
+    for k in range(5):
+        job.step(k, seconds=10.0)
+        t += 10.0
+        assert not (await d.engine.tick(t)).ok  # the tick reports the failing check, and goes on
+    assert d.engine._edges["detector:tgs:7011"].failing
+    job.summary(0)
+    t += 2.0
+    await d.engine.tick(t)
+    assert d.engine.jobs == {} and "detector:tgs:7011" not in d.engine._edges
+    d.close()

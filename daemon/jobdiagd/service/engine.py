@@ -388,10 +388,12 @@ class Engine:
             self._update_watch_dirs()
 
     def _unwatch(self, key: str) -> Watched:
-        """The job leaves the watch; the detectors forget it."""
+        """The job leaves the watch; the detectors forget it, and so do their per-job failure
+        triggers (a check failing on this job is no longer news)."""
         w = self.jobs.pop(key)
         for det in self.detectors:
             det.forget(key)
+            self._edges.pop(f"detector:{det.name}:{key}", None)
         return w
 
     def _judge(
