@@ -14,6 +14,7 @@ import pytest
 from jobdiagd.service.engine import Engine
 from jobdiagd.service.lifecycle import Lifecycle
 from jobdiagd.service.runner import run_daemon
+from tests.helpers.daemon import chat_daemon_toml
 from tests.helpers.emulators.telegram import TelegramEmulator
 from tests.helpers.joblog import JobLog
 from tests.helpers.services import require_service
@@ -38,25 +39,8 @@ def daemon_config(work: Path, em: TelegramEmulator, *, extra: str = "", min_stal
     token.write_text(em.token + "\n")
     cfg = work / "cfg.toml"
     cfg.write_text(
-        f"""
-[daemon]
-state_dir = "{work}/state"
-socket_path = "{work}/jd.sock"
-tick_seconds = 0.5
-log_level = "error"
-[slurm]
-outputs_roots = ["{work}/outputs"]
-[detectors.hang]
-min_stall_seconds = {min_stall}
-startup_grace_seconds = 60
-[delivery]
-retry_initial_seconds = 0.2
-retry_max_seconds = 1
-[notifiers.console]
-enabled = false
-[notifiers.jsonl]
-enabled = true
-[notifiers.telegram]
+        chat_daemon_toml(work, min_stall=min_stall)
+        + f"""[notifiers.telegram]
 enabled = true
 token_file = "{token}"
 chat_ids = [{CHAT}, {OTHER_CHAT}]

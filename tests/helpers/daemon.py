@@ -38,6 +38,30 @@ enabled = true
     return cfg
 
 
+def chat_daemon_toml(work: Path, *, min_stall: float) -> str:
+    """The part of a chat conversation daemon's config both transports share (quiet console,
+    jsonl on, fast retries); the Telegram and Slack rigs append their notifier's section."""
+    return f"""
+[daemon]
+state_dir = "{work}/state"
+socket_path = "{work}/jd.sock"
+tick_seconds = 0.5
+log_level = "error"
+[slurm]
+outputs_roots = ["{work}/outputs"]
+[detectors.hang]
+min_stall_seconds = {min_stall}
+startup_grace_seconds = 60
+[delivery]
+retry_initial_seconds = 0.2
+retry_max_seconds = 1
+[notifiers.console]
+enabled = false
+[notifiers.jsonl]
+enabled = true
+"""
+
+
 def start_daemon(cfg: Path, outputs: Path, log: Path) -> subprocess.Popen[bytes]:
     fh = open(log, "ab")  # noqa: SIM115 - owned by the child for its lifetime
     return subprocess.Popen(

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.daemon import chat_daemon_toml
 from tests.helpers.emulators.slack import SlackEmulator
 
 CHAN = "C0OPS0001"
@@ -43,25 +44,8 @@ def slack_daemon_config(
     app.write_text(em.app_token + "\n")
     cfg = work / "cfg.toml"
     cfg.write_text(
-        f"""
-[daemon]
-state_dir = "{work}/state"
-socket_path = "{work}/jd.sock"
-tick_seconds = 0.5
-log_level = "error"
-[slurm]
-outputs_roots = ["{work}/outputs"]
-[detectors.hang]
-min_stall_seconds = {min_stall}
-startup_grace_seconds = 60
-[delivery]
-retry_initial_seconds = 0.2
-retry_max_seconds = 1
-[notifiers.console]
-enabled = false
-[notifiers.jsonl]
-enabled = true
-[notifiers.slack]
+        chat_daemon_toml(work, min_stall=min_stall)
+        + f"""[notifiers.slack]
 enabled = true
 token_file = "{bot}"
 app_token_file = "{app}"
