@@ -11,13 +11,26 @@ from hypothesis import strategies as st
 
 from jobdiagd.logs import reader
 from jobdiagd.logs.prefixes import strip
-from jobdiagd.logs.scan import HARMLESS_ONLY, TRIGGERS, HyperscanScanner, PythonScanner, candidates
+from jobdiagd.logs.scan import (
+    HARMLESS_AFTER,
+    HARMLESS_ONLY,
+    TRIGGERS,
+    HyperscanScanner,
+    PythonScanner,
+    candidates,
+)
 from jobdiagd.logs.state import LogState, parse_wall
 from jobdiagd.logs.steps import parse_step_fields
 
 _literal = st.sampled_from(TRIGGERS + tuple(h.decode() for h in HARMLESS_ONLY))
+# A HARMLESS_AFTER literal followed by its tail cut anywhere (the whole tail: no trigger).
+_cut_tail = st.sampled_from(sorted(HARMLESS_AFTER.items())).flatmap(
+    lambda kv: st.integers(0, len(kv[1])).map(lambda k: kv[0] + kv[1][:k].decode())
+)
 _line = st.one_of(
     _literal.map(lambda t: f"x {t} y"),
+    _cut_tail.map(lambda t: f"x {t}"),
+    _cut_tail.map(lambda t: f"x {t}. y"),
     st.tuples(_literal, _literal).map(lambda ts: f"{ts[0]} {ts[1]}"),
     st.text(alphabet=st.characters(blacklist_characters="\n"), max_size=60),
 )
@@ -26,7 +39,7 @@ _line = st.one_of(
 _HS, _PY = HyperscanScanner(), PythonScanner()
 _step = st.tuples(
     st.sampled_from([" 0: ", " 3: ", "", "P0  0: ", "I0612 10:15:22.481234 1 a.py:2] ", "12: "]),
-    st.sampled_from(["", " MSCCL++: Feature not enabled", " NCCL WARN"]),
+    st.sampled_from(["", " MSCCL++: Feature not enabled", " NCCL WARN", " NCCL WARN MSCCL++: Feature not enabled"]),
 ).map(lambda t: f"{t[0]}completed step: 7, seconds: 1.0{t[1]}")
 
 
@@ -36,6 +49,23 @@ def test_scanners_agree(lines: list[str]) -> None:
     buf = "\n".join(lines).encode("utf-8", "replace")
     assert candidates(_HS, buf) == candidates(_PY, buf)
     assert candidates(_HS, buf, (b" 0: ", b"P0  0: ")) == candidates(_PY, buf, (b" 0: ", b"P0  0: "))
+
+
+@pytest.mark.parametrize("scan", [_HS, _PY], ids=["hyperscan", "python"])
+def test_a_trigger_followed_by_its_harmless_tail_is_no_trigger(scan: Any) -> None:
+    assert "NCCL WARN" in TRIGGERS and "NCCL WARN" in HARMLESS_AFTER
+    lines = [
+        "a NCCL WARN MSCCL++: Feature not enabled. ENABLE_MSCCLPP must be defined",  # harmless
+        "b NCCL WARN MSCCL++: Feature not enabled NCCL WARN Timeout",  # a second, real one
+        "c NCCL WARN MSCCL++: Feature",  # the tail cut short: a trigger
+        "d NCCL WARN",  # at the line's end
+        "e NCCL WARN NET/IB : Got completion with error 12",
+        " 3: NCCL WARN MSCCL++: Feature not enabled completed step: 7, seconds: 1.0",  # other task
+        "f NCCL WARN MSCCL++",  # at the buffer's end
+    ]
+    buf = "\n".join(lines).encode()
+    picked = [buf[s:].split(b"\n", 1)[0].decode()[0] for s in candidates(scan, buf, (b" 0: ",))]
+    assert picked == ["b", "c", "d", "e", "f"]
 
 
 def test_step_prefilter_takes_task_zero_and_unprefixed_lines() -> None:

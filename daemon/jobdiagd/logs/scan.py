@@ -98,7 +98,27 @@ HARMLESS_ONLY: tuple[bytes, ...] = (
     b"Token indices sequence length is longer",
 )
 
+# A trigger literal and the known-harmless text that follows it on most of a big log's lines
+# that carry it (a big RCCL log's NCCL WARN lines are mostly `NCCL WARN MSCCL++: Feature not
+# enabled`). An occurrence followed by that text is no trigger: scanners look for the literal
+# *not* followed by it, so those lines cost hyperscan no match callback at all (the reader drops
+# them anyway). Decision: an other task's step line whose only trigger is such an occurrence is
+# no candidate either, like any other task's step line without a trigger.
+HARMLESS_AFTER: dict[str, bytes] = {"NCCL WARN": b" MSCCL++: Feature not enabled"}
+
 Buffer = bytes | bytearray
+
+
+def not_followed_by(literal: str, tail: bytes) -> bytes:
+    """A hyperscan pattern for `literal` where the text after it (to the line's end or the
+    buffer's) is not `tail`: it matches up to the first byte that leaves `tail`, which may be the
+    newline ending the line (so a match's last byte is in the literal's line, `to - 1`)."""
+    alternatives = b""
+    for ch in reversed(tail):
+        alternatives = rb"(?:[^" + re.escape(bytes([ch])) + rb"]|\z" + (
+            (b"|" + re.escape(bytes([ch])) + alternatives) if alternatives else b""
+        ) + b")"
+    return re.escape(literal).encode() + alternatives
 
 
 class LineScanner(Protocol):
@@ -144,6 +164,21 @@ def _find_all(nbuf: bytes, needle: bytes) -> Iterable[int]:
         i = nbuf.find(needle, end)
 
 
+def _find_not_followed(nbuf: bytes, needle: bytes, tail: bytes) -> Iterable[int]:
+    """Occurrences of `needle` not followed by `tail` (HARMLESS_AFTER); as `_find_all`, at most
+    the first one per line."""
+    i = nbuf.find(needle)
+    while i != -1:
+        if nbuf.startswith(tail, i + len(needle)):
+            i = nbuf.find(needle, i + 1)
+            continue
+        yield i
+        end = nbuf.find(b"\n", i)
+        if end == -1:
+            return
+        i = nbuf.find(needle, end)
+
+
 class PythonScanner:
     """One `bytes.find` pass per literal; C-speed per pass, no dependencies."""
 
@@ -151,6 +186,7 @@ class PythonScanner:
 
     def __init__(self, triggers: Iterable[str] = TRIGGERS) -> None:
         self._needles = [t.encode() for t in triggers]
+        self._harmless_after = {k.encode(): v for k, v in HARMLESS_AFTER.items()}
         self._steps = [t.encode() for t in STEP_NEEDLES]
 
     def scan_lines(
@@ -166,7 +202,9 @@ class PythonScanner:
                 steps |= _line_starts(data, _find_all(data, needle))
         triggered: set[int] = set()
         for needle in self._needles:
-            triggered |= _line_starts(data, _find_all(data, needle))
+            tail = self._harmless_after.get(needle)
+            hits = _find_all(data, needle) if tail is None else _find_not_followed(data, needle, tail)
+            triggered |= _line_starts(data, hits)
         # `data` starts with the newline before the region: a line starting at data[i] starts
         # at buf[start + i].
         return [start + i + 1 for i in sorted(steps | triggered)]
@@ -181,7 +219,10 @@ class HyperscanScanner:
         import hyperscan
 
         self._hs = hyperscan
-        self._literals = [re.escape(t).encode() for t in triggers]
+        self._literals = [
+            not_followed_by(t, HARMLESS_AFTER[t]) if t in HARMLESS_AFTER else re.escape(t).encode()
+            for t in triggers
+        ]
         self._dbs: dict[tuple[bytes, ...], tuple[Any, Any]] = {}
         # Fail early (ImportError / unsupported CPU) so default_scanner can fall back; the real
         # databases are made on first use, per set of task-0 prefixes.
@@ -214,11 +255,11 @@ class HyperscanScanner:
 
         def on_match(_id: int, _frm: int, to: int, _flags: int, _ctx: object) -> int | None:
             nonlocal line_end
-            to += start
-            if to <= line_end:
+            last = start + to - 1  # the match's last byte: in its line (HARMLESS_AFTER)
+            if last <= line_end:
                 return None
-            starts.append(rfind(b"\n", start, to) + 1)
-            nl = find(b"\n", to, n)
+            starts.append(rfind(b"\n", start, last) + 1)
+            nl = find(b"\n", last, n)
             line_end = n if nl == -1 else nl
             return None
 
@@ -232,7 +273,8 @@ class HyperscanScanner:
         """`scan_lines(buf, task0_prefixes, 0, end)` with each line's end (its newline, or
         `end`), less lines a reader drops anyway: a trigger followed by a known-harmless literal
         in a line without `completed step: ` (a big RCCL log's NCCL WARN lines are mostly
-        `NCCL WARN MSCCL++: Feature not enabled`)."""
+        `NCCL WARN MSCCL++: Feature not enabled`, which the database does not even match:
+        HARMLESS_AFTER)."""
         db, scratch = self._db(task0_prefixes)
         starts: list[int] = []
         ends: list[int] = []
@@ -242,10 +284,13 @@ class HyperscanScanner:
 
         def on_match(_id: int, _frm: int, to: int, _flags: int, _ctx: object) -> None:
             nonlocal line_end
-            if to <= line_end:
+            # The match's last byte, `to - 1`, is in its line (it is the newline ending the line
+            # when a HARMLESS_AFTER pattern stopped there).
+            last = to - 1
+            if last <= line_end:
                 return
-            s = rfind(b"\n", 0, to) + 1
-            nl = find(b"\n", to, end)
+            s = rfind(b"\n", 0, last) + 1
+            nl = find(b"\n", last, end)
             line_end = e = end if nl == -1 else nl
             if startswith(harmless, to) and find(b"completed step: ", s, e) == -1:
                 return
