@@ -7,7 +7,7 @@ from pathlib import Path
 from jobdiagd.config import loads
 from jobdiagd.detectors import NoData, build, registered
 from jobdiagd.detectors.failure import FailureSignatureDetector
-from jobdiagd.detectors.hang import HangDetector
+from jobdiagd.detectors.hang import MAX_FIRST_BUDGETS, EarlyRule, HangDetector
 from jobdiagd.detectors.jobend import JobEndDetector
 from jobdiagd.detectors.tgs import TgsDetector
 from jobdiagd.logs.state import LogState
@@ -87,6 +87,45 @@ def test_healthy_job_never_pages_and_a_stall_pages_after_the_budget() -> None:
     job.step(40, last_read + 200.0)
     r = only(det.check(job.view, last_read + 201.0))
     assert r.resolved and r.at_step == 40 and r.summary == "steps resumed at step 40"
+
+
+def test_first_budgets_of_many_fresh_jobs_spread_over_ticks_with_the_same_findings() -> None:
+    """After a start with many jobs, a tick computes at most MAX_FIRST_BUDGETS first budgets of
+    jobs that cannot be stalled yet; what it answers for the others is what their budget says."""
+    jobs = [Live() for _ in range(MAX_FIRST_BUDGETS + 20)]
+    for i, job in enumerate(jobs):
+        job.view.key = f"70{i:02d}"
+        for k in range(30):
+            job.step(k, T0 + 10.0 * (k + 1))
+    now = T0 + 300.0 + 60.0  # 60 s since the last step: within any budget
+    det, ref = HangDetector(POLICY), HangDetector(POLICY, first_budgets=len(jobs))
+    for tick in range(3):
+        at = now + tick
+        for job in jobs:
+            assert det.check(job.view, at) == ref.check(job.view, at)
+        primed = sum(det.budget_state(j.view.key) is not None for j in jobs)
+        assert primed == min(len(jobs), MAX_FIRST_BUDGETS * (tick + 1))
+        assert all(ref.budget_state(j.view.key) is not None for j in jobs)
+    # A job that may be stalled gets its budget at once, the ration spent or not.
+    late = Live()
+    late.view.key = "7999"
+    late.step(0, T0 + 10.0)
+    busy = HangDetector(POLICY)
+    for job in jobs:
+        busy.check(job.view, now)
+    f = only(busy.check(late.view, T0 + 10.0 + 2000.0))
+    assert not f.resolved and busy.budget_state("7999") is not None
+    # A RAY=1 job the early page may ask about is never deferred (it needs the step time).
+    ray = Live()
+    ray.view.key = "7998"
+    ray.feed("RAY=1", T0)
+    ray.step(0, T0 + 10.0)
+    early = HangDetector(POLICY, EarlyRule())
+    for job in jobs:
+        early.check(job.view, now)
+    assert ray.view.is_ray()
+    early.check(ray.view, T0 + 20.0)
+    assert early.budget_state("7998") is not None
 
 
 def test_startup_budget_before_the_first_step_and_warmup_after_it() -> None:

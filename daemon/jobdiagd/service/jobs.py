@@ -82,6 +82,10 @@ class JobView:
     def logs(self) -> JobLogs:
         return JobLogs(ref=self.ref, main=self.main, workers=self.workers, head_host=self.head_host)
 
+    def is_ray(self) -> bool:
+        """RAY=1 as triage reads it (`JobLogs.ray`): the jobs an early page may ask the GPUs about."""
+        return self.logs().ray
+
     def authoritative(self) -> LogState | None:
         if not self.workers:
             return self.main  # what JobLogs.authoritative() answers without worker logs, for free
