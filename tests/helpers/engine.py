@@ -12,7 +12,7 @@ from jobdiagd.config import Config, loads
 from jobdiagd.detectors import build
 from jobdiagd.service.discovery import OutputsDiscovery
 from jobdiagd.service.engine import Engine
-from jobdiagd.sources.tail import OffsetStore
+from jobdiagd.sources.tail import ChangeWatcher, OffsetStore
 
 T0 = 1_780_000_000.0
 
@@ -37,7 +37,8 @@ enabled = true
 class Daemon:
     """One daemon incarnation: pipeline + offsets + engine over a state dir (a restart = a new one)."""
 
-    def __init__(self, state: Path, outputs: Path) -> None:
+    def __init__(self, state: Path, outputs: Path, watcher: ChangeWatcher | None = None) -> None:
+        state.mkdir(parents=True, exist_ok=True)
         self.cfg = make_cfg(state)
         self.pipeline = AlertPipeline.open(state, self.cfg.incidents, ["jsonl"])
         self.offsets = OffsetStore(state / DB_NAME)
@@ -47,6 +48,7 @@ class Daemon:
             build(self.cfg),
             OutputsDiscovery([outputs], self.offsets.known_jobs()),
             offsets=self.offsets,
+            watcher=watcher,
         )
 
     async def tick(self, now: float) -> None:

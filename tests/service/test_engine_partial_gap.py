@@ -16,11 +16,6 @@ import pytest
 from watchfiles import Change
 
 from jobdiagd import clock
-from jobdiagd.alerts.pipeline import AlertPipeline
-from jobdiagd.alerts.store import DB_NAME
-from jobdiagd.config import loads
-from jobdiagd.detectors import build
-from jobdiagd.service.discovery import OutputsDiscovery
 from jobdiagd.service.engine import (
     MAX_PARTIAL_GAP_S,
     MIN_PARTIAL_GAP_S,
@@ -28,7 +23,8 @@ from jobdiagd.service.engine import (
     Engine,
     partial_gap,
 )
-from jobdiagd.sources.tail import ChangeWatcher, OffsetStore
+from jobdiagd.sources.tail import ChangeWatcher
+from tests.helpers.engine import Daemon
 from tests.helpers.joblog import JobLog
 
 T0 = 1_780_000_000.0
@@ -64,14 +60,11 @@ async def _settle_after_events(engine: Engine, watcher: ChangeWatcher, paths: li
 
 
 async def test_many_jobs_read_by_a_partial_tick_make_the_next_one_settle_longer(work: Path) -> None:
-    state, outputs = work / "state", work / "outputs"
-    state.mkdir()
+    outputs = work / "outputs"
     outputs.mkdir()
-    cfg = loads(f'[daemon]\nstate_dir = "{state}"\n')
-    pipeline = AlertPipeline.open(state, cfg.incidents, ["console"])
-    offsets = OffsetStore(state / DB_NAME)
     watcher = ChangeWatcher()
-    engine = Engine(cfg, pipeline, build(cfg), OutputsDiscovery([outputs]), offsets=offsets, watcher=watcher)
+    daemon = Daemon(work / "state", outputs, watcher)
+    engine = daemon.engine
     jobs = 2 * PARTIAL_JOBS_AT_MIN_GAP
     try:
         logs = [JobLog(outputs, str(300_000 + i), nnodes=1) for i in range(jobs)]
@@ -89,5 +82,4 @@ async def test_many_jobs_read_by_a_partial_tick_make_the_next_one_settle_longer(
         soon = await _settle_after_events(engine, watcher, paths, clock.wall() + 1.0)
         assert len(soon) == 1 and soon[0] <= 1.0
     finally:
-        offsets.close()
-        pipeline.close()
+        daemon.close()

@@ -13,13 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from jobdiagd.alerts.pipeline import AlertPipeline
-from jobdiagd.alerts.store import DB_NAME
-from jobdiagd.config import loads
-from jobdiagd.detectors import build
-from jobdiagd.service.discovery import OutputsDiscovery
-from jobdiagd.service.engine import Engine
-from jobdiagd.sources.tail import ChangeWatcher, OffsetStore
+from jobdiagd.sources.tail import ChangeWatcher
+from tests.helpers.engine import Daemon
 from tests.helpers.joblog import JobLog
 
 T0 = 1_780_000_000.0
@@ -42,14 +37,11 @@ def work() -> Iterator[Path]:
 
 
 async def test_five_hundred_new_jobs_update_the_watched_dirs_once(work: Path) -> None:
-    state, outputs = work / "state", work / "outputs"
-    state.mkdir()
+    outputs = work / "outputs"
     outputs.mkdir()
-    cfg = loads(f'[daemon]\nstate_dir = "{state}"\n')
-    pipeline = AlertPipeline.open(state, cfg.incidents, ["console"])
-    offsets = OffsetStore(state / DB_NAME)
     watcher = CountingWatcher()
-    engine = Engine(cfg, pipeline, build(cfg), OutputsDiscovery([outputs]), offsets=offsets, watcher=watcher)
+    daemon = Daemon(work / "state", outputs, watcher)
+    engine = daemon.engine
     try:
         await engine.tick(T0)
         for i in range(500):
@@ -63,5 +55,4 @@ async def test_five_hundred_new_jobs_update_the_watched_dirs_once(work: Path) ->
             engine._path_jobs
         )
     finally:
-        offsets.close()
-        pipeline.close()
+        daemon.close()
