@@ -154,22 +154,12 @@ def _line_starts(nbuf: bytes, hits: Iterable[int]) -> set[int]:
     return {rfind(b"\n", 0, i + 1) for i in hits}
 
 
-def _find_all(nbuf: bytes, needle: bytes) -> Iterable[int]:
+def _find_all(nbuf: bytes, needle: bytes, tail: bytes | None = None) -> Iterable[int]:
+    """Occurrences of `needle`, at most the first one per line; with `tail`, only those not
+    followed by it (HARMLESS_AFTER)."""
     i = nbuf.find(needle)
     while i != -1:
-        yield i
-        end = nbuf.find(b"\n", i)
-        if end == -1:
-            return
-        i = nbuf.find(needle, end)
-
-
-def _find_not_followed(nbuf: bytes, needle: bytes, tail: bytes) -> Iterable[int]:
-    """Occurrences of `needle` not followed by `tail` (HARMLESS_AFTER); as `_find_all`, at most
-    the first one per line."""
-    i = nbuf.find(needle)
-    while i != -1:
-        if nbuf.startswith(tail, i + len(needle)):
+        if tail is not None and nbuf.startswith(tail, i + len(needle)):
             i = nbuf.find(needle, i + 1)
             continue
         yield i
@@ -202,8 +192,7 @@ class PythonScanner:
                 steps |= _line_starts(data, _find_all(data, needle))
         triggered: set[int] = set()
         for needle in self._needles:
-            tail = self._harmless_after.get(needle)
-            hits = _find_all(data, needle) if tail is None else _find_not_followed(data, needle, tail)
+            hits = _find_all(data, needle, self._harmless_after.get(needle))
             triggered |= _line_starts(data, hits)
         # `data` starts with the newline before the region: a line starting at data[i] starts
         # at buf[start + i].
