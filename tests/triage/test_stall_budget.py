@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from jobdiagd.model.records import StepRecord
 from jobdiagd.model.triage import CheckpointConfig
 from jobdiagd.triage.stall import StallPolicy, stall_budget
@@ -42,3 +45,27 @@ def test_a_run_restored_at_a_later_step_makes_no_initial_save() -> None:
 def test_a_compile_longer_than_the_save_budget_still_wins() -> None:
     b = stall_budget([step(0, 600.0, T0)], None, ckpt(enabled=True, period=1000), POLICY)
     assert b.seconds == 1200.0
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    first=st.integers(0, 3000),
+    seconds=st.lists(st.one_of(st.none(), st.floats(0.0, 5000.0)), max_size=30),
+    step_time=st.one_of(st.none(), st.floats(0.0, 5000.0)),
+    period=st.one_of(st.none(), st.integers(1, 50)),
+    min_stall=st.floats(1.0, 3000.0),
+    startup=st.floats(1.0, 3000.0),
+)
+def test_no_budget_is_shorter_than_the_policys_shortest(
+    first: int,
+    seconds: list[float | None],
+    step_time: float | None,
+    period: int | None,
+    min_stall: float,
+    startup: float,
+) -> None:
+    """The hang detector answers "not stalled" without a budget below `shortest_budget`."""
+    policy = StallPolicy(min_stall_s=min_stall, startup_s=startup, checkpoint_s=min(min_stall, startup))
+    steps = [StepRecord(first + i, s, 3000.0, None, 2.0, T0 + 10.0 * i, i + 1, 0, "log") for i, s in enumerate(seconds)]
+    cfg = ckpt(enabled=period is not None, period=period)
+    assert stall_budget(steps, step_time, cfg, policy).seconds >= policy.shortest_budget

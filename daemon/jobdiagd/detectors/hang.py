@@ -115,8 +115,6 @@ class HangDetector:
         # A steady-state refresh is optional work: at most `MAX_REFRESHES` per tick.
         self._ration = RefreshRation(MAX_REFRESHES)
         self._first_ration = RefreshRation(first_budgets)
-        # No budget is shorter (`stall_budget`: every phase's is at least one of these).
-        self._floor = min(policy.min_stall_s, policy.startup_s)
         self._budgets: dict[str, BudgetMemo] = {}  # job -> the budget applied to its current step
         self._paged: dict[str, tuple[int | None, float | None]] = {}  # job -> step an early page was for
 
@@ -204,13 +202,11 @@ class HangDetector:
         if self._defer_first_budget(view, gap, now):
             # Not stalled whatever its budget: the answer the budget would give (decision: until
             # its turn comes, `jobdiagd status` shows no budget for such a job).
-            return [] if last is None else [resolved_finding(NAME, view.key, KIND, f"steps resumed at step {last}", last)]
+            return _not_stalled(view.key, last)
         budget, step_time = self.budget(view, now)
         early = self._gpu_evidence(view, gap, budget, now)
         if gap <= budget.seconds and early is None:
-            if last is None:
-                return []
-            return [resolved_finding(NAME, view.key, KIND, f"steps resumed at step {last}", last)]
+            return _not_stalled(view.key, last)
         res = view.analysis(now, self.policy)
         primary = res.primary
         sig = BY_CLASS.get(primary or "")
@@ -245,7 +241,7 @@ class HangDetector:
         nears a page is never deferred, so the ones closest to a page are computed first."""
         return (
             view.key not in self._budgets
-            and gap <= self._floor
+            and gap <= self.policy.shortest_budget
             and not (self.early is not None and view.is_ray())
             and not self._first_ration.spend(now)
         )
@@ -265,6 +261,13 @@ class HangDetector:
         if early is not None:
             self._paged[view.key] = step_key
         return early
+
+
+def _not_stalled(key: str, last: int | None) -> list[Finding]:
+    """Within budget: nothing before the first step, else the resolution of an open stall."""
+    if last is None:
+        return []
+    return [resolved_finding(NAME, key, KIND, f"steps resumed at step {last}", last)]
 
 
 def _not_judged(view: WatchedJob) -> str | None:

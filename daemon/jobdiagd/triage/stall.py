@@ -32,6 +32,12 @@ class StallPolicy:
     checkpoint_s: float = 900.0
     learned_checkpoint_factor: float = 1.5
 
+    @property
+    def shortest_budget(self) -> float:
+        """No budget `stall_budget` gives is shorter: before the first step it is `startup_s`,
+        in every other phase at least the normal budget, itself at least `min_stall_s`."""
+        return min(self.min_stall_s, self.startup_s)
+
 
 @dataclass(frozen=True, slots=True)
 class Budget:
