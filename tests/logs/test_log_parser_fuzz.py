@@ -1,6 +1,6 @@
 """Fuzzing the log line parser (logs.state, logs.reader) and what triage makes of its result.
 
-Lines are drawn from the shapes real logs have (docs: /work/shared/notes/log-formats.md),
+Lines are drawn from the shapes real logs have (docs/log-formats.md),
 with every field fuzzed (numbers far out of range, NaN/inf, 5000-digit integers, hosts
 and paths with shell syntax, binary garbage), mixed with random text. Properties: feeding
 never raises, whatever the retention; what a tailed state keeps stays within its caps;

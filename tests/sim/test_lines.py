@@ -1,4 +1,4 @@
-"""Line formatters produce the exact real formats documented in log-formats.md."""
+"""Line formatters produce the exact real formats documented in docs/log-formats.md."""
 
 from __future__ import annotations
 

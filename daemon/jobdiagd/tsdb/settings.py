@@ -28,7 +28,7 @@ from typing import Any
 
 @dataclass(frozen=True)
 class GpuProfile:
-    """Power/thermal bands for one GPU model. Source: runbook 'Key thresholds' + log-formats power bands."""
+    """Power/thermal bands for one GPU model. Source: runbook 'Key thresholds' + docs/log-formats.md power bands."""
 
     name: str
     train_power_min_w: float
