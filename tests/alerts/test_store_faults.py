@@ -18,7 +18,7 @@ from jobdiagd.alerts.outbox import Outbox
 from jobdiagd.alerts.pipeline import AlertPipeline
 from jobdiagd.alerts.store import DB_NAME, AlertStore, StoreCorrupt, StoreError
 from jobdiagd.config import IncidentsConfig
-from jobdiagd.logsetup import EdgeTrigger
+from jobdiagd.edge_trigger import EdgeTrigger
 from jobdiagd.model.alerts import Finding, Notification
 from jobdiagd.notifiers.dispatcher import Dispatcher, RetryPolicy
 from jobdiagd.notifiers.jsonl import JsonlNotifier

@@ -10,7 +10,8 @@ import structlog
 from prometheus_client.parser import text_string_to_metric_families
 from structlog.testing import capture_logs
 
-from jobdiagd.logsetup import EdgeTrigger, bound_job, configure_logging, get_logger, job_logger
+from jobdiagd.edge_trigger import EdgeTrigger
+from jobdiagd.logsetup import configure_logging, get_logger
 from jobdiagd.model.alerts import Notification
 from jobdiagd.service.metrics import DaemonMetrics, MetricsServer
 
@@ -103,8 +104,8 @@ def test_json_logs_carry_job_id() -> None:
     buf = io.StringIO()
     configure_logging("info", stream=buf)
     try:
-        job_logger("123").info("step_seen", step=316)
-        with bound_job(job_id="456"):
+        get_logger(job_id="123").info("step_seen", step=316)
+        with structlog.contextvars.bound_contextvars(job_id="456"):
             get_logger().warning("stall")
         get_logger().debug("hidden")
     finally:

@@ -81,12 +81,6 @@ class MessageStore:
         """Incident messages of a job, newest first (the job-end report replies to them)."""
         return self._select("job_id = ? AND notifier = ? AND role = 'parent'", (job_id, notifier))[::-1]
 
-    def by_message(self, notifier: str, destination: str, message_id: str) -> ChatMessageRef | None:
-        got = self._select(
-            "notifier = ? AND destination = ? AND message_id = ?", (notifier, destination, message_id)
-        )
-        return got[0] if got else None
-
     def incident_token(self, incident_id: str) -> int | None:
         return self.store.incident_token(incident_id)
 

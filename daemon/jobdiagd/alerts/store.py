@@ -118,7 +118,7 @@ class StoreUnavailable(StoreError):
 
 
 class StoreWatch(Protocol):
-    """Told about every outermost write transaction (logsetup.EdgeTrigger fits)."""
+    """Told about every outermost write transaction (edge_trigger.EdgeTrigger fits)."""
 
     def failure(self, error: BaseException | str, now: float) -> bool: ...
 

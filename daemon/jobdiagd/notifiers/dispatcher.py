@@ -16,7 +16,8 @@ from typing import Any, Literal, Protocol
 from jobdiagd import clock
 from jobdiagd.alerts.outbox import Delivery, Outbox
 from jobdiagd.config import DeliveryConfig
-from jobdiagd.logsetup import EdgeTrigger, get_logger
+from jobdiagd.edge_trigger import EdgeTrigger
+from jobdiagd.logsetup import get_logger
 from jobdiagd.notifiers.base import Notifier, NotifierError
 
 

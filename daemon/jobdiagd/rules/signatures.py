@@ -44,7 +44,6 @@ SRC_TRAIN = "job-log-triage.md § Failure classification table › Training fail
 SRC_JOB = "job-log-triage.md § Failure classification table › Job-level status"
 SRC_HANG = "job-log-triage.md § Hang diagnosis"
 SRC_HARMLESS = "job-log-triage.md § Known-harmless log entries"
-SRC_FORMATS = "notes/log-formats.md"
 
 
 class Tier(Enum):

@@ -46,9 +46,10 @@ from jobdiagd.config import Config
 from jobdiagd.detectors import CATALOG, Detector, Report, early_memo
 from jobdiagd.detectors.hang import policy_from_config
 from jobdiagd.durations import rounded_duration
+from jobdiagd.edge_trigger import EdgeTrigger
 from jobdiagd.logs.job import load_job
 from jobdiagd.logs.safeopen import ANYWHERE, LogAccess, RefusedFile
-from jobdiagd.logsetup import EdgeTrigger, get_logger
+from jobdiagd.logsetup import get_logger
 from jobdiagd.model.alerts import Finding, Severity
 from jobdiagd.model.jobref import JobRef
 from jobdiagd.rules.hostlist import expand_hostlist

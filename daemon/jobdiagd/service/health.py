@@ -9,7 +9,8 @@ from typing import Any, Literal
 
 from jobdiagd import __version__
 from jobdiagd.durations import rounded_duration
-from jobdiagd.logsetup import EdgeTrigger, get_logger
+from jobdiagd.edge_trigger import EdgeTrigger
+from jobdiagd.logsetup import get_logger
 
 STALE_FACTOR = 3.0
 

@@ -29,7 +29,8 @@ from jobdiagd.chat.router import ChatRouter
 from jobdiagd.detectors import build as build_detectors
 from jobdiagd.detectors import enabled_names
 from jobdiagd.durations import rounded_duration
-from jobdiagd.logsetup import EdgeTrigger, configure_logging, get_logger
+from jobdiagd.edge_trigger import EdgeTrigger
+from jobdiagd.logsetup import configure_logging, get_logger
 from jobdiagd.notifiers.base import ChatTransport, Notifier
 from jobdiagd.notifiers.dispatcher import Dispatcher, RetryPolicy
 from jobdiagd.notifiers.registry import build_notifiers

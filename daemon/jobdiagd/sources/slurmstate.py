@@ -19,12 +19,6 @@ def query_job(job_id: str, *, timeout: float = 5.0) -> SlurmJob | None:
         return None
 
 
-def query_state(job_id: str, *, timeout: float = 5.0) -> str | None:
-    """The job's Slurm state (RUNNING, CANCELLED, ...), or None when Slurm can't say."""
-    job = query_job(job_id, timeout=timeout)
-    return job.state if job is not None else None
-
-
 def slurm_wall_s(job: SlurmJob | None, now: float) -> float | None:
     """The job's wall time per Slurm: start to end, or start to `now` while it runs.
 

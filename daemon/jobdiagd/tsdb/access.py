@@ -364,11 +364,6 @@ class SshTunnelPool:
                 delay = min(delay * 2, self.settings.backoff_max_s)
         raise AccessError(f"ssh to {host} failed after {self.settings.max_attempts} attempts: {last}")
 
-    def invalidate(self, host: str) -> None:
-        fwd = self._conns.pop(host, None)
-        if fwd is not None:
-            self._close(fwd)
-
     @staticmethod
     def _close(fwd: _Forward) -> None:
         for listener in fwd.listeners.values():

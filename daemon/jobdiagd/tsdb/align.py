@@ -76,9 +76,6 @@ class Timeline:
         i = bisect.bisect_right(times, t)
         return self.points[i - 1].step if i > 0 else None
 
-    def by_step(self) -> dict[int, StepPoint]:
-        return {p.step: p for p in self.points}
-
     def median_step_time(self) -> float | None:
         vals = [p.step_time for p in self.points if p.step_time]
         if vals:

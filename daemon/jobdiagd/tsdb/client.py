@@ -278,12 +278,6 @@ class PromClient:
             raise PromError(self.label, "/api/v1/status/tsdb", None, "status is not an object")
         return dict(data or {})
 
-    async def status_runtime(self) -> dict[str, Any]:
-        data = await self._get_json("/api/v1/status/runtimeinfo", None, None)
-        if not isinstance(data, dict | type(None)):
-            raise PromError(self.label, "/api/v1/status/runtimeinfo", None, "status is not an object")
-        return dict(data or {})
-
     async def self_metrics(self) -> dict[str, float]:
         """Prometheus' own /metrics (unlabelled gauges only), e.g. prometheus_tsdb_lowest_timestamp_seconds."""
         return parse_metrics_text(await self._get_raw("/metrics", None, None))
