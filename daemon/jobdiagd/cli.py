@@ -8,8 +8,8 @@ import sys
 from collections.abc import Callable, Sequence
 
 # Each module exposes `register(subparsers) -> None`, adding one subcommand whose
-# `func(args) -> int` attribute runs it. Modules that fail to import (an optional
-# subsystem not built yet) are skipped so the rest of the CLI still works.
+# `func(args) -> int` attribute runs it. A module that fails to import is a packaging bug:
+# the error propagates rather than the subcommand silently vanishing.
 SUBCOMMAND_MODULES: tuple[str, ...] = (
     "jobdiagd.triage.cli",
     "jobdiagd.tsdb.cli",
@@ -42,12 +42,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     only = COMMAND_MODULE.get(command or "")
     for name in (only,) if only else SUBCOMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise
-            continue
+        module = importlib.import_module(name)
         register: Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None] = module.register
         register(sub)
     return parser
