@@ -78,7 +78,9 @@ def test_slide_and_check_queries() -> None:
     m = builtin("amd")
     expr = slide_expr(m, HostRewrite("exact"), ["n1"], 15.0, 30)
     assert "avg_over_time({__name__=\"gpu_gfx_activity\"" in expr
-    assert "sum by (instance) (rate({__name__=~\"node_infiniband_local_ack_timeout_errors_total|" in expr
+    # One arm per RDMA counter (rate() drops the name; two names in one selector would collide).
+    assert 'sum by (instance) (rate({__name__="node_infiniband_local_ack_timeout_errors_total",instance=~' in expr
+    assert '"__part", "2"' in expr
     assert "node_netstat_Tcp_RetransSegs" in expr and "memory_waiting" in expr
     spec = m.get("power")
     assert spec is not None
@@ -112,6 +114,17 @@ def test_decode_reads_back_raw_samples_and_drops_other_hosts() -> None:
     assert (power[0].node, power[0].gpu, power[0].model) == ("node001", "3", "NVIDIA H100 80GB HBM3")
     io = [s for s in d.series if s.role == "io_pressure"]
     assert io[0].node == "node001" and io[0].gpu == "" and io[0].points == ((115.5, 12.5),)
+
+
+def test_decode_sums_the_parts_of_a_multi_name_counter() -> None:
+    m = builtin("dcgm")
+    base = {"__role": "rdma_retrans", "instance": "node001:9100"}
+    answer = [
+        Series({**base, "__part": "0"}, ((10.0, 1.5), (12.0, 2.0))),
+        Series({**base, "__part": "1"}, ((10.0, 0.5), (14.0, 4.0))),
+    ]
+    d = decode(answer, m, HostRewrite("short"), ["node001"])
+    assert [s.points for s in d.series] == [((10.0, 2.0), (12.0, 2.0), (14.0, 4.0))]
 
 
 def test_a_job_label_override_reaches_the_queries() -> None:

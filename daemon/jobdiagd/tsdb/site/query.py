@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from jobdiagd.tsdb.client import Series
 from jobdiagd.tsdb.site.hosts import HostRewrite, promql_string, re2_escape
@@ -35,6 +35,7 @@ SLIDE_ROLES = ("power", "util", "mem_activity", "mem_pressure", "tcp_retrans", "
 MAX_POINTS = 120
 ROLE = "__role"
 TS = "__ts"
+PART = "__part"
 
 
 def window_s(interval_s: float) -> int:
@@ -74,8 +75,17 @@ def _keep_labels(spec: MetricSpec, host_label: str) -> str:
     return ", ".join(label for label in (host_label, spec.gpu_label, spec.job_label, spec.model_label) if label)
 
 
-def _counter_arm(spec: MetricSpec, host_label: str, sel: str, range_s: int) -> str:
-    return _scaled(f"sum by ({_keep_labels(spec, host_label)}) (rate({sel}[{range_s}s]))", spec.scale)
+def _counter_arms(spec: MetricSpec, host_label: str, host_re: str, range_s: int, role: str) -> list[str]:
+    """One arm per metric name (`rate()` drops the name: two names in one selector would collide),
+    tagged `__part` when there are several; `decode` sums the parts."""
+    by = _keep_labels(spec, host_label)
+    arms = []
+    for i, name in enumerate(spec.names):
+        sel = selector(replace(spec, names=(name,)), host_label, host_re)
+        expr = _scaled(f"sum by ({by}) (rate({sel}[{range_s}s]))", spec.scale)
+        tagged = _tag(expr, role)
+        arms.append(f'label_replace({tagged}, "{PART}", "{i}", "", "")' if len(spec.names) > 1 else tagged)
+    return arms
 
 
 def early_expr(metrics: MetricMap, rewrite: HostRewrite, nodes: Iterable[str], interval_s: float) -> str:
@@ -89,7 +99,7 @@ def early_expr(metrics: MetricMap, rewrite: HostRewrite, nodes: Iterable[str], i
         for hl in spec.host_labels:
             sel = selector(spec, hl, host_re)
             if spec.counter:
-                arms.append(_tag(_counter_arm(spec, hl, sel, window_s(interval_s)), role))
+                arms += _counter_arms(spec, hl, host_re, window_s(interval_s), role)
                 continue
             arms.append(_tag(_scaled(sel, spec.scale), role))
             arms.append(_tag(f"timestamp({sel})", role, TS))
@@ -109,7 +119,7 @@ def slide_expr(
         for hl in spec.host_labels:
             sel = selector(spec, hl, host_re)
             if spec.counter:
-                arms.append(_tag(_counter_arm(spec, hl, sel, rate_s), role))
+                arms += _counter_arms(spec, hl, host_re, rate_s, role)
             elif role in GPU_ROLES:
                 arms.append(_tag(_scaled(f"avg_over_time({sel}[{step_s}s])", spec.scale), role))
             else:
@@ -148,6 +158,16 @@ def _raw_samples(values: Sequence[tuple[float, float]], stamps: Sequence[tuple[f
     return tuple(sorted(out.items()))
 
 
+def _sum_points(a: Sequence[tuple[float, float]], b: Sequence[tuple[float, float]]) -> tuple[
+    tuple[float, float], ...
+]:
+    """Two parts of one counter role, summed where both have a step (one alone counts as is)."""
+    total = dict(a)
+    for t, v in b:
+        total[t] = total.get(t, 0.0) + v
+    return tuple(sorted(total.items()))
+
+
 def decode(answer: Sequence[Series], metrics: MetricMap, rewrite: HostRewrite, nodes: Sequence[str]) -> Decoded:
     """The query's series as `SiteSeries` of `nodes` (raw samples for gauges with a `__ts` twin)."""
     arms: dict[tuple[str, tuple[tuple[str, str], ...]], dict[str, Sequence[tuple[float, float]]]] = {}
@@ -155,10 +175,15 @@ def decode(answer: Sequence[Series], metrics: MetricMap, rewrite: HostRewrite, n
         labels = dict(s.labels)
         role = labels.pop(ROLE, "")
         kind = "ts" if labels.pop(TS, None) is not None else "v"
+        part = labels.pop(PART, None)
         labels.pop("__name__", None)
         if metrics.get(role) is None:
             continue
-        arms.setdefault((role, tuple(sorted(labels.items()))), {})[kind] = s.points
+        slot = arms.setdefault((role, tuple(sorted(labels.items()))), {})
+        if part is not None and kind in slot:
+            slot[kind] = _sum_points(slot[kind], s.points)
+        else:
+            slot[kind] = s.points
     out: list[SiteSeries] = []
     foreign = 0
     for (role, items), parts in arms.items():

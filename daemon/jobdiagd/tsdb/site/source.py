@@ -393,11 +393,12 @@ def _check_role(
         return replace(spec, names=()), [], [text + ": not used"]
     warnings = [f"{where}: no series named {n!r}: not used" for n in missing]
     spec = replace(spec, names=tuple(n for n in spec.names if n in present))
-    host = next((hl for hl in spec.host_labels if any(s.labels.get(hl) for s in res)), None)
-    if host is None:
+    # Every candidate the series carry is kept: a site upgrading DCGM exporters has both spellings.
+    hosts = tuple(hl for hl in spec.host_labels if any(s.labels.get(hl) for s in res))
+    if not hosts:
         labels = " or ".join(spec.host_labels)
         return spec, [f"{where}: metric {spec.names[0]!r} has no host label {labels} on its series"], warnings
-    spec = replace(spec, host_labels=(host,))
+    spec = replace(spec, host_labels=hosts)
     if role in GPU_ROLES and not any(s.labels.get(spec.gpu_label) for s in res):
         return spec, [f"{where}: metric {spec.names[0]!r} has no GPU label {spec.gpu_label!r} on its series"], warnings
     if role == "util" and spec.scale == 1.0 and max(s.v for s in res) <= 1.0:
