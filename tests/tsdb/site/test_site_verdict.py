@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from jobdiagd.tsdb.settings import TsdbSettings
 from jobdiagd.tsdb.site.placement import SiteSeries
 from jobdiagd.tsdb.site.verdict import (
@@ -88,8 +90,21 @@ def test_catalog_names_and_model() -> None:
     assert names == {"hw_gpu_power_watts", "ray_node_gpus_utilization", PROCS, "hw_io_pressure_full_pct"}
     procs = [s for s in cat if s.labels["__name__"] == PROCS]
     assert all(v == 0.0 for s in procs for _, v in s.points)
-    assert gpu_model(series, TsdbSettings()) == "H100"
-    assert gpu_model(series, TsdbSettings(gpu_model="B200")) == "B200"
+    assert gpu_model(series, TsdbSettings()) == ("H100", None)
+    assert gpu_model(series, TsdbSettings(gpu_model="B200")) == ("B200", None)
     # A real process count wins over the memory stand-in.
     counted = [*series, SiteSeries("processes", "node001", "0", ((AT - 1, 1.0),))]
     assert len([s for s in catalog_series(counted, 2 * GIB) if s.labels["__name__"] == PROCS]) == 1
+
+
+def test_a_gpu_model_without_power_bands_confirms_nothing() -> None:
+    """An A100 trains at ~350 W, inside MI300X's busy-wait band: judging it with the default bands
+    would page a healthy job."""
+    a100 = [replace(s, model="NVIDIA A100-SXM4-80GB") for n in NODES for s in host(n, 350.0, 100.0, 70.0)]
+    v = verdict(a100)
+    assert v.state == "no-data" and "A100-SXM4-80GB" in v.summary and "gpu_model" in v.summary
+    pinned = site_early_verdict(
+        a100, at=AT, nodes=NODES, refused={}, settings=TsdbSettings(gpu_model="H100"),
+        scrape_interval_s=15.0, idle_vram_bytes=2 * GIB,
+    )
+    assert pinned.state != "no-data"  # the configured model's bands are used

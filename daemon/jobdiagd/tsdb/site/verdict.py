@@ -12,8 +12,9 @@ What the judge reads, from the site's roles (rules SITE-1, SITE-2):
 - `io_pressure` -> `hw_io_pressure_full_pct`, per host.
 
 The GPU model that sets the power bands: `[tsdb] gpu_model` when set, else the exporter's model
-label (DCGM `modelName`, AMD `card_series`) when it names a configured model, else the judge's
-default. A verdict is `no-data` without asking the judge when a node of the job is shared and
+label (DCGM `modelName`, AMD `card_series`) when it names a configured model; a model label
+that names no configured model gives `no-data` (another GPU's bands could read training as
+busy-wait); without a model label, the judge's own choice (VRAM size, else MI300X). A verdict is `no-data` without asking the judge when a node of the job is shared and
 its GPUs cannot be told apart (rule SITE-4), or when the site Prometheus did not answer
 (`unknown_verdict`, rule SITE-6): both leave the step budget in charge.
 """
@@ -55,14 +56,19 @@ def catalog_series(series: Sequence[SiteSeries], idle_vram_bytes: float) -> list
     return out
 
 
-def gpu_model(series: Sequence[SiteSeries], settings: TsdbSettings) -> str | None:
-    """The configured model, else the first model label that names a known GPU profile."""
+def gpu_model(series: Sequence[SiteSeries], settings: TsdbSettings) -> tuple[str | None, str | None]:
+    """(the model whose power bands to use, a model label no profile knows). The configured
+    model wins; else the first model label that names a known GPU profile; else none."""
     if settings.gpu_model:
-        return settings.gpu_model
+        return settings.gpu_model, None
+    unknown = None
     for s in series:
-        if s.role == "power" and s.model and normalize_model(s.model) in settings.gpu_profiles:
-            return normalize_model(s.model)
-    return None
+        if s.role != "power" or not s.model:
+            continue
+        if normalize_model(s.model) in settings.gpu_profiles:
+            return normalize_model(s.model), None
+        unknown = unknown or s.model
+    return None, unknown
 
 
 def site_early_verdict(
@@ -84,8 +90,17 @@ def site_early_verdict(
             at,
             per_host={n: "shared node: not judged" for n in refused},
         )
+    model, unknown = gpu_model(series, settings)
+    if unknown is not None:
+        # Another GPU's power bands could read its training as busy-wait (an A100 trains at the
+        # MI300X busy-wait band): no confirmation without the right bands.
+        return EarlyVerdict(
+            "no-data",
+            f"site Prometheus: no power bands for the GPU model {unknown!r}: set [tsdb] gpu_model or add "
+            "[tsdb.gpu_profiles]; the step budget decides",
+            at,
+        )
     catalog = catalog_series(series, idle_vram_bytes)
-    model = gpu_model(series, settings)
     profile = settings.profile(model) if model else profile_for(catalog, settings)
     return judge(
         catalog,
