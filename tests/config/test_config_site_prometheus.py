@@ -76,7 +76,10 @@ nmae = "x"
         ('host_regex = ["(n.*)", "\\\\1.ib"]', 'host_regex: is only used with host_rewrite = "regex"'),
         ('profile = "nvidia"', "profile: must be one of 'dcgm', 'amd', 'generic'"),
         ('[site_prometheus.metrics.power]\nname = ""', "power: must map a metric"),
-        ('[site_prometheus.metrics.power]\ngpu_label = "gpu-id"', "gpu_label: must be a Prometheus label name"),
+        (
+            '[site_prometheus.metrics.power]\ngpu_label = "gpu-id"',
+            "gpu_label: must be a Prometheus label name",
+        ),
         ('[site_prometheus.metrics.gpu]\nname = "x"', "[site_prometheus.metrics.gpu]: unknown section"),
     ],
 )
@@ -88,7 +91,9 @@ def test_bad_values(text: str, expected: str) -> None:
 def test_auth_reads_the_secret_when_built_never_echoing_it(tmp_path: Path) -> None:
     secret = tmp_path / "token"
     secret.write_text("s3cr3t\n")
-    text = GOOD.replace('profile = "amd"', f'profile = "amd"\nauth = "basic"\nusername = "jd"\nsecret_file = "{secret}"')
+    text = GOOD.replace(
+        'profile = "amd"', f'profile = "amd"\nauth = "basic"\nusername = "jd"\nsecret_file = "{secret}"'
+    )
     site = site_config(loads(text, source="c.toml"))
     assert site is not None and site.authorization == "Basic " + base64.b64encode(b"jd:s3cr3t").decode()
     assert "s3cr3t" not in repr(site)

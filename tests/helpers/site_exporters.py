@@ -206,8 +206,16 @@ def node_exporter_text(node: SimNode) -> str:
         f"node_netstat_Tcp_RetransSegs {_fmt(round(c('tcp')))}",
     ]
     ib = (
-        ("local_ack_timeout_errors_total", "The number of times QP's ack timer expired for RC, XRC, DCT QPs at the sender side. The QP retry limit was not exceed, therefore it is still recoverable error.", "ack"),
-        ("packet_sequence_errors_total", "The number of received NAK sequence error packets. The QP retry limit was not exceeded.", "seq"),
+        (
+            "local_ack_timeout_errors_total",
+            "The number of times QP's ack timer expired for RC, XRC, DCT QPs at the sender side. The QP retry limit was not exceed, therefore it is still recoverable error.",
+            "ack",
+        ),
+        (
+            "packet_sequence_errors_total",
+            "The number of received NAK sequence error packets. The QP retry limit was not exceeded.",
+            "seq",
+        ),
     )
     for suffix, help_text, key in ib:
         name = f"node_infiniband_{suffix}"

@@ -74,7 +74,10 @@ def test_real_scontrol_detail_of_an_exclusive_job(slurm_cluster: SlurmCluster, t
     job_id = slurm_cluster.sbatch("--exclusive", f"--output={tmp_path}/%j.out", "--wrap", "sleep 60")
     try:
         slurm_cluster.wait_state(job_id, ["RUNNING"])
-        for argv in (["scontrol", "-d", "show", "job", job_id], ["scontrol", "-d", "-o", "show", "job", job_id]):
+        for argv in (
+            ["scontrol", "-d", "show", "job", job_id],
+            ["scontrol", "-d", "-o", "show", "job", job_id],
+        ):
             text = slurm_cluster.run(*argv).stdout
             assert f"Nodes={slurm_cluster.node}" in text  # the detail entry is there...
             job = parse_job_gpus(text)

@@ -75,11 +75,19 @@ def test_power_counts_both_ways_rates_only_upwards() -> None:
 
 def test_small_differences_and_rates_near_the_floor_are_not_named() -> None:
     # 30 W below identical peers: many noise units, but under the 50 W minimum.
-    assert judge_slow_hosts({"power": flat(uniform(600.0) | {"node001": 570.0})}, start=T0, end=T1).hosts == ()
+    assert (
+        judge_slow_hosts({"power": flat(uniform(600.0) | {"node001": 570.0})}, start=T0, end=T1).hosts == ()
+    )
     # 0.8/s of RDMA retransmits against zero: under the 1/s floor of a real rate.
-    assert judge_slow_hosts({"rdma_retrans": flat(uniform(0.0) | {"node001": 0.8})}, start=T0, end=T1).hosts == ()
+    assert (
+        judge_slow_hosts({"rdma_retrans": flat(uniform(0.0) | {"node001": 0.8})}, start=T0, end=T1).hosts
+        == ()
+    )
     # 12/s of TCP against peers at 4/s: under 5 x the median.
-    assert judge_slow_hosts({"tcp_retrans": flat(uniform(4.0) | {"node001": 12.0})}, start=T0, end=T1).hosts == ()
+    assert (
+        judge_slow_hosts({"tcp_retrans": flat(uniform(4.0) | {"node001": 12.0})}, start=T0, end=T1).hosts
+        == ()
+    )
 
 
 def test_more_than_a_quarter_of_the_hosts_differing_is_the_jobs_slide() -> None:
@@ -87,7 +95,9 @@ def test_more_than_a_quarter_of_the_hosts_differing_is_the_jobs_slide() -> None:
     v = judge_slow_hosts({"rdma_retrans": flat(rdma)}, start=T0, end=T1)
     assert v.hosts == ()
     assert any("3 of 8 hosts differ" in n for n in v.notes)
-    two = judge_slow_hosts({"rdma_retrans": flat(uniform(0.0) | {"node001": 50.0, "node002": 45.0})}, start=T0, end=T1)
+    two = judge_slow_hosts(
+        {"rdma_retrans": flat(uniform(0.0) | {"node001": 50.0, "node002": 45.0})}, start=T0, end=T1
+    )
     assert two.hosts == ("node001", "node002")  # 2 of 8 is still a quarter
 
 

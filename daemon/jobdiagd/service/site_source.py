@@ -61,7 +61,9 @@ def build_site_source(
     return SitePrometheus(site, cfg.tsdb, tunnels=tunnels if site.ssh_host else None)
 
 
-def placement_for(cfg: Config, job_id: str, nodelist: str, scontrol_detail: str | None = None) -> JobPlacement:
+def placement_for(
+    cfg: Config, job_id: str, nodelist: str, scontrol_detail: str | None = None
+) -> JobPlacement:
     """A job's placement: squeue's node list, and `scontrol -d show job` text when it was asked."""
     detail = parse_job_gpus(scontrol_detail) if scontrol_detail else None
     return JobPlacement.from_slurm(

@@ -27,7 +27,9 @@ from jobdiagd.rules.hostlist import parse_hostlist, valid_host
 # A detail entry's GRES is within its own few tokens, never past the next `Nodes=` entry.
 _ENTRY = re.compile(r"(?:^|\s)Nodes=(\S+)[ \t]+(?:(?!Nodes=)\S+[ \t]+){0,6}?(?:GRES|GRES_IDX)=(\S+)")
 # gpu[:type]:count[(IDX:...)] -- the type may be "(null)"; the parenthesis may also be socket info (S:0-1).
-_GPU = re.compile(r"^gpu(?::(?:\(null\)|[A-Za-z_][A-Za-z0-9_.-]*|[0-9]+[A-Za-z_.-][A-Za-z0-9_.-]*))?:(\d+)(?:\(([^)]*)\))?$")
+_GPU = re.compile(
+    r"^gpu(?::(?:\(null\)|[A-Za-z_][A-Za-z0-9_.-]*|[0-9]+[A-Za-z_.-][A-Za-z0-9_.-]*))?:(\d+)(?:\(([^)]*)\))?$"
+)
 _OLD_IDX = re.compile(r"^gpu\(IDX:([^)]*)\)$")  # GRES_IDX=gpu(IDX:0-3) of Slurm < 20
 _SHARED = re.compile(r"^(shard|mps)\b")
 _OVERSUB = re.compile(r"(?:^|\s)OverSubscribe=(\S+)")

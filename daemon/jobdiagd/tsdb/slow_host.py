@@ -136,7 +136,10 @@ def _role_deviations(
 ) -> tuple[list[Deviation], str | None]:
     rule = policy.rules[role]
     if len(means) < policy.min_hosts:
-        return [], f"{rule.label}: {len(means)} host(s) with data, fewer than {policy.min_hosts}: not compared"
+        return (
+            [],
+            f"{rule.label}: {len(means)} host(s) with data, fewer than {policy.min_hosts}: not compared",
+        )
     found: list[Deviation] = []
     for host, v in means.items():
         peers = [x for h, x in means.items() if h != host]
@@ -145,7 +148,9 @@ def _role_deviations(
             continue
         direction: Literal["high", "low"] = "high" if v > med else "low"
         base = baseline.get(host) if baseline else None
-        if base is not None and not (abs(v - base) >= rule.min_abs and (v - base > 0) == (direction == "high")):
+        if base is not None and not (
+            abs(v - base) >= rule.min_abs and (v - base > 0) == (direction == "high")
+        ):
             continue  # it was already this different before the slide
         found.append(Deviation(role, host, v, med, direction, base))
     cap = max(1, math.floor(policy.max_outlier_fraction * len(means)))
@@ -201,6 +206,4 @@ def _verdict(
     else:
         parts = [f"{h} ({'; '.join(evidence[h])})" for h in order]
         summary = f"{'host' if len(order) == 1 else 'hosts'} standing out of {n_hosts}: " + ", ".join(parts)
-    return SlowHostVerdict(
-        tuple(order), tuple(deviations), evidence, summary, tuple(compared), tuple(notes)
-    )
+    return SlowHostVerdict(tuple(order), tuple(deviations), evidence, summary, tuple(compared), tuple(notes))

@@ -56,7 +56,9 @@ def test_shards_or_an_unknown_share_refuse_and_whole_nodes_keep_everything() -> 
 
 
 def test_placement_from_squeue_and_scontrol() -> None:
-    p = JobPlacement.from_slurm("5", "node[001-002],bad$name", JobGpus({"node001": NodeGpus(8)}, exclusive=True))
+    p = JobPlacement.from_slurm(
+        "5", "node[001-002],bad$name", JobGpus({"node001": NodeGpus(8)}, exclusive=True)
+    )
     assert p.nodes == ("node001", "node002") and p.exclusive and p.gpus["node001"].count == 8
     assert JobPlacement.from_slurm("5", "node001", None, exclusive_nodes=True).exclusive
 
@@ -77,14 +79,20 @@ def test_early_expr_asks_every_mapped_role_for_these_nodes_only() -> None:
 def test_slide_and_check_queries() -> None:
     m = builtin("amd")
     expr = slide_expr(m, HostRewrite("exact"), ["n1"], 15.0, 30)
-    assert "avg_over_time({__name__=\"gpu_gfx_activity\"" in expr
+    assert 'avg_over_time({__name__="gpu_gfx_activity"' in expr
     # One arm per RDMA counter (rate() drops the name; two names in one selector would collide).
-    assert 'sum by (instance) (rate({__name__="node_infiniband_local_ack_timeout_errors_total",instance=~' in expr
+    assert (
+        'sum by (instance) (rate({__name__="node_infiniband_local_ack_timeout_errors_total",instance=~'
+        in expr
+    )
     assert '"__part", "2"' in expr
     assert "node_netstat_Tcp_RetransSegs" in expr and "memory_waiting" in expr
     spec = m.get("power")
     assert spec is not None
-    assert check_expr(spec) == 'max by (__name__, hostname, gpu_id, job_id, card_series) ({__name__="gpu_power_usage"})'
+    assert (
+        check_expr(spec)
+        == 'max by (__name__, hostname, gpu_id, job_id, card_series) ({__name__="gpu_power_usage"})'
+    )
 
 
 def _arm(role: str, labels: dict[str, str], pts: list[tuple[float, float]], ts: bool = False) -> Series:
@@ -94,7 +102,12 @@ def _arm(role: str, labels: dict[str, str], pts: list[tuple[float, float]], ts: 
 
 def test_decode_reads_back_raw_samples_and_drops_other_hosts() -> None:
     m = builtin("dcgm")
-    labels = {"Hostname": "node001.cluster", "gpu": "3", "UUID": "GPU-x", "modelName": "NVIDIA H100 80GB HBM3"}
+    labels = {
+        "Hostname": "node001.cluster",
+        "gpu": "3",
+        "UUID": "GPU-x",
+        "modelName": "NVIDIA H100 80GB HBM3",
+    }
     # Steps every 7.5 s; the sample of t=100 is seen by two steps, the one of t=115 by one.
     values = [(100.5, 310.0), (108.0, 310.0), (115.5, 320.0)]
     stamps = [(100.5, 100.0), (108.0, 100.0), (115.5, 115.0)]

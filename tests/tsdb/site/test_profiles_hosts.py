@@ -66,7 +66,9 @@ def test_overrides_change_one_field_and_can_unmap_an_optional_role() -> None:
         ("util", {"host_label": ""}, "host_label: must not be empty"),
     ],
 )
-def test_a_bad_override_is_an_error_naming_table_and_key(role: str, table: dict[str, object], message: str) -> None:
+def test_a_bad_override_is_an_error_naming_table_and_key(
+    role: str, table: dict[str, object], message: str
+) -> None:
     with pytest.raises(ValueError, match=message):
         check_override(role, table)
 

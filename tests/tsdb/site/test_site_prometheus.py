@@ -40,7 +40,15 @@ def build_cluster() -> SiteCluster:
     c = SiteCluster()
     # A collective hang on every GPU (one exporter with the renamed `hostname` label).
     for i in range(1, 5):
-        c.add(SimNode(f"a00{i}", "dcgm", phase=BW, jobs=["101"] * 8, hostname_label="hostname" if i == 4 else "Hostname"))
+        c.add(
+            SimNode(
+                f"a00{i}",
+                "dcgm",
+                phase=BW,
+                jobs=["101"] * 8,
+                hostname_label="hostname" if i == 4 else "Hostname",
+            )
+        )
     # A checkpoint save: GPUs waiting, the hosts' I/O fully stalled 30 % of the time.
     for i in range(1, 5):
         c.add(SimNode(f"b00{i}", "dcgm", phase=CK, io_stall=0.3))
@@ -79,7 +87,12 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]
     with ExporterServer(cluster) as server:
         cfg = tmp / "prometheus.yml"
         cfg.write_text(server.prometheus_config("1s"))
-        subprocess.run(["bash", str(PROM_SH), "start", "site", str(cfg), str(tmp / "data")], env=env, check=True, capture_output=True)
+        subprocess.run(
+            ["bash", str(PROM_SH), "start", "site", str(cfg), str(tmp / "data")],
+            env=env,
+            check=True,
+            capture_output=True,
+        )
         try:
             port = int((tmp / "svc" / "prometheus-site.port").read_text())
             targets = 2 * len(cluster.nodes)
@@ -98,7 +111,12 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]
 
 
 def source(
-    url: str, profile: str = "dcgm", *, max_in_flight: int = 4, timeout_s: float = 2.0, **overrides: dict[str, object]
+    url: str,
+    profile: str = "dcgm",
+    *,
+    max_in_flight: int = 4,
+    timeout_s: float = 2.0,
+    **overrides: dict[str, object],
 ) -> SitePrometheus:
     cfg = SiteConfig(
         url=url,
@@ -169,7 +187,9 @@ async def test_a_dead_node_under_busy_waiting_peers_is_named(dcgm: SitePrometheu
     assert v.suspects == ("c004",)
 
 
-async def test_a_shared_node_confirms_only_from_the_jobs_own_gpus(site: dict[str, object], dcgm: SitePrometheus) -> None:
+async def test_a_shared_node_confirms_only_from_the_jobs_own_gpus(
+    site: dict[str, object], dcgm: SitePrometheus
+) -> None:
     # The exporter's hpc_job tells the jobs apart: 201 lost its rank on d002, 202 spins.
     j201 = JobPlacement("201", ("d001", "d002"))
     j202 = JobPlacement("202", ("d002", "d003"))
@@ -178,7 +198,9 @@ async def test_a_shared_node_confirms_only_from_the_jobs_own_gpus(site: dict[str
     assert (await dcgm.early_verdict(j202)).state == "busy-wait"
     # Without the job label (exporter run without HPC job mapping): Slurm's indices, else refuse.
     nolabel = source(str(site["url"]), power={"job_label": ""})
-    by_index = JobPlacement("201", ("d001", "d002"), {"d002": NodeGpus(4, frozenset(range(4))), "d001": NodeGpus(8, None)})
+    by_index = JobPlacement(
+        "201", ("d001", "d002"), {"d002": NodeGpus(4, frozenset(range(4))), "d001": NodeGpus(8, None)}
+    )
     assert (await nolabel.early_verdict(by_index)).state == "dead-node"
     refused = await nolabel.early_verdict(j201)  # d002 has 8 GPUs, nothing says which are 201's
     assert refused.state == "no-data" and not refused.confirmed

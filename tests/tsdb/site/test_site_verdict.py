@@ -21,7 +21,9 @@ NODES = ("node001", "node002", "node003", "node004")
 H100 = "NVIDIA H100 80GB HBM3"
 
 
-def host(node: str, power: float, util: float, vram_gib: float | None, *, io: float | None = None) -> list[SiteSeries]:
+def host(
+    node: str, power: float, util: float, vram_gib: float | None, *, io: float | None = None
+) -> list[SiteSeries]:
     def pts(v: float) -> tuple[tuple[float, float], ...]:
         return ((AT - 30, v), (AT - 15, v), (AT - 1, v))
 
@@ -104,7 +106,12 @@ def test_a_gpu_model_without_power_bands_confirms_nothing() -> None:
     v = verdict(a100)
     assert v.state == "no-data" and "A100-SXM4-80GB" in v.summary and "gpu_model" in v.summary
     pinned = site_early_verdict(
-        a100, at=AT, nodes=NODES, refused={}, settings=TsdbSettings(gpu_model="H100"),
-        scrape_interval_s=15.0, idle_vram_bytes=2 * GIB,
+        a100,
+        at=AT,
+        nodes=NODES,
+        refused={},
+        settings=TsdbSettings(gpu_model="H100"),
+        scrape_interval_s=15.0,
+        idle_vram_bytes=2 * GIB,
     )
     assert pinned.state != "no-data"  # the configured model's bands are used

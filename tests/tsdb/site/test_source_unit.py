@@ -81,12 +81,18 @@ def test_the_check_requires_the_host_and_gpu_labels_and_flags_a_ratio() -> None:
     assert errors and "no host label Hostname or hostname" in errors[0]
     _, errors, _ = _check_role("util", util, [s({**named, "hostname": "n1"})], [], "p")
     assert errors and "no GPU label 'gpu'" in errors[0]
-    spec, errors, warnings = _check_role("util", util, [s({**named, "hostname": "n1", "gpu": "0"}, 0.97)], [], "p")
+    spec, errors, warnings = _check_role(
+        "util", util, [s({**named, "hostname": "n1", "gpu": "0"}, 0.97)], [], "p"
+    )
     assert errors == [] and spec.host_labels == ("hostname",)
     assert any("0-1 ratio" in w for w in warnings)
     power = builtin("dcgm").get("power")
     assert power is not None
     _, _, warnings = _check_role(
-        "power", power, [s({"__name__": "DCGM_FI_DEV_POWER_USAGE", "Hostname": "n1", "gpu": "0"}, 300)], [], "p"
+        "power",
+        power,
+        [s({"__name__": "DCGM_FI_DEV_POWER_USAGE", "Hostname": "n1", "gpu": "0"}, 300)],
+        [],
+        "p",
     )
     assert any("job label 'hpc_job'" in w for w in warnings)

@@ -87,9 +87,9 @@ def _by_job_label(node: str, gpu_series: list[SiteSeries], job_id: str) -> tuple
     return mine, ""
 
 
-def _by_slurm(node: str, gpu_series: list[SiteSeries], alloc: NodeGpus | None, exclusive: bool) -> tuple[
-    list[SiteSeries], str
-]:
+def _by_slurm(
+    node: str, gpu_series: list[SiteSeries], alloc: NodeGpus | None, exclusive: bool
+) -> tuple[list[SiteSeries], str]:
     if alloc is not None and alloc.shared:
         return [], f"the job holds GPU shards on {node}: its GPUs are shared with other jobs"
     if alloc is not None and alloc.indices is not None:
@@ -103,9 +103,9 @@ def _by_slurm(node: str, gpu_series: list[SiteSeries], alloc: NodeGpus | None, e
     )
 
 
-def select(series: Iterable[SiteSeries], placement: JobPlacement, job_label: bool) -> tuple[
-    list[SiteSeries], dict[str, str]
-]:
+def select(
+    series: Iterable[SiteSeries], placement: JobPlacement, job_label: bool
+) -> tuple[list[SiteSeries], dict[str, str]]:
     """(the job's series, {refused node: why}). `job_label`: the map names a job label for the
     GPU metrics (else rule 1 never applies)."""
     gpu_by_node: dict[str, list[SiteSeries]] = {}

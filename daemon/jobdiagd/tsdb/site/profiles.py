@@ -139,7 +139,9 @@ _NODE = ("instance",)
 
 def _node_exporter() -> dict[str, MetricSpec]:
     return {
-        "io_pressure": MetricSpec(("node_pressure_io_stalled_seconds_total",), _NODE, scale=100.0, counter=True),
+        "io_pressure": MetricSpec(
+            ("node_pressure_io_stalled_seconds_total",), _NODE, scale=100.0, counter=True
+        ),
         "mem_pressure": MetricSpec(
             ("node_pressure_memory_waiting_seconds_total",), _NODE, scale=100.0, counter=True
         ),
@@ -266,8 +268,12 @@ def resolve(profile: str, overrides: Mapping[str, Mapping[str, Any]]) -> MetricM
         specs[role] = replace(spec, **changes)
     missing = [r for r in REQUIRED if not (specs.get(r) and specs[r].mapped)]
     if missing:
-        raise ValueError(f"[site_prometheus.metrics] {', '.join(missing)}: must map a metric (the early judge needs it)")
+        raise ValueError(
+            f"[site_prometheus.metrics] {', '.join(missing)}: must map a metric (the early judge needs it)"
+        )
     for role, spec in specs.items():
         if spec.mapped and role in GPU_ROLES and not spec.gpu_label:
-            raise ValueError(f"[site_prometheus.metrics.{role}] gpu_label: a per-GPU metric needs its GPU label")
+            raise ValueError(
+                f"[site_prometheus.metrics.{role}] gpu_label: a per-GPU metric needs its GPU label"
+            )
     return MetricMap(profile, specs)

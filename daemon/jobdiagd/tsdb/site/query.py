@@ -72,7 +72,9 @@ def _scaled(expr: str, scale: float) -> str:
 
 
 def _keep_labels(spec: MetricSpec, host_label: str) -> str:
-    return ", ".join(label for label in (host_label, spec.gpu_label, spec.job_label, spec.model_label) if label)
+    return ", ".join(
+        label for label in (host_label, spec.gpu_label, spec.job_label, spec.model_label) if label
+    )
 
 
 def _counter_arms(spec: MetricSpec, host_label: str, host_re: str, range_s: int, role: str) -> list[str]:
@@ -124,7 +126,9 @@ def slide_expr(
                 arms.append(_tag(_scaled(f"avg_over_time({sel}[{step_s}s])", spec.scale), role))
             else:
                 by = _keep_labels(spec, hl)
-                arms.append(_tag(_scaled(f"avg by ({by}) (avg_over_time({sel}[{step_s}s]))", spec.scale), role))
+                arms.append(
+                    _tag(_scaled(f"avg by ({by}) (avg_over_time({sel}[{step_s}s]))", spec.scale), role)
+                )
     return " or ".join(arms)
 
 
@@ -145,9 +149,9 @@ def _host_value(spec: MetricSpec, labels: dict[str, str]) -> str:
     return next((labels[hl] for hl in spec.host_labels if labels.get(hl)), "")
 
 
-def _raw_samples(values: Sequence[tuple[float, float]], stamps: Sequence[tuple[float, float]]) -> tuple[
-    tuple[float, float], ...
-]:
+def _raw_samples(
+    values: Sequence[tuple[float, float]], stamps: Sequence[tuple[float, float]]
+) -> tuple[tuple[float, float], ...]:
     """Steps -> the samples they carried: (sample time, value), each sample once, in time order."""
     when = dict(stamps)
     out: dict[float, float] = {}
@@ -158,9 +162,9 @@ def _raw_samples(values: Sequence[tuple[float, float]], stamps: Sequence[tuple[f
     return tuple(sorted(out.items()))
 
 
-def _sum_points(a: Sequence[tuple[float, float]], b: Sequence[tuple[float, float]]) -> tuple[
-    tuple[float, float], ...
-]:
+def _sum_points(
+    a: Sequence[tuple[float, float]], b: Sequence[tuple[float, float]]
+) -> tuple[tuple[float, float], ...]:
     """Two parts of one counter role, summed where both have a step (one alone counts as is)."""
     total = dict(a)
     for t, v in b:
@@ -168,7 +172,9 @@ def _sum_points(a: Sequence[tuple[float, float]], b: Sequence[tuple[float, float
     return tuple(sorted(total.items()))
 
 
-def decode(answer: Sequence[Series], metrics: MetricMap, rewrite: HostRewrite, nodes: Sequence[str]) -> Decoded:
+def decode(
+    answer: Sequence[Series], metrics: MetricMap, rewrite: HostRewrite, nodes: Sequence[str]
+) -> Decoded:
     """The query's series as `SiteSeries` of `nodes` (raw samples for gauges with a `__ts` twin)."""
     arms: dict[tuple[str, tuple[tuple[str, str], ...]], dict[str, Sequence[tuple[float, float]]]] = {}
     for s in answer:
@@ -195,8 +201,10 @@ def decode(answer: Sequence[Series], metrics: MetricMap, rewrite: HostRewrite, n
             foreign += 1
             continue
         values = parts.get("v", ())
-        points = _raw_samples(values, parts["ts"]) if "ts" in parts else tuple(
-            (t, v) for t, v in values if not math.isnan(v)
+        points = (
+            _raw_samples(values, parts["ts"])
+            if "ts" in parts
+            else tuple((t, v) for t, v in values if not math.isnan(v))
         )
         gpu = labels.get(spec.gpu_label, "") if role in GPU_ROLES else ""
         job = labels.get(spec.job_label, "") if spec.job_label else ""

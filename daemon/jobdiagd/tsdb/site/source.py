@@ -351,7 +351,9 @@ class SitePrometheus:
             try:
                 res = await self._instant(check_expr(spec))
             except (TimeoutError, PromError, AccessError, OSError, aiohttp.ClientError) as exc:
-                reason = f"timed out after {self.cfg.timeout_s:g}s" if isinstance(exc, TimeoutError) else str(exc)
+                reason = (
+                    f"timed out after {self.cfg.timeout_s:g}s" if isinstance(exc, TimeoutError) else str(exc)
+                )
                 self._record(reason, now)
                 return MapCheck(metrics, (f"[site_prometheus] {self.label} does not answer: {reason}",))
             if not res and names is None:
@@ -365,7 +367,9 @@ class SitePrometheus:
         return MapCheck(metrics, tuple(errors), tuple(warnings))
 
     async def _instant(self, expr: str) -> list[Sample]:
-        res: list[Sample] = await self._bounded(functools.partial(PromClient.query_vector, promql=expr, at=None))
+        res: list[Sample] = await self._bounded(
+            functools.partial(PromClient.query_vector, promql=expr, at=None)
+        )
         return res
 
     async def _metric_names(self) -> list[str]:
@@ -400,7 +404,11 @@ def _check_role(
         return spec, [f"{where}: metric {spec.names[0]!r} has no host label {labels} on its series"], warnings
     spec = replace(spec, host_labels=hosts)
     if role in GPU_ROLES and not any(s.labels.get(spec.gpu_label) for s in res):
-        return spec, [f"{where}: metric {spec.names[0]!r} has no GPU label {spec.gpu_label!r} on its series"], warnings
+        return (
+            spec,
+            [f"{where}: metric {spec.names[0]!r} has no GPU label {spec.gpu_label!r} on its series"],
+            warnings,
+        )
     if role == "util" and spec.scale == 1.0 and max(s.v for s in res) <= 1.0:
         warnings.append(
             f"{where}: every {spec.names[0]!r} is at most 1: a 0-1 ratio? set scale = 100 "
