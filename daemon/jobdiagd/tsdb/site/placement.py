@@ -24,7 +24,7 @@ only veto a confirmation, never make one.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from jobdiagd.rules.hostlist import parse_hostlist, valid_host
@@ -127,6 +127,3 @@ def select(
             out.extend(kept)
     return out, refused
 
-
-def nodes_reporting(series: Sequence[SiteSeries]) -> set[str]:
-    return {s.node for s in series}

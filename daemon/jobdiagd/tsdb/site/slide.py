@@ -5,7 +5,7 @@ their min and max)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from jobdiagd.model.plotdata import HostSeries
 from jobdiagd.tsdb.site.placement import SiteSeries
@@ -47,8 +47,3 @@ def _per_host(node: str, parts: Sequence[SiteSeries], per_gpu: bool) -> HostSeri
         gpus=len({s.gpu for s in parts}),
     )
 
-
-def silent_hosts(series: Mapping[str, Sequence[HostSeries]], nodes: Sequence[str]) -> list[str]:
-    """Nodes with no sample of any role (the picture shows them as silent)."""
-    seen = {hs.host for rows in series.values() for hs in rows if hs.times}
-    return [n for n in nodes if n not in seen]
