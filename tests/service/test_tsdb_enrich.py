@@ -150,6 +150,23 @@ async def test_confirm_with_power_holds_a_hang_the_gpus_deny(short_tmp: Path) ->
     d.close()
 
 
+async def test_a_denied_hang_is_asked_again_and_pages_once_the_gpus_spin(short_tmp: Path) -> None:
+    """A denial is two scrapes of evidence: the next tick asks again, and the page goes out as soon
+    as the GPUs stop working (here: the third answer, busy-wait)."""
+    state, outputs = short_tmp / "state", short_tmp / "outputs"
+    job = ray_job(outputs, "7105")
+    d = Daemon(state, outputs)
+    seen: list[DiagnosisContext] = []
+    working = GpuVerdict(GpuHangState.TRAINING, "16/16 GPUs at training power (700 W avg): not a hang")
+    with_enricher(d, outputs, working, confirm=True, seen=seen, later=(2, BUSY))
+    t = await stall(job, d, 11)  # asked at the 9th, 10th and 11th stalled tick; two denials read
+    assert len(seen) == 3 and events(state) == []
+    await tick(d, t + 15)
+    assert events(state) == [("open", "hang")] and len(seen) == 3
+    assert "busy-wait power" in outbox(state)[0]["body"]
+    d.close()
+
+
 async def test_unknown_verdict_never_suppresses_a_page(short_tmp: Path) -> None:
     state, outputs = short_tmp / "state", short_tmp / "outputs"
     job = ray_job(outputs, "7103")

@@ -6,8 +6,9 @@ fetched in the same session), and the class playbook in the job-end report of fa
 Queries run as tasks beside the tick, never inside it. A hang finding of a RAY=1 job is held
 until its verdict is in — at most one tick, because the verdict query's timeout is shorter
 than a tick — and then goes out carrying it. With `[tsdb] confirm_hang_with_power`, a verdict
-that denies the hang (`training`, `not-a-hang`: the GPUs work or pause) keeps it from paging;
-a verdict that cannot tell (`mixed`, `no-process`, `no-data`: no Prometheus, ssh
+that denies the hang (`training`, `not-a-hang`: the GPUs work or pause) keeps it from paging,
+and the verdict is asked again on the next tick (a denial is two scrapes' worth of evidence, not
+a lasting one); a verdict that cannot tell (`mixed`, `no-process`, `no-data`: no Prometheus, ssh
 down, stale metrics) never suppresses a page — lack of evidence is not health (rule HANG-9). A
 failed RAY=1 job's end report is likewise held until its playbook ran
 (bounded by `report_timeout_s`), then sent as one message.
@@ -121,6 +122,7 @@ class TsdbEnricher:
             verdict = _result(pending.task)
             if not should_page(verdict, self.settings):
                 self._log.info("hang_denied_by_gpus", job_id=f.job_id, gpu_state=verdict.state)
+                self._ask(f, context_from_result(res), now)  # held; the next tick judges newer samples
                 continue
             out.append(self._with_strip(_with_verdict(f, verdict), verdict, view))
         return out
