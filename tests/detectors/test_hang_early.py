@@ -11,10 +11,11 @@ from jobdiagd.detectors.hang import EARLY_DETAIL, EarlyRule, HangDetector
 from jobdiagd.logs.state import LogState
 from jobdiagd.model.alerts import Finding
 from jobdiagd.model.jobref import JobRef
+from jobdiagd.model.kinds import GpuHangState
 from jobdiagd.service.jobs import JobView
 from jobdiagd.sim import lines as L
 from jobdiagd.triage.stall import StallPolicy
-from jobdiagd.tsdb.early_hang import EarlyVerdict
+from jobdiagd.tsdb.gpu_hang import GpuVerdict
 
 POLICY = StallPolicy(stall_factor=3.0, min_stall_s=120.0, startup_s=1800.0, checkpoint_s=600.0)
 RULE = EarlyRule(factor=1.5, slack_s=20.0)
@@ -22,8 +23,10 @@ T0 = 1_780_000_000.0
 STEP = 10.0
 # Steps of 10 s: the early point is 10 + 1.5 x 10 + 20 = 45 s after the last step's read, the budget 120 s.
 EARLY_AT = STEP + 1.5 * STEP + 20.0
-BUSY = EarlyVerdict("busy-wait", "every GPU busy-waits", T0)
-DEAD = EarlyVerdict("dead-node", "node002 dead", T0, suspects=("node002",), per_host={"node002": "dead"})
+BUSY = GpuVerdict(GpuHangState.BUSY_WAIT, "every GPU busy-waits", T0)
+DEAD = GpuVerdict(
+    GpuHangState.DEAD_NODE, "node002 dead", T0, suspects=("node002",), per_host={"node002": "dead"}
+)
 
 
 class Job:
@@ -98,11 +101,13 @@ def test_a_dead_node_page_names_the_suspect_host() -> None:
 def test_without_confirmation_the_step_budget_decides() -> None:
     det = HangDetector(POLICY, RULE)
     job, last = steady(det)
-    job.view.gpu_check = EarlyMemo(29, EarlyVerdict("not-a-hang", "eval", T0), job.view.last_step_at)
+    job.view.gpu_check = EarlyMemo(29, GpuVerdict(GpuHangState.NOT_A_HANG, "eval", T0), job.view.last_step_at)
     assert one(det.check(job.view, last + 100.0)).resolved
     f = one(det.check(job.view, last + 121.0))
     assert not f.resolved and EARLY_DETAIL not in f.details
-    job.view.gpu_check = EarlyMemo(29, EarlyVerdict("no-data", "metrics stale", T0), job.view.last_step_at)
+    job.view.gpu_check = EarlyMemo(
+        29, GpuVerdict(GpuHangState.NO_DATA, "metrics stale", T0), job.view.last_step_at
+    )
     assert one(det.check(job.view, last + 100.0)).resolved
 
 

@@ -16,7 +16,7 @@ from jobdiagd.model.records import StepRecord
 from jobdiagd.model.triage import CheckpointConfig, TriageResult
 from jobdiagd.sources.slurm_parse import SlurmJob
 from jobdiagd.triage.stall import StallPolicy
-from jobdiagd.tsdb.early_hang import EarlyVerdict
+from jobdiagd.tsdb.gpu_hang import GpuVerdict
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +27,7 @@ class EarlyMemo:
     The read time tells a step apart from the same step number of a replaced log (a restart)."""
 
     last_step: int
-    verdict: EarlyVerdict
+    verdict: GpuVerdict
     step_at: float | None
 
 

@@ -17,7 +17,7 @@ Early page (RAY=1 live jobs, `[tsdb] early_page`): once the expected step is ove
 `early_overdue_factor` x steady step time + `early_overdue_slack_s` (`HangDetector.early_due_at`;
 armed only in the steady and checkpoint phases, i.e. once this run's steady step time is known,
 and only when that comes before the step budget), the service asks the job's Prometheus and
-leaves an `EarlyMemo` with the `tsdb.early_hang` verdict for the current last step on the view
+leaves an `EarlyMemo` with the `tsdb.gpu_hang` verdict for the current last step on the view
 (`gpu_check`). A confirmed verdict
 makes the stall a page now, as a GPU-confirmed hang naming the mechanism and the suspect
 host(s); it stays confirmed for that step (no flapping back to "resumed" while no step came)
@@ -49,7 +49,7 @@ from jobdiagd.triage.nextsteps import next_steps
 from jobdiagd.triage.progress import steady_step_time
 from jobdiagd.triage.report import what_happened
 from jobdiagd.triage.stall import Budget, StallPolicy, stall_budget
-from jobdiagd.tsdb.early_hang import EarlyVerdict
+from jobdiagd.tsdb.gpu_hang import GpuVerdict
 
 NAME = "hang"
 KIND = "hang"
@@ -155,7 +155,7 @@ class HangDetector:
         w = self.early_window(view, rule)
         return w[0] if w is not None else None
 
-    def early_confirmed(self, view: WatchedJob, rule: EarlyRule, now: float) -> EarlyVerdict | None:
+    def early_confirmed(self, view: WatchedJob, rule: EarlyRule, now: float) -> GpuVerdict | None:
         """The confirmed GPU verdict of the current last step, once its early point is reached."""
         memo = early_memo(view)
         if memo is None or not memo.verdict.confirmed:
@@ -246,7 +246,7 @@ class HangDetector:
             and not self._first_ration.spend(now)
         )
 
-    def _gpu_evidence(self, view: WatchedJob, gap: float, budget: Budget, now: float) -> EarlyVerdict | None:
+    def _gpu_evidence(self, view: WatchedJob, gap: float, budget: Budget, now: float) -> GpuVerdict | None:
         """The confirmed GPU verdict that pages this stall now (before or past the budget), if any.
 
         Sticky once paged (whatever the budget memo says later): the stall stays open with the
@@ -307,7 +307,7 @@ class _Stall:
     budget: Budget
     step_time: float | None
     expected: int | None
-    early: EarlyVerdict | None  # the GPU evidence it is paged with, if any
+    early: GpuVerdict | None  # the GPU evidence it is paged with, if any
 
     def summary(self) -> str:
         gap, budget, early = exact_duration(self.gap), self.budget, self.early

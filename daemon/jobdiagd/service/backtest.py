@@ -42,7 +42,7 @@ Files are opened as `jobdiagd triage` opens them (`triage.resolve.job_access`): 
 regular file, leaves the job's outputs root or belongs to another user is left out.
 
 Early page (`[tsdb] early_page`, RAY=1 jobs with a `prometheus/` holding data): the replay asks
-the job's own TSDB what the live daemon asks its Prometheus (`tsdb.early_hang.early_query`,
+the job's own TSDB what the live daemon asks its Prometheus (`tsdb.gpu_hang.gpu_query`,
 evaluated at the virtual time) whenever `HangDetector.early_due_at` says a step is overdue,
 once per `early_scrape_interval_s` of virtual time, as `service.early_page` does live, and a
 confirmation runs the detectors at that virtual time (the live daemon's immediate partial
@@ -94,7 +94,7 @@ from jobdiagd.triage.engine import analyze
 from jobdiagd.triage.resolve import ResolveError, job_access, list_jobs, resolve
 from jobdiagd.tsdb.access import FULL_COPY_EXCLUDES, AccessError, LocalPrometheus, copy_tsdb, tsdb_has_data
 from jobdiagd.tsdb.client import PromClient, PromError, Series
-from jobdiagd.tsdb.early_hang import EarlyVerdict, early_query, judge, profile_for
+from jobdiagd.tsdb.gpu_hang import GpuVerdict, gpu_query, judge, profile_for
 from jobdiagd.tsdb.settings import TsdbSettings
 
 MAX_TICKS = 200_000  # a guard against a log whose clock jumps by years
@@ -817,7 +817,7 @@ class ReplayTsdb:
 
 class _EarlyReplay:
     """The live `service.early_page` on the virtual clock: when a step is overdue, one query per
-    scrape interval against the job's TSDB, judged by `tsdb.early_hang.judge`."""
+    scrape interval against the job's TSDB, judged by `tsdb.gpu_hang.judge`."""
 
     def __init__(
         self, pdir: Path, settings: TsdbSettings, label: str, out: JobReplay, hang: HangDetector
@@ -830,7 +830,7 @@ class _EarlyReplay:
         self.next_at = float("-inf")
         self.tsdb: ReplayTsdb | None = None
         self.failed = False
-        self.verdicts: list[EarlyVerdict] = []
+        self.verdicts: list[GpuVerdict] = []
 
     @classmethod
     def for_job(cls, ref: JobRef, cfg: Config, out: JobReplay, hang: HangDetector) -> _EarlyReplay | None:
@@ -863,7 +863,7 @@ class _EarlyReplay:
         try:
             if self.tsdb is None:
                 self.tsdb = ReplayTsdb(self.pdir, self.settings, self.label)
-            series = self.tsdb.query_matrix(early_query(self.interval), at)
+            series = self.tsdb.query_matrix(gpu_query(self.interval), at)
         except (AccessError, PromError, OSError) as exc:
             self.failed = True
             self.out.early_note = f"early page not replayed: {exc}"
