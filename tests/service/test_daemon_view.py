@@ -139,6 +139,28 @@ async def test_the_triage_worker_gets_the_daemons_policy_and_clock(short_tmp: Pa
     rig.close()
 
 
+async def test_slurms_state_is_passed_only_as_squeue_gave_it(short_tmp: Path) -> None:
+    from dataclasses import replace
+
+    from jobdiagd.sources.slurm_parse import SlurmJob
+
+    state, outputs = short_tmp / "state", short_tmp / "outputs"
+    job = JobLog(outputs, KEY)
+    rig = _Rig(state, outputs)
+    job.step(0, seconds=0.2)
+    await rig.tick(T0 + 1)
+    view = rig.engine.jobs[KEY].view
+    path = rig.backend._locate(KEY)
+    view.slurm = SlurmJob(KEY, "JAX-t", "alice", "RUNNING", "debug", start_time=T0)
+    argv = rig.backend._daemon_view_args(KEY, path, T0 + 2)
+    assert argv[argv.index("--slurm-state") + 1] == "RUNNING" and "--no-slurm" not in argv
+    # A state word that is not one (never from a parser, but never passed on either): no claim.
+    view.slurm = replace(view.slurm, state="RUNNING --now 0")
+    argv = rig.backend._daemon_view_args(KEY, path, T0 + 2)
+    assert "--slurm-state" not in argv and "--no-slurm" in argv
+    rig.close()
+
+
 async def test_a_reload_with_a_new_policy_never_serves_a_stale_analysis(short_tmp: Path) -> None:
     state, outputs = short_tmp / "state", short_tmp / "outputs"
     job = JobLog(outputs, KEY)
