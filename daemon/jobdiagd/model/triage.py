@@ -194,6 +194,28 @@ class Stall:
     basis: StallBasis
 
 
+@dataclass(frozen=True, slots=True)
+class StallKnowledge:
+    """What the daemon knows of a live job's progress, on its own clock (rule VIEW-1): when it
+    read the job's last step (before the first: the pre-training barrier, else when it began
+    watching), the budget its hang detector applies to that wait, and whether a GPU-confirmed
+    early page holds the job as hung before that budget runs out.
+
+    Given to `triage.engine.analyze`, it decides a live job's `running`/`hanging` instead of the
+    log's own stamps: the daemon, the page and the triage then say the same thing."""
+
+    since: float
+    budget_s: float
+    phase: StallPhase
+    gpu_confirmed: bool = False
+
+    def gap(self, now: float) -> float:
+        return now - self.since
+
+    def stalled(self, now: float) -> bool:
+        return self.gpu_confirmed or self.gap(now) > self.budget_s
+
+
 @dataclass(kw_only=True)
 class Classification:
     status: JobStatus

@@ -708,6 +708,8 @@ class _Run:
         self.policy = view.policy
         self.detectors = build_detectors(cfg)
         hang = next((d for d in self.detectors if isinstance(d, HangDetector)), None)
+        # As the engine wires it (rule VIEW-1): the view's triage knows what the detector knows.
+        view.stall_source = hang.knowledge if hang is not None else None
         self.book = IncidentBook.from_config(cfg.incidents)
         self.ticks = 0
         self.t0: float | None = None

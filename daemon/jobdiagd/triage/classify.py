@@ -65,6 +65,7 @@ from jobdiagd.model.triage import (
     HeartbeatInfo,
     Progress,
     Stall,
+    StallKnowledge,
     TgsAnalysis,
 )
 from jobdiagd.rules.signatures import BY_CLASS, EVIDENCE_CLASSES, SIGNATURES, Tier
@@ -180,6 +181,7 @@ class _Job:
     now: float
     slurm_state: str | None
     nodes: list[str]
+    known: StallKnowledge | None = None  # the daemon's clock on a job it watches (rule VIEW-1)
 
     @property
     def slurm_word(self) -> str:
@@ -188,7 +190,18 @@ class _Job:
 
     @property
     def alive(self) -> bool:
+        """Alive in Slurm; without a Slurm answer, watched live by the daemon (rule VIEW-1)."""
+        if not self.slurm_word:
+            return self.known is not None
         return self.slurm_word in ALIVE_STATES
+
+    def stall_now(self, setup_s: float | None) -> Stall:
+        """The stall of the job as it is now: on the daemon's clock when the daemon says what it
+        knows of a live job (rule VIEW-1), else from the log (rules HANG-1, HANG-2, HANG-5)."""
+        k = self.known
+        if k is not None and self.alive:
+            return Stall(k.stalled(self.now), k.gap(self.now), k.budget_s, k.phase, StallBasis.DAEMON)
+        return self.stall_at(self.now, setup_s)
 
     def stall_at(self, at: float | None, setup_s: float | None) -> Stall:
         """The stall measured to `at` (rules HANG-1, HANG-2, HANG-5)."""
@@ -223,13 +236,17 @@ def classify(
     slurm_state: str | None,
     nodes: list[str],
     policy: StallPolicy | None = None,
+    known: StallKnowledge | None = None,
 ) -> Classification:
     """Status, primary failure, evidence and notes of one job: the rules of docs/rules.md
-    §§ 2-8, in order (status, harmless drops and cascades, stall, candidates, primary, evidence)."""
+    §§ 2-8, in order (status, harmless drops and cascades, stall, candidates, primary, evidence).
+    `known`: what the daemon knows of the job's progress, which times a live job's stall (rule VIEW-1)."""
     if logs.ref.problem == "prolog-kill-no-log" or logs.main is None:
         return _no_log(logs)
     main = logs.main
-    job = _Job(logs, main, steps, progress, ckpt, tgs, policy or StallPolicy(), now, slurm_state, nodes)
+    job = _Job(
+        logs, main, steps, progress, ckpt, tgs, policy or StallPolicy(), now, slurm_state, nodes, known
+    )
     notes: list[str] = list(logs.errors)
 
     # Harmless lines and cascades (rules HL-3, CAS-5, CAS-6).
@@ -257,7 +274,8 @@ def classify(
 
     # Stall before the end (rules CAS-4, CAS-8, HANG-5).
     at = _stall_instant(job, status)
-    stall = job.stall_at(at, setup_s)
+    live = status in (JobStatus.RUNNING, JobStatus.HANGING)
+    stall = job.stall_now(setup_s) if live else job.stall_at(at, setup_s)
     if status is JobStatus.HANGING:
         stall = replace(stall, stalled=True)
 
@@ -426,7 +444,7 @@ def _finished_without_summary_note(job: _Job, status: JobStatus) -> list[str]:
 
 def _status_without_summary(job: _Job, infra: list[Evidence], setup_s: float | None) -> JobStatus:
     """Rules ST-4, ST-5, ST-8: no JOB SUMMARY; Slurm's state and the step progress decide."""
-    recent = job.stall_at(job.now, setup_s)
+    recent = job.stall_now(setup_s)
     advancing = recent.basis is StallBasis.TIMESTAMPS and not recent.stalled
     if infra and not job.steps and not job.alive:
         return JobStatus.FAILED  # an infrastructure failure before training; the summary may be missing
