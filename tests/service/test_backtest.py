@@ -198,6 +198,23 @@ def test_the_undated_tail_of_a_file_is_found_and_placed_where_asked(tmp_path: Pa
     assert [ln.t for ln in later if ln.offset <= fc.tail_from] == before
 
 
+@pytest.mark.parametrize("block", [16, 64, 1 << 20])
+def test_the_last_dated_line_is_found_backwards_across_blocks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int
+) -> None:
+    monkeypatch.setattr(backtest, "TAIL_BLOCK", block)
+    job = JobLog(tmp_path, "9202", nnodes=1)
+    base = NOW - 7200.0
+    job.task(0, L.absl_prefix(base, 1, "metric_logger.py:232") + L.step_line(_fields(0, 10.0)))
+    job.task(0, L.absl_prefix(base + 50.0, 1, "a.cc:1") + "dated " + "x" * 100)  # longer than a block
+    job.task(0, L.absl_prefix(base + 60.0, 1, "a.cc:1") + "the last dated line")
+    for i in range(20):
+        job.task(0, f"undated line {i} " + "y" * (i * 7))
+    text = job.path.read_bytes()
+    fc = survey(job.path, 0, NOW)
+    assert fc.tail_from == text.index(b"0: " + L.absl_prefix(base + 60.0, 1, "a.cc:1").encode())
+
+
 def test_a_file_without_any_time_has_no_tail(tmp_path: Path) -> None:
     path = tmp_path / "plain.log"
     path.write_text("no stamp\nno step line either\n")
@@ -436,6 +453,7 @@ def test_forked_reader_gives_the_same_replay(tmp_path: Path) -> None:
     assert one.to_dict() == two.to_dict()
     assert _facts(one.states[0]) == _facts(two.states[0])
     assert one.last_step is not None and one.last_step > 100 and one.end_at_s
+    assert one.undated_lines > 0  # the summary after the last dated line: the tail, forked too
 
 
 def test_one_failing_job_does_not_lose_the_others(

@@ -336,15 +336,15 @@ def _last_stamp_line(fd: int, size: int, floor: int, clock: StampClock) -> int |
     """File offset of the last line starting at or after `floor` (a line start) that carries a
     printed timestamp, read backwards from the end; None when there is none."""
     finder, _ = _tools()
-    end = size
+    end, block = size, TAIL_BLOCK  # `end` is always a line start (or the file's end)
     while end > floor:
-        start = max(floor, end - TAIL_BLOCK)
+        start = max(floor, end - block)
         data = os.pread(fd, end - start, start)
         head = 0
         if start > floor:  # begin at the first whole line of the block
             nl = data.find(b"\n")
-            if nl == -1 or start + nl + 1 >= end:  # no line starts inside: one long line
-                end = start
+            if nl == -1 or start + nl + 1 >= end:  # no line starts inside: read further back
+                block *= 2
                 continue
             head = nl + 1
         buf = b"\n" + data[head:]
@@ -352,7 +352,7 @@ def _last_stamp_line(fd: int, size: int, floor: int, clock: StampClock) -> int |
         for p, when in zip(reversed(starts), reversed(_stamps(buf, starts, len(buf), clock)), strict=True):
             if when is not None:
                 return start + head + p - 1
-        end = start + head
+        end, block = start + head, TAIL_BLOCK
     return None
 
 
@@ -624,7 +624,8 @@ def timeline(
     out: list[Line] = []
     for t, _o, lineno, off, raw, _h, _c in read_timed(fc, start, ref_time, every_line=True):
         if t == UNDATED:
-            t = undated_at if undated_at is not None else (fc.known_end or start)
+            own = fc.known_end if fc.known_end is not None else start
+            t = undated_at if undated_at is not None else own
         out.append(
             Line(t, order, lineno, off, raw[:MAX_LINE].rstrip(b"\r").decode("utf-8", errors="replace"))
         )
