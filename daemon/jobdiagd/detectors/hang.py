@@ -2,7 +2,8 @@
 
 Stalled when `now - (when the last step line was read) > stall_budget(...)` — the same
 `triage.stall.stall_budget` triage uses (startup/barrier, warmup after start or restore,
-checkpoint steps with the budget learned from this job's own checkpoint steps, steady
+checkpoint steps -- a save at least `checkpoint_budget_seconds`, more when this job's own
+saves took longer, an eval learned from this job's evals (rule HANG-4) -- steady
 state = max(stall_factor x steady step time, min_stall)). Before the first step the gap
 runs from when the pre-training barrier was read, else from when the daemon started
 watching the job. Log timestamps and mtime are never used.
@@ -11,7 +12,11 @@ While stalled the finding is re-emitted every tick (the incident book reminds); 
 newer step is read it is resolved ("steps resumed at step N"). A stall that triage
 explains by a failure signature (the cascade's root cause) is left to the
 failure-signature incident — a hang incident opened before the error was logged is
-resolved as superseded — so one cascade is one open incident.
+resolved as superseded — so one cascade is one open incident. A GPU-confirmed stall (the
+early page below) is never superseded (rule HANG-7): the GPUs show the job stuck now, its
+allocation spinning, so an open failure incident of the same job (one task's process
+exited, the others wait in the collective) never holds that page back; the two incidents
+say different things (what failed, and that the job must be cancelled).
 
 The finding's triage is the job view's analysis given what this detector knows
 (`knowledge`: since when no step was read, the budget applied, a GPU-confirmed early page;
@@ -234,9 +239,11 @@ class HangDetector:
         res = view.analysis(now, known)
         primary = res.primary
         sig = BY_CLASS.get(primary or "")
-        if primary not in (None, "hang") and sig is not None and sig.tier in _CASCADE_TIERS:
+        if early is None and primary not in (None, "hang") and sig is not None and sig.tier in _CASCADE_TIERS:
             # One cascade, one incident: the failure-signature incident names the root cause; a
             # hang incident opened before the error was logged is closed as its consequence.
+            # Not a GPU-confirmed stall: the GPUs show the job stuck now, burning its allocation,
+            # whatever error the log showed first (rule HANG-7).
             why = f"superseded: the stall is a consequence of {primary} (see the failure incident)"
             return [resolved_finding(NAME, view.key, KIND, why)]
         expected: int | None = None

@@ -47,17 +47,25 @@ class CheckpointConfig:
 
     def periodic(self, step: int) -> bool:
         """Is this step slowed by a checkpoint save or an eval (recurring, every N steps)?"""
+        return self.saving(step) or self.evaluating(step)
+
+    def saving(self, step: int) -> bool:
+        """Is this step slowed by a checkpoint save: k·P and k·P+1 (k·P+2 with asynchronous
+        saves), or a save the log showed (step-0 included) and the step after it?"""
         if step <= 0:
             return False
         if self.period:
             r = step % self.period
             if r == 0 or r == 1 or (self.asynchronous and r == 2):
                 return True
-        if self.eval_period:
-            r = step % self.eval_period
-            if r == 0 or r == 1:
-                return True
         return bool(self.saves) and (step in self.saves or step - 1 in self.saves)
+
+    def evaluating(self, step: int) -> bool:
+        """Is this step slowed by an eval (`eval_interval` E: k·E and k·E+1)?"""
+        if step <= 0 or not self.eval_period:
+            return False
+        r = step % self.eval_period
+        return r == 0 or r == 1
 
     def marks(self, first: int, last: int) -> tuple[str, ...]:
         """What slows some step in [first, last]: "checkpoint", "eval", "profiler" (plot marks)."""
