@@ -185,8 +185,9 @@ def test_a_verdict_of_a_replaced_log_is_not_evidence() -> None:
 @pytest.mark.parametrize(
     ("line", "primary"),
     [
-        # One task's training process exited right after the last step (a carrier).
-        (L.actor_exited(1, "node002", 1), "subprocess-fail"),
+        # One task's training process exited right after the last step (a carrier): triage,
+        # told the GPU-confirmed stall (rule VIEW-1), names the hang primary, the exit secondary.
+        (L.actor_exited(1, "node002", 1), "hang"),
         # A root cause: without GPU evidence the stall stays the failure incident's (one cascade).
         ("[Node 1 @ node002] oom-kill event: Killed process 4242 (python3) total-vm:1TB", "oom-host"),
     ],
