@@ -44,7 +44,7 @@ from jobdiagd import clock
 from jobdiagd.alerts.pipeline import AlertPipeline
 from jobdiagd.config import Config
 from jobdiagd.detectors import CATALOG, Detector, Report, early_memo
-from jobdiagd.detectors.hang import policy_from_config
+from jobdiagd.detectors.hang import HangDetector, policy_from_config
 from jobdiagd.durations import rounded_duration
 from jobdiagd.edge_trigger import EdgeTrigger
 from jobdiagd.logs.job import load_job
@@ -52,6 +52,7 @@ from jobdiagd.logs.safeopen import ANYWHERE, LogAccess, RefusedFile
 from jobdiagd.logsetup import get_logger
 from jobdiagd.model.alerts import Finding, Severity
 from jobdiagd.model.jobref import JobRef
+from jobdiagd.model.triage import StallKnowledge
 from jobdiagd.rules.hostlist import expand_hostlist
 from jobdiagd.rules.slurm import FINISHED_STATES, end_state
 from jobdiagd.service.catchup import Pending, catch_up_order
@@ -194,6 +195,10 @@ class Engine:
         self.plot_inputs = plot_inputs
         self.pipeline = pipeline
         self.detectors = list(detectors)
+        # The stall policy, built once per config (rule VIEW-2): the views, the job-end triage and
+        # the chat's triage use this one; the hang detector is built from the same config.
+        self.policy = policy_from_config(cfg)
+        self._stall_source = _stall_source(self.detectors)
         self.discovery = discovery
         self.metrics = metrics if metrics is not None else DaemonMetrics()
         self.health = health
@@ -240,12 +245,20 @@ class Engine:
         """SIGHUP: new detector settings apply from the next tick, to jobs already watched too."""
         self.cfg = cfg
         self.detectors = list(detectors)
-        policy = policy_from_config(cfg)
+        self.policy = policy_from_config(cfg)
+        self._stall_source = _stall_source(self.detectors)
         for w in self.jobs.values():
             # The new detectors start with no state: nothing computed under the old settings
-            # survives; nor does the early page's GPU verdict (asked again if still overdue).
-            w.view.policy = policy
+            # survives (the view's analysis is keyed by the policy and the new detector's
+            # knowledge); nor does the early page's GPU verdict (asked again if still overdue).
+            w.view.policy = self.policy
+            w.view.stall_source = self._stall_source
             w.view.gpu_check = None
+
+    def stall_knowledge(self, key: str, now: float) -> StallKnowledge | None:
+        """What the daemon knows of a watched job's progress (rule VIEW-1), None if nothing."""
+        w = self.jobs.get(key)
+        return w.view.stall_knowledge(now) if w is not None else None
 
     # -- what findings carry for people ---------------------------------------
 
@@ -282,7 +295,12 @@ class Engine:
         """Watch a new job; the file watcher's dirs are set once per batch of new jobs (per job
         it is O(jobs): 500 at once took 15 s)."""
         view = JobView(
-            key=new.key, ref=new.ref, first_seen=now, slurm=new.slurm, policy=policy_from_config(self.cfg)
+            key=new.key,
+            ref=new.ref,
+            first_seen=now,
+            slurm=new.slurm,
+            policy=self.policy,
+            stall_source=self._stall_source,
         )
         link = new.ref.log
         access = self._access_for(new.ref, new.slurm)
@@ -1107,3 +1125,9 @@ class Engine:
                 self.metrics.observe_tick(0.0, False, now)
         finally:
             self._between_ticks.set()
+
+
+def _stall_source(detectors: Sequence[Detector]) -> Callable[[JobView, float], StallKnowledge | None] | None:
+    """The hang detector's knowledge of a job's progress, the one source of it (None: disabled)."""
+    hang = next((d for d in detectors if isinstance(d, HangDetector)), None)
+    return hang.knowledge if hang is not None else None

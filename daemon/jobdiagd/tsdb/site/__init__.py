@@ -8,7 +8,7 @@ early hang page and the slow-host comparison work for jobs without their own Pro
 - `hosts`: Slurm node names <-> the exporter's host label (exact, short/FQDN, regex);
 - `placement`: which GPU series are the job's on a shared node (rule SITE-4);
 - `query`: the PromQL of the early, slide and check queries, and their answers read back;
-- `verdict`: the one call into the early-hang judge (the only import of `tsdb.early_hang`);
+- `verdict`: the one call into the GPU-hang judge (the only import of `tsdb.gpu_hang`);
 - `slide`: per-host series of a slide's window for `tsdb.slow_host` and the strip picture;
 - `source`: the I/O edge (`SitePrometheus`): bounded, cached, one degraded state.
 

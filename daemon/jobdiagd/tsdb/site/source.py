@@ -61,7 +61,7 @@ from jobdiagd.tsdb.site.query import (
     window_s,
 )
 from jobdiagd.tsdb.site.slide import host_series
-from jobdiagd.tsdb.site.verdict import EarlyVerdict, site_early_verdict, unknown_verdict
+from jobdiagd.tsdb.site.verdict import GpuVerdict, site_early_verdict, unknown_verdict
 from jobdiagd.tsdb.slow_host import SlowHostPolicy, SlowHostVerdict, host_means, judge_slow_hosts
 
 GIB = float(2**30)
@@ -280,7 +280,7 @@ class SitePrometheus:
         power = self.cfg.metrics.get("power")
         return bool(power and power.job_label)
 
-    async def early_verdict(self, placement: JobPlacement, now: float | None = None) -> EarlyVerdict:
+    async def early_verdict(self, placement: JobPlacement, now: float | None = None) -> GpuVerdict:
         """The early verdict for one job (rule SITE-1): `no-data` when the site does not answer,
         when a shared node cannot be told apart, or when the judge says so."""
         ans = await self.fetch_early(placement.nodes, now)

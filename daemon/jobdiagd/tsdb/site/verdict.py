@@ -1,8 +1,8 @@
 """The site source's early verdict: its series in the per-job catalog's names, through the one judge.
 
-This module is the only place the site source touches the early-hang judge (`tsdb.early_hang`:
-`judge`, `EarlyVerdict`, the catalog names it reads). When the judge moves or its states become
-an enum, only this file changes.
+This module is the only place the site source touches the GPU-hang judge (`tsdb.gpu_hang`:
+`judge`, `GpuVerdict`, the catalog names it reads; rule HANG-GPU). When the judge moves or
+changes its signature, only this file changes.
 
 What the judge reads, from the site's roles (rules SITE-1, SITE-2):
 - `power` -> `hw_gpu_power_watts`, `util` -> `ray_node_gpus_utilization`, labels `host` (the
@@ -23,15 +23,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from jobdiagd.model.kinds import GpuHangState
 from jobdiagd.tsdb.client import Series
-from jobdiagd.tsdb.early_hang import IO_FULL, POWER, PROCS, UTIL, EarlyVerdict, judge, profile_for
+from jobdiagd.tsdb.gpu_hang import IO_FULL, POWER, PROCS, UTIL, GpuVerdict, judge, profile_for
 from jobdiagd.tsdb.settings import TsdbSettings, normalize_model
 from jobdiagd.tsdb.site.placement import SiteSeries
 
 __all__ = [
     "GIB",
     "PROCS",
-    "EarlyVerdict",
+    "GpuVerdict",
     "catalog_series",
     "gpu_model",
     "site_early_verdict",
@@ -80,12 +81,12 @@ def site_early_verdict(
     settings: TsdbSettings,
     scrape_interval_s: float,
     idle_vram_bytes: float,
-) -> EarlyVerdict:
+) -> GpuVerdict:
     """The early verdict of the job's series (already selected for the job, rule SITE-4)."""
     if refused:
         why = "; ".join(f"{refused[n]}" for n in sorted(refused))
-        return EarlyVerdict(
-            "no-data",
+        return GpuVerdict(
+            GpuHangState.NO_DATA,
             f"site Prometheus: no GPU confirmation from a shared node ({why}); the step budget decides",
             at,
             per_host={n: "shared node: not judged" for n in refused},
@@ -94,8 +95,8 @@ def site_early_verdict(
     if unknown is not None:
         # Another GPU's power bands could read its training as busy-wait (an A100 trains at the
         # MI300X busy-wait band): no confirmation without the right bands.
-        return EarlyVerdict(
-            "no-data",
+        return GpuVerdict(
+            GpuHangState.NO_DATA,
             f"site Prometheus: no power bands for the GPU model {unknown!r}: set [tsdb] gpu_model or add "
             "[tsdb.gpu_profiles]; the step budget decides",
             at,
@@ -112,6 +113,6 @@ def site_early_verdict(
     )
 
 
-def unknown_verdict(reason: str, at: float) -> EarlyVerdict:
+def unknown_verdict(reason: str, at: float) -> GpuVerdict:
     """The site Prometheus did not answer: unknown, never a confirmation (rule SITE-6)."""
-    return EarlyVerdict("no-data", f"site Prometheus: {reason}; the step budget decides", at)
+    return GpuVerdict(GpuHangState.NO_DATA, f"site Prometheus: {reason}; the step budget decides", at)
