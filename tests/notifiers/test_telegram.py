@@ -74,12 +74,14 @@ async def make(tg: TelegramEmulator, tmp: Path, **kw: object) -> Harness:
     clock = [T0]
     pipeline = AlertPipeline.open(tmp, IncidentsConfig(reminder_interval_seconds=600), ["telegram"])
     settings = TelegramSettings(
-        token=tg.token,
-        chat_ids=(CHAT, OTHER_CHAT),
-        default_chat=CHAT,
-        api_base_url=tg.base_url,
-        commands=False,
-        **kw,  # type: ignore[arg-type]
+        **{  # type: ignore[arg-type]
+            "token": tg.token,
+            "chat_ids": (CHAT, OTHER_CHAT),
+            "default_chat": CHAT,
+            "api_base_url": tg.base_url,
+            "commands": False,
+            **kw,
+        }
     )
     transport = TelegramTransport(settings, MessageStore(pipeline.store), now=lambda: clock[0])
     await transport.start()
@@ -334,3 +336,29 @@ async def test_a_429_hands_its_wait_on_without_a_ptb_deprecation_warning(
     finally:
         await harness.transport.stop()
         harness.pipeline.close()
+
+
+async def test_a_page_delivered_late_dates_its_numbers(tg: TelegramEmulator, tmp_path: Path) -> None:
+    h = await make(tg, tmp_path, tz=UTC)
+    try:
+        tg.fail("sendMessage", 502, "Bad Gateway", times=2)  # Telegram down at first
+        finding = dataclasses.replace(
+            h.hang(), details={"stalled for": "25m 0s", "last step": 41, "expected step": 189}
+        )
+        h.pipeline.observe([finding], h.now)
+        assert await h.deliver() == (0, 1)
+        h.clock[0] += 30
+        assert await h.deliver() == (0, 1)
+        h.clock[0] += 270  # back, five minutes after the page was made
+        assert await h.deliver() == (1, 0)
+        (page,) = tg.bot_messages(CHAT)
+        lines = body(page).splitlines()
+        assert lines[1].startswith("OPEN since 12:00 UTC (5 min)")  # the state line is as of now
+        assert "Stalled for 25m 0s — as of 12:00 UTC" in lines  # the finding's numbers are dated
+        # Delivered at once, a page has nothing to date.
+        h.pipeline.observe([dataclasses.replace(finding, job_id="124")], h.now)
+        assert await h.deliver() == (1, 0)
+        assert "as of" not in body(tg.bot_messages(CHAT)[1])
+    finally:
+        await h.transport.stop()
+        h.pipeline.close()

@@ -199,7 +199,7 @@ class ChatDelivery(Generic[SettingsT]):
 
     def _plain_message(self, n: Notification) -> ChatMessage:
         if n.event in ("remind", "resolve", "update"):
-            return reply_message(n, silent=self._silent(n))
+            return reply_message(n, silent=self._silent(n), now=self._now(), tz=self.settings.tz)
         return report_message(n, silent=self._silent(n))
 
     def _incident_view(self, n: Notification, open_body: str, *, silent: bool = False) -> ChatMessage:
