@@ -320,7 +320,7 @@ async def test_retries_never_duplicate_and_rate_limits_wait_for_retry_after(h: H
     h.clock[0] += 1
     assert await h.deliver() == (1, 0)
     assert [m.visible.splitlines()[0] for m in h.em.bot_messages(CHAN)][1] == "source down"
-    assert "<!here>" in h.em.bot_messages(CHAN)[1].text  # a warning notice rings
+    assert "<!here>" not in h.em.bot_messages(CHAN)[1].text  # a notice never rings: pages do
 
 
 async def test_content_errors_drop_one_message_and_channel_errors_wait(h: Harness) -> None:

@@ -270,6 +270,8 @@ async def test_mentions_and_short_commands_status_jobs_job_mute_unmute_help_plot
             await until(
                 lambda: "not available" in slack.messages[(CHAN, placeholder.ts)].visible, "the answer"
             )
+        answers = [m for m in slack.bot_messages(CHAN) if m.ts != page.ts]
+        assert answers and not any("<!here>" in m.text or m.reply_broadcast for m in answers)  # rule CHAT-3
     finally:
         await d.stop()
 

@@ -118,6 +118,7 @@ async def test_strangers_are_refused_commands_and_forged_buttons(
         cmd = await tg.send_command(CHAT, MALLORY, "/ack 7003", name="mallory")
         refusal = await until(lambda: [m for m in tg.bot_messages(CHAT) if m.reply_to == cmd], "a refusal")
         assert "Not allowed" in body(refusal[0]) and "allowed users" in body(refusal[0])
+        assert refusal[0].silent  # a refusal never rings (rule CHAT-3)
         ack = next(data for row in page.buttons for label, data in row if label == "✔ Ack")
         q1 = await tg.press(CHAT, page.message_id, MALLORY, ack, name="mallory")
         a1 = await until(lambda: tg.answer_for(q1), "answer to the stranger's press")
@@ -239,5 +240,7 @@ async def test_short_commands_status_jobs_job_mute_unmute_help(short_tmp: Path, 
             await until(
                 lambda: "not available" in body(tg.messages[(CHAT, placeholder.message_id)]), "the answer"
             )
+        sent = [m for m in tg.bot_messages(CHAT) if m.message_id != page.message_id]
+        assert sent and all(m.silent for m in sent)  # every answer arrives silently (rule CHAT-3)
     finally:
         await d.stop()

@@ -25,6 +25,7 @@ in the outbox. The token is never logged: error texts are scrubbed and httpx's r
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 from collections.abc import Awaitable, Callable, Sequence
@@ -479,6 +480,9 @@ class TelegramConversation:
         return self._sender
 
     async def send(self, msg: ChatMessage) -> object:
+        """Post an answer: silent, always (rule CHAT-3: the person who asked is looking at the
+        chat; only pages and reminders ring)."""
+        msg = dataclasses.replace(msg, silent=True)
         last: Message | None = None
         for _kind, call in self.transport._outgoing(int(self._sender.chat_id), msg, self.reply_to):
             last = await call()
@@ -499,7 +503,10 @@ class TelegramConversation:
         rest = ChatMessage(msg.title, "", document=msg.document, picture=msg.picture)
         for text in parts[1:MAX_PARTS]:
             await self.transport.bot.send_message(
-                chat_id=int(self._sender.chat_id), text=text, parse_mode=ParseMode.HTML
+                chat_id=int(self._sender.chat_id),
+                text=text,
+                parse_mode=ParseMode.HTML,
+                disable_notification=True,
             )
         if msg.document is not None or msg.picture is not None:
             await self.send(rest)
