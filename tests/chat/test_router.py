@@ -167,13 +167,20 @@ async def test_refusals_are_logged_and_bad_arguments_never_reach_the_backend() -
     with capture_logs() as logs:
         stranger = Conv("-1", "99", "mallory")
         await r.on_command("/ack 123", stranger)
+        foreign = Conv("-9", "10")
+        await r.on_command("/status", foreign)  # right user, a chat off the list
         press = Conv("-9", "10")
-        await r.on_press("ack:1", press)  # right user, foreign chat
-    assert "allowed users" in stranger.sent[0].body and press.toasts[0][1] is True
-    assert [(e["event"], e["user"]) for e in logs if e["event"] == "chat_refused"] == [
+        await r.on_press("ack:1", press)
+    # A stranger in an allowed chat is told why not; a chat off the list hears nothing at all
+    # (a press's spinner is stopped without a word).
+    assert "allowed users" in stranger.sent[0].body
+    assert foreign.sent == [] and press.toasts == [("", False)] and press.sent == []
+    assert [(e["event"], e["user"]) for e in logs if e["event"] in ("chat_refused", "chat_ignored")] == [
         ("chat_refused", "99"),
-        ("chat_refused", "10"),
+        ("chat_ignored", "10"),
+        ("chat_ignored", "10"),
     ]
+    assert b.acks == []
     c = Conv()
     await r.on_command("/triage ../../etc/passwd", c)
     await r.on_command("/diagnose 123 rm", c)

@@ -886,7 +886,8 @@ class SlackPress(SlackConversation):
         )
 
     async def toast(self, text: str, *, alert: bool = False) -> None:
-        await self.ephemeral(ChatMessage(text), compact=True)
+        if text:  # nothing to say (a press from a channel off the list): Slack needs no answer
+            await self.ephemeral(ChatMessage(text), compact=True)
 
     async def set_buttons(self, rows: tuple[tuple[Button, ...], ...]) -> None:
         if self.message_ts is None or not self.message:

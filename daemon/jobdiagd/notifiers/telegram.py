@@ -525,7 +525,7 @@ class TelegramPress(TelegramConversation):
         if self._answered:
             return  # a callback query is answered once; later words go to the chat
         self._answered = True
-        await self.query.answer(text[:200], show_alert=alert)
+        await self.query.answer(text[:200] or None, show_alert=alert and bool(text))
 
     async def set_buttons(self, rows: tuple[tuple[Button, ...], ...]) -> None:
         try:
