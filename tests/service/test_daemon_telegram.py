@@ -221,7 +221,8 @@ async def test_short_commands_status_jobs_job_mute_unmute_help(short_tmp: Path, 
 
         assert "no 9999-* directory or log" in await long_answer("/triage 9999")
         assert "no 424242-* directory or log" in await long_answer("/triage 424242")
-        assert "/diagnose ID [PLAYBOOK]" in await ask("/help")
+        help_text = await ask("/help")
+        assert "/diagnose ID [PLAYBOOK]" in help_text and "scancel" not in help_text  # not enabled here
         assert "unknown command" in await ask("/rm -rf")
         mid = await tg.send_command(CHAT, ALICE, "/plot 7006")
         placeholder = (await until(lambda: [m for m in tg.bot_messages(CHAT) if m.reply_to == mid], "/plot"))[

@@ -195,7 +195,7 @@ class ChatRouter:
         b = self.backend
         who = sender.label
         if p.name in ("help", "start"):
-            return ChatMessage("jobdiagd", C.help_text(self.task_timeout_s))
+            return ChatMessage("jobdiagd", C.help_text(self.task_timeout_s, scancel=self.scancel_enabled))
         if p.name == "status":
             return b.status(now)
         if p.name == "jobs":
@@ -375,7 +375,12 @@ class ChatRouter:
         try:
             outcome = await self.backend.scancel(inc.job_id, sender.label)
         except TaskError as exc:
-            outcome = f"scancel failed: {exc}"
+            failed = f"scancel {inc.job_id} failed: {exc}"
+            log.warning("scancel_failed", job_id=inc.job_id, error=str(exc))
+            await conv.set_buttons(restore)
+            await conv.toast(failed, alert=True)
+            await conv.send(ChatMessage(f"⚠ {failed}", f"asked by {sender.label}; the job was not cancelled"))
+            return
         log.warning("scancel_done", job_id=inc.job_id, outcome=outcome)
         await conv.set_buttons(restore)
         await conv.toast(outcome, alert=True)
