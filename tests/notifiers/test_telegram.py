@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 from telegram.warnings import PTBDeprecationWarning
 
 from jobdiagd.alerts.messages import MessageStore
@@ -362,3 +363,67 @@ async def test_a_page_delivered_late_dates_its_numbers(tg: TelegramEmulator, tmp
     finally:
         await h.transport.stop()
         h.pipeline.close()
+
+
+async def test_a_base_url_ending_in_bot_reaches_the_same_server(tg: TelegramEmulator, tmp_path: Path) -> None:
+    h = await make(tg, tmp_path, api_base_url=tg.base_url + "/bot/")
+    try:
+        h.pipeline.observe([h.hang()], h.now)
+        assert await h.deliver() == (1, 0)
+        assert [c.method for c in tg.calls][:1] == ["getMe"] and len(tg.bot_messages(CHAT)) == 1
+        assert [r.ok for r in await h.transport.check("hi")] == [True, True, True]
+    finally:
+        await h.transport.stop()
+        h.pipeline.close()
+
+
+async def test_notify_test_tells_a_wrong_server_from_a_bad_token_without_a_traceback(
+    tg: TelegramEmulator, tmp_path: Path
+) -> None:
+    async def nginx(request: web.Request) -> web.Response:  # a web server, not a Bot API server
+        return web.Response(status=404, text="<html><body><h1>404 Not Found</h1></body></html>")
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", nginx)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    other = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+    token = tmp_path / "tok"
+    cfg = tmp_path / "cfg.toml"
+
+    async def notify_test(api: str, secret: str) -> tuple[int, str, str]:
+        token.write_text(secret + "\n")
+        cfg.write_text(
+            f'[daemon]\nstate_dir = "{tmp_path}/st"\n[notifiers.console]\nenabled = false\n'
+            f'[notifiers.telegram]\nenabled = true\ntoken_file = "{token}"\nchat_ids = [{CHAT}]\n'
+            f'api_base_url = "{api}"\n'
+        )
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "jobdiagd.cli",
+            "notify-test",
+            "--config",
+            str(cfg),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await proc.communicate()
+        return proc.returncode or 0, out.decode(), err.decode()
+
+    try:
+        rc, out, err = await notify_test(other, tg.token)
+        assert rc == 1 and f"FAIL  this is not a Bot API server (HTTP 404 at {other})" in out, out
+        assert err == ""  # PTB's "Can not load invalid JSON data" traceback stays off stderr ...
+        (line,) = [ln for ln in out.splitlines() if "telegram_ptb_error" in ln]  # ... one line instead
+        assert "Traceback" not in out and tg.token not in out
+        rc, out, err = await notify_test(tg.base_url + "/wrong/path", tg.token)
+        assert rc == 1 and "this is not a Bot API server (HTTP 404 at" in out and err == ""
+        rc, out, err = await notify_test(tg.base_url + "/bot", "123456:not-the-token-of-this-bot-at-all")
+        assert rc == 1 and "FAIL  bad token: the server rejected it (HTTP 401)" in out and err == ""
+        rc, out, err = await notify_test(tg.base_url + "/bot", tg.token)
+        assert rc == 0 and "notify-test: 2 ok, 0 failed" in out and err == "", out
+    finally:
+        await runner.cleanup()
