@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from jobdiagd.service import plots_bridge
+from jobdiagd.service.status_cli import PHONE_COLUMNS
 from tests.helpers.chat import (
     ALICE,
     CHAT,
@@ -200,6 +201,7 @@ async def test_short_commands_status_jobs_job_mute_unmute_help(short_tmp: Path, 
 
         status = await ask("/status")
         assert "jobs watched: 1" in status and "7006" in status
+        assert max(len(line) for line in status.splitlines()[1:]) <= PHONE_COLUMNS  # fits a phone
         assert "`7006`" not in (jobs := await ask("/jobs")) and "7006 LIVE" in jobs and "⚠ hang" in jobs
         job = await ask("/job 7006")
         assert "incident 7006:hang:1 (critical)" in job and "log:" in job
