@@ -13,20 +13,24 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
+from structlog.testing import capture_logs
 from telegram.warnings import PTBDeprecationWarning
 
 from jobdiagd.alerts.messages import MessageStore
 from jobdiagd.alerts.pipeline import AlertPipeline
+from jobdiagd.chat.model import ChatMessage
+from jobdiagd.chat.router import ChatRouter, TaskResult
 from jobdiagd.chat.routes import Route, parse_quiet_hours
 from jobdiagd.config import IncidentsConfig
 from jobdiagd.model.alerts import Finding
 from jobdiagd.notifiers.base import NotifierError
 from jobdiagd.notifiers.dispatcher import Dispatcher, RetryPolicy
 from jobdiagd.notifiers.telegram import TelegramSettings, TelegramTransport
-from tests.helpers.chat import CHAT, OTHER_CHAT, until
+from tests.helpers.chat import ALICE, CHAT, MALLORY, OTHER_CHAT, until
 from tests.helpers.emulators.telegram import StoredMessage, TelegramEmulator
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC).timestamp()  # noon UTC
+FOREIGN_CHAT = -1009
 
 
 @dataclass
@@ -427,3 +431,56 @@ async def test_notify_test_tells_a_wrong_server_from_a_bad_token_without_a_trace
         assert rc == 0 and "notify-test: 2 ok, 0 failed" in out and err == "", out
     finally:
         await runner.cleanup()
+
+
+class LongReports:
+    """The daemon's side of the router, answering /triage with a report too long for a message."""
+
+    outputs_roots: tuple[Path, ...] = ()
+    playbooks: tuple[str, ...] = ()
+    report = (
+        "## Job triage\n\n**Status:** hanging\n\n### Evidence\n| step | s |\n|---|---|\n"
+        + "| 1 | 2.0 |\n" * 600
+    )
+
+    def status(self, now: float) -> ChatMessage:
+        return ChatMessage("jobdiagd status", "OK", preformatted=True)
+
+    async def run_task(self, name: str, args: tuple[str, ...]) -> TaskResult:
+        return TaskResult(f"📋 triage: {args[0]}", self.report)
+
+
+async def test_answers_are_silent_and_a_long_triage_is_two_messages(
+    tg: TelegramEmulator, tmp_path: Path
+) -> None:
+    h = await make(tg, tmp_path, commands=True, poll_timeout_s=1.0, allowed_users=(ALICE,))
+    h.transport.router = ChatRouter(LongReports(), h.transport.auth, transport="telegram")  # type: ignore[arg-type]
+    try:
+        await until(lambda: tg.calls_of("getUpdates"), "polling")
+
+        def answers(cmd: int) -> list[StoredMessage]:
+            return [m for m in tg.bot_messages() if m.reply_to == cmd]
+
+        cmd = await tg.send_command(CHAT, ALICE, "/triage 7001")
+        summary, doc = await until(lambda: len(answers(cmd)) == 2 and answers(cmd), "summary and document")
+        await until(
+            lambda: "Full report attached" in body(tg.messages[(CHAT, summary.message_id)]), "the summary"
+        )
+        assert "Status: hanging" in body(tg.messages[(CHAT, summary.message_id)])
+        assert doc.document is not None and doc.document[1].decode() == LongReports.report
+        assert doc.caption == "📋 triage: 7001" and doc.text is None  # the document alone, titled
+        assert len(answers(cmd)) == 2  # not a third message for the document's title
+        for text, who in (("/status", ALICE), ("/help", ALICE), ("/ack 1", MALLORY)):
+            mid = await tg.send_command(CHAT, who, text)
+            await until(lambda mid=mid: answers(mid), f"the answer to {text}")  # type: ignore[misc]
+        refusal = answers(mid)[0]
+        assert "Not allowed" in body(refusal)  # a stranger in an allowed chat is told why not
+        assert all(m.silent for m in tg.bot_messages())  # answers and refusals never ring
+        tg.add_chat(FOREIGN_CHAT, title="random")  # the bot is in it, but it is not on the list
+        with capture_logs() as logs:
+            await tg.send_command(FOREIGN_CHAT, ALICE, "/status")
+            await until(lambda: [e for e in logs if e["event"] == "chat_ignored"], "the command ignored")
+        assert tg.bot_messages(FOREIGN_CHAT) == []  # not a word: the bot does not reveal itself there
+    finally:
+        await h.transport.stop()
+        h.pipeline.close()

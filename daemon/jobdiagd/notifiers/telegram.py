@@ -357,7 +357,8 @@ class TelegramTransport(ChatDelivery[TelegramSettings]):
     def _outgoing(
         self, chat: int, msg: ChatMessage, reply_to: int | None
     ) -> list[tuple[str, Callable[[], Awaitable[Message]]]]:
-        """The API calls that post `msg`: text parts, then a picture or document if any."""
+        """The API calls that post `msg`: text parts, then a picture or document if any (a
+        document with nothing else to say is one message, its title the caption)."""
         reply = ReplyParameters(reply_to, allow_sending_without_reply=True) if reply_to is not None else None
         bot = self.bot
         out: list[tuple[str, Callable[[], Awaitable[Message]]]] = []
@@ -377,7 +378,8 @@ class TelegramTransport(ChatDelivery[TelegramSettings]):
                 )
             )
             return out
-        parts = render_parts(msg, MESSAGE_LIMIT)
+        alone = msg.document is not None and not (msg.body or msg.more or msg.status or msg.footer)
+        parts = [] if alone else render_parts(msg, MESSAGE_LIMIT)
         if len(parts) > MAX_PARTS:
             parts = [*parts[: MAX_PARTS - 1], parts[MAX_PARTS - 1] + "\n<i>… cut: too long for chat</i>"]
         for text in parts:
