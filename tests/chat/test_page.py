@@ -121,3 +121,24 @@ def test_status_and_primary_failure_share_a_line_when_they_say_something() -> No
     assert p.lead == "oom-host: Out of memory\nLast step 7" and p.name == "my-job"
     assert p.more == "- **status**: failed · **primary failure**: oom-host\n- **log**: /o/55-my-job/log"
     assert page(body, job_id="56", kind="failure").name is None  # a log of another job names nothing
+
+
+def test_a_ray_jobs_page_says_what_the_gpus_say_in_its_lead() -> None:
+    body = (
+        "GPU-confirmed hang (busy-wait): no training step for 4m 0s since step 90 was read; expected ≈ "
+        "step 98 by now. every GPU busy-waits. Suspect host: none singled out\n\n- **detector**: hang\n"
+        "- **step**: 90\n- **triage**: Training stopped advancing at step 90.\n- **last step**: 90\n"
+        "- **expected step**: 98\n- **stalled for**: 4m 0s\n- **paged early**: yes\n"
+        "- **suspect host**: none singled out\n- **GPU verdict**: every GPU busy-waits: RCCL/NCCL busy-wait hang\n"
+        "- **next step 1**: Kill the job: scancel 7."
+    )
+    p = page(body, job_id="7", kind="hang")
+    assert p.lead.splitlines() == [
+        "Training stopped advancing at step 90.",
+        "**Stalled for 4m 0s**",
+        "Last step 90 vs expected ≈ 98",
+        "GPUs: every GPU busy-waits: RCCL/NCCL busy-wait hang",
+        "Suspect host: none singled out",
+        "**Next:** Kill the job: scancel 7.",
+    ]
+    assert p.more == "- **paged early**: yes"  # the summary said what the lead says

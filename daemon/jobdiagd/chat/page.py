@@ -6,8 +6,8 @@ all most people read, and Telegram cuts a photo's caption at 1024 characters, so
 laid out as:
 
 - the lead: what happened in one line (the `triage` fact, else the summary), how long it is
-  stalled (with the budget and phase), the last step against the expected one, the suspect
-  host when the GPUs named one, and the first next step;
+  stalled (with the budget and phase), the last step against the expected one, what the GPUs
+  say (a RAY=1 job's verdict) and the suspect host they named, and the first next step;
 - then the other facts and the evidence, which a cut may drop (Full triage and the thread
   carry them).
 
@@ -44,6 +44,7 @@ BUDGET = "budget"
 PHASE = "phase"
 LAST_STEP = "last step"
 EXPECTED = "expected step"
+GPUS = "GPU verdict"
 SUSPECT = "suspect host"
 NEXT = "next step 1"
 NAME_FACTS = ("job name", "name")
@@ -101,7 +102,7 @@ def _step_line(facts: dict[str, str]) -> str | None:
 
 def _lead(body: FindingBody, facts: dict[str, str], as_of: str | None) -> tuple[list[str], set[str]]:
     """The lead's lines and the labels it used."""
-    used = {WHAT, STALLED, BUDGET, PHASE, LAST_STEP, EXPECTED, SUSPECT, NEXT}
+    used = {WHAT, STALLED, BUDGET, PHASE, LAST_STEP, EXPECTED, GPUS, SUSPECT, NEXT}
     what = _value(facts, WHAT) or body.summary
     lines = [what]
     numbers = [line for line in (_stall_line(facts), _step_line(facts)) if line]
@@ -111,6 +112,9 @@ def _lead(body: FindingBody, facts: dict[str, str], as_of: str | None) -> tuple[
         else:
             lines[0] += f" (as of {as_of})"
     lines += numbers
+    gpus = _value(facts, GPUS)
+    if gpus is not None:
+        lines.append(f"GPUs: {gpus}")
     suspect = _value(facts, SUSPECT)
     if suspect is not None:
         lines.append(f"Suspect host: {suspect}")
