@@ -66,7 +66,7 @@ async def test_hang_pages_the_channel_with_its_plot_and_a_button_press_acks_it(
         assert page.text.startswith("<!here>")  # critical: rings
         # The lead first: what happened, the stall, the steps, the next step (rule CHAT-1).
         lead = page.blocks[2]["text"]["text"]
-        assert "Training stopped advancing" in lead and "Stalled for" in lead and "Next:" in lead
+        assert "Training stopped advancing" in lead and "Last step 7 vs expected" in lead and "Next:" in lead
         assert page.labels[:3] == ["✔ Ack", "🔕 Mute 1 h", "🔕 Mute 24 h"] and "📋 Full triage" in page.labels
         assert "🩺 Diagnose" not in page.labels  # not a RAY=1 job
         if plots_bridge.available():

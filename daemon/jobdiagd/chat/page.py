@@ -6,7 +6,7 @@ all most people read, and Telegram cuts a photo's caption at 1024 characters, so
 laid out as:
 
 - the lead: what happened in one line (the `triage` fact, else the summary), how long it is
-  stalled (with the budget and phase), the last step against the expected one, what the GPUs
+  stalled (with the budget and phase; unless the first line says it), the last step against the expected one, what the GPUs
   say (a RAY=1 job's verdict) and the suspect host they named, and the first next step;
 - then the other facts and the evidence, which a cut may drop (Full triage and the thread
   carry them).
@@ -105,7 +105,10 @@ def _lead(body: FindingBody, facts: dict[str, str], as_of: str | None) -> tuple[
     used = {WHAT, STALLED, BUDGET, PHASE, LAST_STEP, EXPECTED, GPUS, SUSPECT, NEXT}
     what = _value(facts, WHAT) or body.summary
     lines = [what]
-    numbers = [line for line in (_stall_line(facts), _step_line(facts)) if line]
+    stalled = _value(facts, STALLED)
+    # A stall the what-happened line already states (triage's hang sentence does) is not repeated.
+    stall = _stall_line(facts) if stalled is None or stalled not in what else None
+    numbers = [line for line in (stall, _step_line(facts)) if line]
     if as_of is not None:
         if numbers:
             numbers[0] += f" — as of {as_of}"
