@@ -232,6 +232,28 @@ def _http_url_problem(url: str, *, links: bool = False) -> str | None:
     return None
 
 
+def bot_api_root(url: str) -> str:
+    """A Bot API server's base URL as the Telegram transport uses it: without a final "/" or
+    "/bot" (both are common ways to write it; the transport appends "/bot<token>/<method>")."""
+    root = url.strip().rstrip("/")
+    if root.endswith("/bot"):
+        root = root[: -len("/bot")].rstrip("/")
+    return root
+
+
+def _bot_api_url(value: Any) -> str | None:
+    """[notifiers.telegram] api_base_url: "https://host", "https://host/" and "https://host/bot"
+    all name the server at https://host; a token in the URL, white space or a query is refused."""
+    if re.search(r"\s", value):
+        return "must be a URL without white space, e.g. 'https://api.telegram.org'"
+    problem = _http_url_problem(value)
+    if problem:
+        return f"{problem}; give the Bot API server's base URL, e.g. 'https://api.telegram.org'"
+    if re.search(r"/bot[^/]*:", urllib.parse.urlsplit(value).path):
+        return f"must not contain the bot token: give the server's base URL, not a method URL ({_NOT_SHOWN})"
+    return None
+
+
 def _http_urls(value: Any) -> str | None:
     for i, url in enumerate(value):
         problem = _http_url_problem(url)
@@ -460,7 +482,8 @@ class TelegramNotifierConfig:
     default_chat: int | None = None
     routes: tuple[TelegramRouteConfig, ...] = ()
     # Bot API server: a site's own `telegram-bot-api`, or a test emulator.
-    api_base_url: str = field(default="https://api.telegram.org", metadata=_v(_http_url))
+    # "https://host", "https://host/" and "https://host/bot" mean the same (config.bot_api_root).
+    api_base_url: str = field(default="https://api.telegram.org", metadata=_v(_bot_api_url))
     # Long polling for commands and buttons; false: send-only.
     commands: bool = True
     poll_timeout_seconds: float = field(

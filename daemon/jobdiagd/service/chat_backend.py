@@ -40,7 +40,7 @@ from jobdiagd.model.alerts import Incident
 from jobdiagd.model.kinds import StallBasis
 from jobdiagd.service.engine import Engine, Watched
 from jobdiagd.service.plots_bridge import PlotBridge, chart_payload
-from jobdiagd.service.status_cli import format_status
+from jobdiagd.service.status_cli import PHONE_COLUMNS, format_status
 from jobdiagd.triage.cli import policy_argv, stall_argv
 from jobdiagd.tsdb.playbooks.registry import PLAYBOOKS
 
@@ -117,7 +117,7 @@ class DaemonChatBackend:
         return sorted(PLAYBOOKS)
 
     def status(self, now: float) -> ChatMessage:
-        text = format_status(self._snapshot(), now)
+        text = format_status(self._snapshot(), now, width=PHONE_COLUMNS)
         return ChatMessage("jobdiagd status", text, preformatted=True)
 
     def _job_line(self, j: Mapping[str, Any], now: float) -> str:

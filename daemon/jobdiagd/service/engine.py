@@ -56,7 +56,7 @@ from jobdiagd.model.triage import StallKnowledge
 from jobdiagd.rules.hostlist import expand_hostlist
 from jobdiagd.rules.slurm import FINISHED_STATES, end_state
 from jobdiagd.service.catchup import Pending, catch_up_order
-from jobdiagd.service.discovery import Discovered, Discovery, NewJob, SlurmDiscovery
+from jobdiagd.service.discovery import Discovered, Discovery, NewJob, OutputsDiscovery, SlurmDiscovery
 from jobdiagd.service.early_page import EarlyConfirmer
 from jobdiagd.service.health import Health
 from jobdiagd.service.jobs import JobView
@@ -117,6 +117,7 @@ class Watched:
     access: LogAccess = ANYWHERE  # which files of this job may be read (`job_access`)
     caught_up: bool = False  # its files were read (or tried) once: ticks read it from now on
     ended_at_first_read: bool = False  # its JOB SUMMARY was already there when first read
+    gone: bool = False  # without Slurm: its job dir disappeared; the tick drops it (`_drop_gone`)
 
     def tails(self) -> list[FileTail]:
         return ([self.main] if self.main is not None else []) + list(self.workers.values())
@@ -125,6 +126,11 @@ class Watched:
 def _followed(ref: JobRef) -> JobRef:
     """The ref with its `log` link resolved (triage wants the file, e.g. for the report title)."""
     return replace(ref, log=Path(os.path.realpath(ref.log))) if ref.log is not None else ref
+
+
+def _dir_gone(job_dir: Path | None) -> bool:
+    """The job's directory no longer exists (not even as a dangling link)."""
+    return job_dir is not None and not os.path.lexists(job_dir)
 
 
 def _summary_state(view: JobView) -> str:
@@ -363,6 +369,7 @@ class Engine:
             await self._discover(now)
         keys = self._tick_keys(only)
         await self._read_jobs(keys, full, now)
+        self._drop_gone(keys, now)
         ending = [k for k in keys if self.jobs[k].view.ended]
         self._drop_finished_before_watched(keys, ending, now)
         for key in ending:
@@ -421,6 +428,28 @@ class Engine:
         if stale:
             self._update_watch_dirs()
 
+    def _drop_gone(self, keys: list[str], now: float) -> None:
+        """Without Slurm the job dir is the job: once it is gone, the job leaves the watch, its
+        incidents are resolved, and a "monitoring blind" notice gets its follow-up (rule CHAT-6)."""
+        gone = [k for k, w in self.jobs.items() if w.gone]
+        for key in gone:
+            if key in keys:
+                keys.remove(key)
+            w = self._unwatch(key)
+            where = w.view.ref.job_dir
+            self._log.warning("job_dir_gone", job_id=key, path=str(where))
+            self._blind_follow_up(key, w, f"its directory `{where}` is gone", now)
+            try:
+                self.metrics.record_notifications(self.pipeline.job_ended(key, "job directory gone", now))
+            except Exception as exc:
+                self._log.error("incident_update_failed", error=f"{type(exc).__name__}: {exc}")
+            if self.offsets is not None:
+                self._forget([key], now)
+            if isinstance(self.discovery, OutputsDiscovery) and where is not None:
+                self.discovery.forget(where.name)  # a dir made again under that name is a job again
+        if gone:
+            self._update_watch_dirs()
+
     def _unwatch(self, key: str) -> Watched:
         """The job leaves the watch; the detectors forget it, and so do their per-job failure
         triggers (a check failing on this job is no longer news)."""
@@ -465,6 +494,7 @@ class Engine:
             for key in ending:
                 w = self._unwatch(key)
                 state = w.view.end_state or "UNKNOWN"
+                self._blind_follow_up(key, w, f"the job ended ({state})", now)
                 notes += self.pipeline.job_ended(key, state, now)
                 self._log.info("job_ended", job_id=key, state=state)
             for r in reports:
@@ -676,6 +706,9 @@ class Engine:
                 _, replaced = ft.poll()
         except OSError as exc:
             ft.error = f"{type(exc).__name__}: {exc.strerror or exc}"
+            if not w.slurm_mode and _dir_gone(view.ref.job_dir):
+                w.gone = True  # not blind: there is nothing left to watch (`_drop_gone`)
+                return
             # Unreadable is blind whether or not it was ever read; only a file that does not
             # exist yet (a job whose log Slurm has not created) is merely waiting.
             if ft.blind_since is None and (ft.ever_read or not isinstance(exc, FileNotFoundError)):
@@ -721,6 +754,27 @@ class Engine:
                 "paused until it is readable again; the daemon will say when it is.",
                 now,
                 severity="warning",
+            )
+            self.metrics.record_notifications(notes)
+        except Exception as exc:
+            self._log.error("notice_failed", error=f"{type(exc).__name__}: {exc}")
+
+    def _blind_follow_up(self, key: str, w: Watched, why: str, now: float) -> None:
+        """Close a "monitoring blind" notice of a job that leaves the watch still blind (its dir
+        gone, or its end confirmed): people were told "the daemon will say when it is"."""
+        blind = [ft for ft in w.tails() if ft.blind_since is not None]
+        if not blind:
+            return
+        ft = blind[0]
+        since = ft.blind_since if ft.blind_since is not None else now
+        self._log.info("monitoring_ended", job_id=key, path=ft.key, reason=why)
+        try:
+            notes = self.pipeline.notice(
+                f"blind-end:{key}:{ft.key}:{int(since)}",
+                f"monitoring ended: job {key}",
+                f"{why[:1].upper()}{why[1:]}: the job is no longer watched, and `{ft.key}` was "
+                f"never readable again (blind for {rounded_duration(now - since)}).",
+                now,
             )
             self.metrics.record_notifications(notes)
         except Exception as exc:
