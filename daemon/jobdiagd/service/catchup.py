@@ -2,7 +2,7 @@
 
 When the daemon starts (or many jobs appear at once) every log already written must be read
 once before its job can be judged. The first tick reads what fits a byte budget and the rest
-is read in the background (`service.engine`), in this order:
+is read in the background (`service.reading`), in this order:
 
 1. Jobs whose log cannot even be stat'ed: reading them costs nothing and is what tells
    people the job is unmonitored ("monitoring blind") or that its log is not there yet.
