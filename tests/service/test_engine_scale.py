@@ -132,7 +132,7 @@ def make_engine(tmp_path: Path, outputs: Path) -> tuple[Engine, AlertPipeline]:
     cfg = make_cfg(tmp_path / "state")
     pipeline = AlertPipeline.open(tmp_path / "state", cfg.incidents, ["jsonl"])
     engine = Engine(cfg, pipeline, build(cfg), OutputsDiscovery([outputs]))
-    engine.room.catch_up_inline_bytes = 0  # the first tick reads one job; the rest is the backlog
+    engine.room.backlog.inline_bytes = 0  # the first tick reads one job; the rest is the backlog
     return engine, pipeline
 
 
@@ -159,9 +159,9 @@ async def test_catch_up_reads_the_quietest_job_first_and_loses_no_page(tmp_path:
         # ... the others are not judged before they are read ...
         assert engine.jobs["9101"].view.main is None and engine.jobs["9103"].view.main is None
         # ... and are read next, quietest first, each stamped when its read began.
-        assert await engine.room.catch_up_next(T0 + 1) == "9103"
-        assert await engine.room.catch_up_next(T0 + 2) == "9101"
-        assert await engine.room.catch_up_next(T0 + 3) is None
+        assert await engine.room.backlog.read_next(T0 + 1) == "9103"
+        assert await engine.room.backlog.read_next(T0 + 2) == "9101"
+        assert await engine.room.backlog.read_next(T0 + 3) is None
         assert engine.room.catching_up == 0
         assert {k: w.view.last_step_at for k, w in engine.jobs.items()} == {
             "9101": T0 + 2,
@@ -192,7 +192,7 @@ async def test_a_job_over_before_its_background_read_gets_no_end_report(tmp_path
     try:
         await engine.tick(T0)
         assert engine.room.catching_up == 1 and not engine.jobs["9202"].view.ended
-        assert await engine.room.catch_up_next(T0 + 1) == "9202"
+        assert await engine.room.backlog.read_next(T0 + 1) == "9202"
         await engine.tick(T0 + 15)
         # Finished before the daemon watched it (its JOB SUMMARY was there at the first read):
         # dropped without a job-end report, as when it is read in the first tick.
@@ -244,7 +244,7 @@ async def test_a_job_slurm_ends_before_its_catch_up_is_read_in_that_tick_and_rep
     cfg = make_cfg(state)
     pipeline = AlertPipeline.open(state, cfg.incidents, ["jsonl"])
     engine = Engine(cfg, pipeline, build(cfg), disc)
-    engine.room.catch_up_inline_bytes = 0
+    engine.room.backlog.inline_bytes = 0
     try:
         await engine.tick(T0)
         assert engine.room.catching_up == 2 and engine.jobs["9302"].view.main is None
@@ -271,13 +271,13 @@ async def test_the_background_catch_up_reads_only_between_ticks(tmp_path: Path) 
     try:
         await engine.tick(T0)
         assert engine.room.catching_up == 2
-        engine.room.between_ticks.clear()  # as `_safe_tick` does while a tick runs
-        engine.room.start_catch_up()
+        engine.room.backlog.between_ticks.clear()  # as `_safe_tick` does while a tick runs
+        engine.room.backlog.start()
         for _ in range(20):
             await asyncio.sleep(0.01)
         assert engine.room.catching_up == 2  # held while the tick runs ...
-        engine.room.between_ticks.set()
-        task = engine.room._catch_up_task
+        engine.room.backlog.between_ticks.set()
+        task = engine.room.backlog._task
         assert task is not None
         await asyncio.wait_for(task, 30)  # ... and done once it is over
         assert engine.room.catching_up == 0

@@ -1,7 +1,7 @@
 """The reading room: the daemon's watched files, read when the tick asks (`ReadingRoom.read`).
 
 It keeps every watched job's `Watched` (its `JobView` and its file tails), the file watcher's
-directories, the catch-up backlog, and the saved offsets; the engine asks it to read a tick's
+directories, the catch-up backlog (`service.catchup.Backlog`), and the saved offsets; the engine asks it to read a tick's
 jobs and judges what was read. It never judges: it only reads and says what it could not.
 
 Decided here (moved from the engine, rules unchanged):
@@ -18,8 +18,8 @@ Decided here (moved from the engine, rules unchanged):
   too (the authoritative step record), at most `MAX_WORKER_FILES`, looked for every
   `WORKER_RESCAN_S`.
 - Catching up: a job's first read takes in everything its log already holds. A full tick does
-  that for at most `CATCH_UP_INLINE_BYTES` worth of jobs (at least one, and always for a job whose
-  end is due), in `service.catchup` order — quiet longest first, the job closest to a hang or a
+  that for at most `catchup.CATCH_UP_INLINE_BYTES` worth of jobs (at least one, and always for a
+  job whose end is due), in `service.catchup` order — quiet longest first, the job closest to a hang or a
   crash page; the rest is read in the background between ticks, so a daemon (re)starting on 1000
   jobs has a short first tick. A job is judged only once read (by the tick that read it, or the
   first tick after its background read); its step arrival times are when that read began (the
@@ -36,12 +36,10 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from jobdiagd import clock
 from jobdiagd.alerts import notices
 from jobdiagd.alerts.notices import Notice
 from jobdiagd.edge_trigger import EdgeTrigger
@@ -51,7 +49,7 @@ from jobdiagd.logsetup import get_logger
 from jobdiagd.model.jobref import JobRef
 from jobdiagd.rules.hostlist import expand_hostlist
 from jobdiagd.rules.slurm import end_state
-from jobdiagd.service.catchup import Pending, catch_up_order
+from jobdiagd.service.catchup import Backlog, Pending
 from jobdiagd.service.discovery import Discovery, NewJob
 from jobdiagd.service.jobs import JobView
 from jobdiagd.sources.slurm import SlurmJob
@@ -63,11 +61,6 @@ from jobdiagd.triage.resolve import job_access
 PERSIST_EVERY_S = 60.0
 WORKER_RESCAN_S = 30.0
 MAX_WORKER_FILES = 16
-# A full tick catches up with at most this much (and at least one job), in `catch_up_order`; the
-# rest is read in the background between ticks. A first read's fixed cost (open, header parsed in
-# full, the thread hop) counts as CATCH_UP_FILE_BYTES.
-CATCH_UP_INLINE_BYTES = 4 << 20
-CATCH_UP_FILE_BYTES = 16 << 10
 
 # Queue one of the daemon's notices; False when it could not be made (tried again next time).
 Tell = Callable[[Notice, float], bool]
@@ -135,16 +128,9 @@ class ReadingRoom:
         self._persisted_at = float("-inf")
         self._log = get_logger(component="engine")
         self._offsets_edge = EdgeTrigger("tail offsets", kind="state_store", logger=self._log)
-        # Jobs whose existing logs are still to be read (`service.catchup`), in reading order.
-        self._backlog: dict[str, Pending] = {}
-        self._backlog_order: deque[str] = deque()
-        self._catching: set[str] = set()  # backlog jobs being read (a tick's share, the background's)
-        self._catch_up_task: asyncio.Future[None] | None = None
-        # Set between ticks: the background catch-up starts its next read only then, so a tick
-        # shares the interpreter with at most the one read already under way.
-        self.between_ticks = asyncio.Event()
-        self.between_ticks.set()
-        self.catch_up_inline_bytes = CATCH_UP_INLINE_BYTES
+        # Jobs whose existing logs are still to be read, read a tick's share inline, the rest
+        # in the background between ticks (`service.catchup`).
+        self.backlog = Backlog(self._first_read, self._ended)
 
     # -- the watch -------------------------------------------------------------------------
 
@@ -233,7 +219,7 @@ class ReadingRoom:
         """Read the tick's jobs: a full tick's share of the catch-up backlog, then every job
         already caught up (each file once)."""
         self._enqueue_catch_up(keys)
-        fresh = await self._catch_up_inline(now) if full else set()
+        fresh = await self.backlog.read_inline(now) if full else set()
         for key in keys:
             w = self.jobs[key]
             if w.caught_up and key not in fresh:
@@ -381,107 +367,45 @@ class ReadingRoom:
 
     def _enqueue_catch_up(self, keys: list[str]) -> None:
         """Jobs never read join the backlog, ranked by `catch_up_order` (a stat each, once)."""
-        new = False
-        for key in keys:
-            w = self.jobs[key]
-            if w.caught_up or key in self._backlog:
-                continue
-            saved = w.main.saved if w.main is not None else None
-            quiet: float | None = saved.last_step_at if saved is not None else None
-            size = 0
-            if w.main is not None:
-                try:
-                    st = os.stat(w.main.link)  # ordering only: the read goes through `access`
-                except OSError:
-                    quiet = None
-                else:
-                    size = st.st_size
-                    quiet = st.st_mtime if quiet is None else quiet
-            self._backlog[key] = Pending(key, quiet, size)
-            new = True
-        if new:
-            self._backlog_order = deque(catch_up_order(self._backlog.values()))
+        self.backlog.add(self._pending(self.jobs[k]) for k in keys if not self._caught_up_or_queued(k))
 
-    def _next_pending(self) -> str | None:
-        while self._backlog_order:
-            key = self._backlog_order.popleft()
-            if key in self._backlog and key not in self._catching:
-                return key
-        return None
+    def _caught_up_or_queued(self, key: str) -> bool:
+        return self.jobs[key].caught_up or key in self.backlog
 
-    async def _catch_up(self, key: str, now: float) -> None:
+    @staticmethod
+    def _pending(w: Watched) -> Pending:
+        saved = w.main.saved if w.main is not None else None
+        quiet: float | None = saved.last_step_at if saved is not None else None
+        size = 0
+        if w.main is not None:
+            try:
+                st = os.stat(w.main.link)  # ordering only: the read goes through `access`
+            except OSError:
+                quiet = None
+            else:
+                size = st.st_size
+                quiet = st.st_mtime if quiet is None else quiet
+        return Pending(w.view.key, quiet, size)
+
+    async def _first_read(self, key: str, now: float) -> None:
         """The first read of one job (everything its files hold), stamped `now`."""
         w = self.jobs.get(key)
-        self._catching.add(key)
+        if w is None:
+            return
         try:
-            if w is not None:
-                await self._read(w, now)
-                w.ended_at_first_read = w.view.ended
+            await self._read(w, now)
+            w.ended_at_first_read = w.view.ended
         finally:
-            self._catching.discard(key)
-            self._backlog.pop(key, None)
-            if w is not None:
-                w.caught_up = True
-
-    async def _catch_up_inline(self, now: float) -> set[str]:
-        """A full tick's share of the backlog: jobs Slurm says ended (their end is due now), then
-        the backlog in order while it fits `catch_up_inline_bytes` (at least one job)."""
-        done: set[str] = set()
-        for due in [k for k in self._backlog if k not in self._catching and self._ended(k)]:
-            await self._catch_up(due, now)
-            done.add(due)
-        spent = 0
-        while True:
-            key = self._next_pending()
-            if key is None:
-                break
-            size = self._backlog[key].size + CATCH_UP_FILE_BYTES
-            if done and spent + size > self.catch_up_inline_bytes:
-                self._backlog_order.appendleft(key)
-                break
-            spent += size
-            await self._catch_up(key, now)
-            done.add(key)
-        return done
+            w.caught_up = True
 
     def _ended(self, key: str) -> bool:
         w = self.jobs.get(key)
         return w is None or w.view.ended
 
-    async def catch_up_next(self, now: float) -> str | None:
-        """Read the next backlog job's existing logs, stamped `now` (the daemon's clock when the
-        read starts: arrival times stay "when the daemon read the line"); its key, or None."""
-        key = self._next_pending()
-        if key is None:
-            return None
-        await self._catch_up(key, now)
-        return key
-
     @property
     def catching_up(self) -> int:
         """Jobs whose existing logs are not read yet (their detectors wait for that read)."""
-        return len(self._backlog)
-
-    def start_catch_up(self) -> None:
-        """Read the rest of the backlog in the background, between ticks (`between_ticks`)."""
-        if self._backlog and (self._catch_up_task is None or self._catch_up_task.done()):
-            self._catch_up_task = asyncio.ensure_future(self._catch_up_loop())
-
-    async def stop_catch_up(self) -> None:
-        task, self._catch_up_task = self._catch_up_task, None
-        if task is not None and not task.done():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-
-    async def _catch_up_loop(self) -> None:
-        while self._backlog:
-            await self.between_ticks.wait()
-            try:
-                if await self.catch_up_next(clock.wall()) is None:
-                    return
-            except Exception as exc:
-                self._log.exception("catch_up_failed", error=f"{type(exc).__name__}: {exc}")
-            await asyncio.sleep(0)  # a tick, a file event or a status request may run in between
+        return len(self.backlog)
 
     # -- saved offsets -----------------------------------------------------------------------
 

@@ -5,7 +5,7 @@ confirmations, the early page's polls, and garbage collection between ticks.
 what one tick does is `Engine.tick` (`service.engine`).
 
 - A full tick runs every `tick_seconds`; the catch-up backlog's background reads start after it
-  (`ReadingRoom.start_catch_up`) and run only between ticks.
+  (`catchup.Backlog.start`) and run only between ticks.
 - A file event wakes a partial tick for the jobs whose files changed, after a burst of writes
   settled (`partial_gap`); a new file under an outputs root that no job names wakes a full tick
   at once (discover now), and the full-tick period starts again.
@@ -70,7 +70,7 @@ class TickLoop:
             await self._run(sleep, tick_seconds)
         finally:
             await self.engine.stop_discovery()
-            await self.engine.room.stop_catch_up()
+            await self.engine.room.backlog.stop()
 
     async def _run(
         self, sleep: Callable[[float], Awaitable[bool]], tick_seconds: float | Callable[[], float]
@@ -89,7 +89,7 @@ class TickLoop:
             poll_early = due_poll is not None and now >= due_poll
             if now >= next_full:
                 await self._safe_tick(now, None)
-                self.engine.room.start_catch_up()
+                self.engine.room.backlog.start()
                 next_full = now + period()
                 poll_early = True
                 if clock.monotonic() - last_gc >= GC_EVERY_S:
@@ -120,7 +120,7 @@ class TickLoop:
         discover, keys = self.engine.room.take_events()
         if discover:
             await self._safe_tick(now, None)  # something new under an outputs root: discover now
-            self.engine.room.start_catch_up()
+            self.engine.room.backlog.start()
             return True
         if keys:
             self._partial_jobs = len(keys)
@@ -180,7 +180,7 @@ class TickLoop:
         return sleeper in done and not sleeper.cancelled() and bool(sleeper.result())
 
     async def _safe_tick(self, now: float, only: set[str] | None, *, early: bool = False) -> None:
-        self.engine.room.between_ticks.clear()
+        self.engine.room.backlog.between_ticks.clear()
         try:
             await self.engine.tick(now, only, early=early)
         except Exception as exc:
@@ -190,4 +190,4 @@ class TickLoop:
                     self.engine.health.tick_done(now, False)
                 self.engine.metrics.observe_tick(0.0, False)
         finally:
-            self.engine.room.between_ticks.set()
+            self.engine.room.backlog.between_ticks.set()
