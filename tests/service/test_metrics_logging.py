@@ -78,6 +78,19 @@ async def test_metrics_endpoint_over_http() -> None:
     assert s[("jobdiagd_build_info", (("version", "0.1.0"),))] == 1
 
 
+def test_state_is_read_at_each_scrape() -> None:
+    # Nothing sets a gauge: each scrape reads the daemon's state as it is then.
+    now: dict[str, DaemonState] = {"state": DaemonState(jobs_watched=2, incidents_open={"hang": 1})}
+    m = DaemonMetrics()
+    m.read_state(lambda: now["state"])
+    first = samples(m.render().decode())
+    now["state"] = DaemonState(jobs_watched=5, outbox_pending=None)
+    second = samples(m.render().decode())
+    assert first[("jobdiagd_jobs_watched", ())] == 2 and second[("jobdiagd_jobs_watched", ())] == 5
+    assert second[("jobdiagd_incidents_open", (("kind", "hang"),))] == 0  # seen once: 0, not absent
+    assert ("jobdiagd_outbox_pending", ()) in first and ("jobdiagd_outbox_pending", ()) not in second
+
+
 async def test_two_metric_objects_do_not_collide() -> None:
     # Each daemon (and each test) has its own registry, never the global one.
     DaemonMetrics()
