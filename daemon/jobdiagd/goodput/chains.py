@@ -17,7 +17,10 @@ d. retry from scratch (decision): R started afresh (step 0, no restore) under th
 
 P may have one successor only: the earliest-starting R that claims it (markers before the
 heuristic); among several P for one R, the latest-ending wins. A run started before P ended
-(by more than `SLACK_S`) never continues it.
+(by more than `SLACK_S`) never continues it. Two trainings of one job name, node count and
+user at the same time can be mixed up by c and d (nothing in the log says which checkpoint
+directory was restored): they are told apart by their job names (MaxText's `EXP_TAG`) or by
+the restart marker.
 """
 
 from __future__ import annotations

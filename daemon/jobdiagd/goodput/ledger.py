@@ -214,7 +214,10 @@ def _no_steps(run: Run, sec: dict[str, float], start: float, end: float, notes: 
 def _stalled(run: Run, sec: dict[str, float], origin: float, end: float, notes: list[str]) -> None:
     det = _clamp(run.detected_at, origin, end)
     if det is None:
-        notes.append("hang detection time unknown: stalled to the run's end")
+        if run.facts.replay_policy is not None:
+            notes.append("no hang page before the run ended (replay): stalled to the run's end")
+        else:
+            notes.append("hang detection time unknown: stalled to the run's end")
         det = end
     sec["stall_to_detection"] = det - origin
     sec["detection_to_kill"] = end - det
