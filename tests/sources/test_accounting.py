@@ -26,10 +26,10 @@ def line(*values: str) -> str:
 
 DBD = line(
     "4711", "JAX-llama", "alice", "FAILED", "gpu", "node[001-002]", "2",
-    "2026-06-12T08:00:00", "2026-06-12T08:00:00", "2026-06-12T08:10:00", "2026-06-12T09:00:00", "1:0",
+    "2026-06-12T07:00:00", "2026-06-12T08:00:00", "2026-06-12T08:10:00", "2026-06-12T09:00:00", "1:0",
     "nightly; jobdiagd:restart-of=4700",
 )  # fmt: skip
-# `sacct -c` (Slurm 22.05): Submit printed equal to Start, the completion file's submit as Eligible.
+# `sacct -c` (Slurm 22.05): Submit printed equal to Start, Eligible right.
 JOBCOMP = line(
     "12", "watched", "root(0)", "COMPLETED", "debug", "node001", "1",
     "2026-12-05T04:24:06", "2026-12-05T04:24:03", "2026-12-05T04:24:06", "2026-12-05T04:24:08", "0:0", "",
@@ -46,7 +46,7 @@ def test_slurmdbd_records_with_a_comment() -> None:
     assert r.exit_code == 1 and r.comment == "nightly; jobdiagd:restart-of=4700"
 
 
-def test_the_completion_files_submit_time_comes_back_as_eligible() -> None:
+def test_the_queue_wait_counts_from_eligible() -> None:
     [r] = parse_accounting(JOBCOMP, UTC)
     assert r.user == "root" and r.comment is None and r.start is not None and r.submit is not None
     assert r.start - r.submit == 3.0

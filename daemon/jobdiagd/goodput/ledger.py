@@ -3,8 +3,8 @@
 A chain is the runs of one training, restarts linked (`goodput.chains`). Its wall time is the
 sum over its runs of (end - submit); each run's seconds go to one of `BUCKETS` (rule GP-4):
 
-- `queue`: submit to start (0 when no Slurm accounting says when the job was submitted;
-  a requeued run waits from the previous run's end);
+- `queue`: from when the job could start (Slurm's Eligible, else Submit) to its start (0 when
+  no Slurm accounting says; an earlier run of a requeued log: its queue wait is unknown);
 - `startup`: start to the first step's beginning (container, stages, restore, compilation up
   to the first step), plus the first step's time beyond the steady step time (the compile);
   all of a run that never completed a step and did not hang;

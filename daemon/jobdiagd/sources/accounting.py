@@ -6,10 +6,14 @@ refuses, and `sacct -c` reads the job completion file (`JobCompType=jobcomp/file
 slurmctld host instead. What each gives (measured on Slurm 22.05, docs/rules.md rule GP-2):
 
 - slurmdbd: every field below, the comment included.
-- `sacct -c`: user, partition, state, node list, node count, start, end, exit code; no comment
-  (the completion file has none), and `Submit` printed equal to `Start`. The completion file's
-  own submit time comes back as `Eligible`, so the submit time read here is the earlier of
-  `Submit` and `Eligible` (the same as `Submit` under slurmdbd, where Eligible >= Submit).
+- `sacct -c`: user, partition, state, node list, node count, eligible, start, end, exit code;
+  no comment (the completion file has none), and `Submit` printed equal to `Start` (the
+  file's SubmitTime is lost).
+
+The queue wait counts from `Eligible` (when the job could have started: submitted, and any
+dependency, hold or begin time past), else `Submit`: a restart submitted with a dependency on
+the run it follows does not wait twice in its chain's wall time, and it is the one time
+`sacct -c` gets right.
 
 `scontrol -o show job` still knows a job for `MinJobAge` after its end (and while it runs): its
 `Comment=` is the marker's other source. Every job id is validated before it reaches a command;
@@ -61,7 +65,7 @@ class AccountingRecord:
     partition: str
     nodes: tuple[str, ...]
     nnodes: int | None
-    submit: float | None
+    submit: float | None  # when it became eligible to run (Eligible, else Submit)
     start: float | None
     end: float | None
     exit_code: int | None
@@ -105,11 +109,6 @@ def _hosts(text: str) -> tuple[str, ...]:
         return ()
 
 
-def _earliest(*values: float | None) -> float | None:
-    known = [v for v in values if v is not None]
-    return min(known) if known else None
-
-
 def parse_accounting(text: str, tz: tzinfo | None = None) -> list[AccountingRecord]:
     """Records of `sacct -X -n -P --delimiter=SEP -o FIELDS` (or `sacct -c ...`); malformed lines
     and job steps are skipped."""
@@ -134,7 +133,7 @@ def parse_accounting(text: str, tz: tzinfo | None = None) -> list[AccountingReco
                 partition=part.strip(),
                 nodes=_hosts(nodes),
                 nnodes=_int(nnodes),
-                submit=_earliest(_time(submit, tz), _time(eligible, tz)),
+                submit=_time(eligible, tz) or _time(submit, tz),
                 start=start_t,
                 end=_time(end, tz),
                 exit_code=_int(code),
