@@ -24,11 +24,12 @@ Measured inputs, per job configuration (job name and node count):
 - M: run-hours of the archive's runs with the same node count over their interruptions (rule
   GP-8); with fewer than `MIN_EVENTS` interruptions there, the fleet's rate per node-hour
   scaled to the node count (interruptions on N nodes come N times as often);
-- Te: the median time from an interruption's last step to its detection (jobdiagd's page for
-  a hang; the job's end for a crash, which is its own detection);
-- Tr: the median time from an interrupted run's end to the first step of the run that
-  restarted it (queue, start-up, restore), over the chains' restarts; else the median
-  start-up of the configuration's runs.
+- Te: the mean time from an interruption's last step to its detection (jobdiagd's page for
+  a hang; the job's end for a crash, which is its own detection) — a mean, not a median: the
+  model charges every interruption its expected cost, and the rare slow hang is most of it;
+- Tr: the mean time from an interrupted run's end to the first step of the run that
+  restarted it (queue, start-up, restore), over the chains' restarts; else the mean start-up
+  of the configuration's runs.
 """
 
 from __future__ import annotations
@@ -112,9 +113,14 @@ def rates(runs: Iterable[Run]) -> Rates:
     return Rates(hours, events)
 
 
-def _median(values: Iterable[float]) -> float | None:
+def _median(values: Iterable[float | None]) -> float | None:
     v = [x for x in values if x is not None and math.isfinite(x)]
     return statistics.median(v) if v else None
+
+
+def _mean(values: Iterable[float | None]) -> float | None:
+    v = [x for x in values if x is not None and math.isfinite(x)]
+    return statistics.fmean(v) if v else None
 
 
 def detection_latencies(runs: Iterable[Run]) -> list[float]:
@@ -272,8 +278,8 @@ def advise_chains(chains: Sequence[Chain]) -> list[Advice]:
     """Advice for every configuration of the chains' runs that checkpoints and measured its saves."""
     runs = [r for ch in chains for r in ch.runs]
     fleet = rates(runs)
-    te_all = _median(detection_latencies(runs))
-    tr_all = _median(restart_latencies(chains))
+    te_all = _mean(detection_latencies(runs))
+    tr_all = _mean(restart_latencies(chains))
     groups: dict[str, list[Run]] = {}
     for r in runs:
         groups.setdefault(r.facts.config_key, []).append(r)
@@ -298,8 +304,8 @@ def _advise_group(
     mtbf, basis = fleet.mtbf_s(nnodes)
     if mtbf is None:
         return None
-    te = _median(detection_latencies(members)) or te_all or 0.0
-    startup = _median(
+    te = _mean(detection_latencies(members)) or te_all or 0.0
+    startup = _mean(
         f.first_step_at - (f.first_step_s or 0.0) - r.start
         for r, f in zip(members, facts, strict=True)
         if f.first_step_at

@@ -96,8 +96,9 @@ class RunFacts:
 
     @property
     def config_key(self) -> str:
-        """The job configuration checkpoint advice and calibration group by: name and node count."""
-        return f"{self.job_name or self.model or '?'} x{self.nnodes}"
+        """The job configuration checkpoint advice groups by: the model (MODEL_NAME, else the job
+        name) and the node count; experiments (EXP_TAG) of one model on as many nodes share it."""
+        return f"{self.model or self.job_name or '?'} x{self.nnodes}"
 
     def seconds_after(self, step: int) -> float:
         """This run's step seconds after `step` (a checkpoint restored by the next run): exact at

@@ -294,13 +294,18 @@ def detection_lines(d: monitor.DetectionSummary) -> list[str]:
     return lines
 
 
+MAX_ADVICE_LINES = 10
+
+
 def advice_lines(advice: Sequence[Advice]) -> list[str]:
     if not advice:
         return ["Checkpoint advice: none (no configuration with measured saves and interruptions)."]
-    out = ["Checkpoint advice:"]
-    for a in advice:
+    out = ["Checkpoint advice (per model and node count):"]
+    for a in advice[:MAX_ADVICE_LINES]:
         out.append(f"  {a.config}: {a.sentence()}.")
         out.append(f"    {a.formula()}; MTBF: {a.mtbf_basis}.")
+    if len(advice) > MAX_ADVICE_LINES:
+        out.append(f"  ... and {len(advice) - MAX_ADVICE_LINES} more configurations (--json lists them all).")
     return out
 
 
