@@ -131,3 +131,21 @@ def test_calibrate_proposes_the_tightest_budget_that_catches_the_hang_without_a_
     assert doc["proposal"]["stall_factor"] == 6.0 and doc["proposal"]["clean"]
     assert 180 <= doc["proposal"]["worst_latency_s"] <= 180 + 15 + 30  # 6 x 30 s, a tick, a step
     assert "[detectors.hang]\nstall_factor = 6\n" in snippet.read_text()
+
+
+def test_with_a_config_the_fleet_figures_go_to_its_state_dir(
+    archive: tuple[Path, list[tuple[tuple[str, int], ...]]],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from jobdiagd.goodput.fleet import FLEET_NAME, read_fleet
+
+    root, _ = archive
+    state = tmp_path / "state"
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[daemon]\nstate_dir = "{state}"\n')
+    doc = _json(capsys, str(root), "--config", str(cfg), "--no-png")
+    fleet = read_fleet(state / FLEET_NAME)
+    assert fleet is not None and sum(fleet.events.values()) > 0 and fleet.restart_s > 0
+    assert any("job-end advice written" in n for n in doc["notes"])
+    assert (state / "goodput-cache").is_dir()  # the cache lives in the state dir too

@@ -327,6 +327,18 @@ def render_png(path: Path, spec: object, notes: list[str]) -> bool:
     return True
 
 
+def save_fleet(cfg: Config, chains: Sequence[Chain], now: float) -> str:
+    """The fleet's rates for the daemon's job-end advice, into the config's state dir."""
+    from jobdiagd.goodput.fleet import fleet_of, write_fleet
+    from jobdiagd.privatefs import UnsafePathError, ensure_private_dir
+
+    try:
+        path = write_fleet(ensure_private_dir(cfg.daemon.state_dir), fleet_of(chains, now=now))
+    except (OSError, UnsafePathError) as exc:
+        return f"fleet figures for the job-end advice not written: {exc}"
+    return f"fleet figures for the daemon's job-end advice written to {path}"
+
+
 def _cache(args: argparse.Namespace, cfg: Config) -> FactsCache:
     if args.no_cache:
         return FactsCache(None)
@@ -357,7 +369,10 @@ def main(args: argparse.Namespace) -> int:
         notes.append(
             f"{unplaced} run(s) left out: nothing dates them (no timestamp, no Wall, no Slurm record)"
         )
-    chains = _since(ledger(runs, window_s=args.link_window), args.since, now)
+    every = ledger(runs, window_s=args.link_window)
+    if args.config:
+        notes.append(save_fleet(cfg, every, now))
+    chains = _since(every, args.since, now)
     rows = group(chains, args.by)
     kept = [r for ch in chains for r in ch.runs]
     detection = monitor.summarize(kept)
