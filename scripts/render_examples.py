@@ -103,18 +103,31 @@ def goodput_png(out: Path) -> None:
         root = Path(tmp) / "outputs"
         build_archive(root, chains=30, seed=0)
         t0 = time.perf_counter()
-        argv = ["goodput", str(root), "--no-slurm", "--no-cache", "--now", "2026-09-01T00:00:00", "--png", str(out)]
+        argv = [
+            "goodput",
+            str(root),
+            "--no-slurm",
+            "--no-cache",
+            "--now",
+            "2026-09-01T00:00:00",
+            "--png",
+            str(out),
+        ]
         with contextlib.redirect_stdout(io.StringIO()):
             rc = cli(argv)
         assert rc == 0, rc
     dt = time.perf_counter() - t0
-    print(f"{out.name:<22} {dt * 1000:6.0f} ms  {out.stat().st_size / 1024:6.1f} KiB  -> {out} (whole command)")
+    print(
+        f"{out.name:<22} {dt * 1000:6.0f} ms  {out.stat().st_size / 1024:6.1f} KiB  -> {out} (whole command)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, default=ROOT / "docs" / "img")
-    p.add_argument("--only", choices=("goodput",), default=None, help="render only this picture (no Prometheus)")
+    p.add_argument(
+        "--only", choices=("goodput",), default=None, help="render only this picture (no Prometheus)"
+    )
     a = p.parse_args(argv)
     out: Path = a.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
