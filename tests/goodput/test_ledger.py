@@ -227,3 +227,19 @@ def test_the_buckets_always_add_up_to_the_wall_time(
     assert all(v >= 0 for v in led.seconds.values())
     assert led.wall_s == pytest.approx(wall, abs=1e-6)
     assert sum(led.gpu_seconds.values()) == pytest.approx(wall * 16, abs=1e-5)
+
+
+def test_a_failure_after_a_stall_accounts_the_stall_like_a_hang() -> None:
+    f = trained(primary="nccl-timeout", stalled=True)
+    last = f.last_step_at
+    assert last is not None
+    s = run_ledger(Run(facts=f, submit=None, start=T0, end=last + 600, detected_at=last + 130)).seconds
+    assert (s["stall_to_detection"], s["detection_to_kill"], s["rest"]) == (
+        pytest.approx(130),
+        pytest.approx(470),
+        0,
+    )
+    crash = run_ledger(
+        Run(facts=trained(primary="nccl-timeout"), submit=None, start=T0, end=last + 600)
+    ).seconds
+    assert crash["rest"] == pytest.approx(600) and crash["stall_to_detection"] == 0

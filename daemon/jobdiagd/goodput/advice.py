@@ -131,7 +131,7 @@ def detection_latencies(runs: Iterable[Run]) -> list[float]:
         if not is_interruption(f):
             continue
         origin = f.last_step_at if f.last_step_at is not None else (f.stall_origin or r.start)
-        at = r.detected_at if f.hang and r.detected_at is not None else r.end
+        at = r.detected_at if r.detected_at is not None else r.end
         out.append(max(0.0, at - origin))
     return out
 

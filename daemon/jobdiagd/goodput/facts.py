@@ -15,7 +15,8 @@ Decisions (docs/rules.md rules GP-1, GP-5, GP-6):
   (a step's time: its `seconds:`, or the time since the step before when both lines are dated
   and that is longer). The compile step is start-up, never a save.
 - Hang: the run ended stalled — status hanging, primary hang, or an unknown death that the
-  stall rule (HANG-5) calls stalled.
+  stall rule (HANG-5) calls stalled. `stalled` also holds for a failure or cancel after a
+  stall (an NCCL timeout, a hung checkpoint write): its stall is accounted like a hang's.
 """
 
 from __future__ import annotations
@@ -55,6 +56,9 @@ class RunFacts:
     status: str = JobStatus.UNKNOWN_DEATH
     primary: str | None = None
     hang: bool = False
+    # Ended stalled: a hang, or a failure/cancel the stall rule (HANG-5) says had stalled before
+    # it ended (an NCCL timeout, a hung checkpoint write): its last step -> end is a stall.
+    stalled: bool = False
     # Times on the log's clock (epoch seconds), None when the log does not date them.
     first_stamp: float | None = None
     last_stamp: float | None = None  # the run's last dated line (a cancel: Slurm's cancel instant)
@@ -179,6 +183,14 @@ def is_hang(r: TriageResult) -> bool:
     if c.status is JobStatus.HANGING or c.primary is FailureClass.HANG:
         return True
     return c.status is JobStatus.UNKNOWN_DEATH and c.stall is not None and c.stall.stalled
+
+
+def ended_stalled(r: TriageResult) -> bool:
+    """A failed, cancelled or dead run that the stall rule (HANG-5) says had stalled before it
+    ended (a completed or soft-success run finished its training: what follows is teardown)."""
+    c = r.cls
+    ended = c.status in (JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.UNKNOWN_DEATH)
+    return ended and c.stall is not None and c.stall.stalled
 
 
 def _step_cost(steps: list[StepRecord], i: int) -> float | None:
@@ -340,6 +352,7 @@ def run_facts(
         status=str(r.status),
         primary=str(r.primary) if r.primary is not None else None,
         hang=is_hang(r),
+        stalled=is_hang(r) or ended_stalled(r),
         first_stamp=first_stamp,
         last_stamp=end_stamp,
         file_end=file_end,

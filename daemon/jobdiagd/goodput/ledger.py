@@ -11,9 +11,10 @@ sum over its runs of (end - submit); each run's seconds go to one of `BUCKETS` (
 - `checkpoint`: what the saves cost beyond the steady step time (`RunFacts.checkpoint_s`);
 - `redone`: this run's steps after the checkpoint a later run of the chain restored from (a
   fresh restart redoes them all), and the steps re-run after a restart inside the log;
-- `stall_to_detection`: a hung run, from its last step (or, before any step, from the
+- `stall_to_detection`: a hung run (or one that failed or was cancelled after stalling: an
+  NCCL timeout, a hung checkpoint write), from its last step (or, before any step, from the
   pre-training barrier) to jobdiagd's page — the incident store when the daemon watched the
-  job, else a replay; when neither says, to the run's end (`detected` then says "unknown");
+  job, else a replay; when neither says, to the run's end (the notes say which);
 - `detection_to_kill`: from the page to the run's end;
 - `productive`: the rest of the span from the first step's beginning to the last step's line;
 - `rest`: what none of these can claim — dated time between step lines outside any step's
@@ -200,7 +201,7 @@ def run_ledger(run: Run, redo_s: float = 0.0) -> Ledger:
 
 def _no_steps(run: Run, sec: dict[str, float], start: float, end: float, notes: list[str]) -> None:
     f = run.facts
-    if not f.hang:
+    if not (f.hang or f.stalled):
         sec["startup"] = end - start
         return
     origin = _clamp(f.stall_origin, start, end)
@@ -224,7 +225,7 @@ def _stalled(run: Run, sec: dict[str, float], origin: float, end: float, notes: 
 
 
 def _after_last_step(run: Run, sec: dict[str, float], b: float, end: float, notes: list[str]) -> None:
-    if run.facts.hang:
+    if run.facts.hang or run.facts.stalled:
         _stalled(run, sec, b, end, notes)
     else:
         sec["rest"] += end - b
@@ -370,8 +371,8 @@ def resolve_run(
         nodes=(s.nodes if s is not None and s.nodes else ()) or f.nodes,
         times_from="slurm" if s is not None and s.start is not None else "log",
         restart_of=restart_of(slurm.comment) if slurm is not None else None,
-        detected_at=det[0] if det is not None and f.hang else None,
-        detected_by=det[1] if det is not None and f.hang else None,
+        detected_at=det[0] if det is not None and (f.hang or f.stalled) else None,
+        detected_by=det[1] if det is not None and (f.hang or f.stalled) else None,
     )
 
 

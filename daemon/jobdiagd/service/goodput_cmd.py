@@ -157,8 +157,8 @@ def _window_pick(pages: Sequence[float], f: RunFacts) -> float | None:
 def _hang_extras(
     ref: JobRef, facts: list[RunFacts], cfg: Config, access: LogAccess, now: float, replay_ok: bool
 ) -> list[RunFacts]:
-    """Hang runs: when the mtime monitor would have fired, and (replay_ok) the replay's page."""
-    hangs = [f for f in facts if f.hang]
+    """Stalled runs: the replay's page (replay_ok); hangs: when the mtime monitor would have fired."""
+    hangs = [f for f in facts if f.hang or f.stalled]
     if not hangs or ref.log is None:
         return facts
     key = _policy_key(cfg, cfg.daemon.tick_seconds)
@@ -170,11 +170,11 @@ def _hang_extras(
         return facts
     out: list[RunFacts] = []
     for f in facts:
-        if f.hang:
+        if f.hang or f.stalled:
             after = f.last_step_at if f.last_step_at is not None else (f.stall_origin or f.first_stamp)
             until = f.last_stamp
             fire = None
-            if after is not None and until is not None:
+            if f.hang and after is not None and until is not None:
                 fire = monitor.monitor_fire_at((t for t in writes if t <= until), after=after, until=until)
             f = dataclasses.replace(
                 f,
@@ -240,7 +240,7 @@ def place(
     unplaced = 0
     for f in facts:
         det: dict[str, tuple[float, str]] = {}
-        if f.hang and f.job_id and (t := _window_pick(pages.get(f.job_id, []), f)) is not None:
+        if (f.hang or f.stalled) and f.job_id and (t := _window_pick(pages.get(f.job_id, []), f)) is not None:
             det[f.key] = (t, "incident")
         run = resolve_run(f, slurm.get(f.job_id or ""), now=now, detection=det)
         if run is None:
