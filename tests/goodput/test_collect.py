@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import random
 from pathlib import Path
 
 import pytest
 
-from jobdiagd.goodput.collect import collect_job, job_refs
+from jobdiagd.goodput.collect import ProgressLine, collect_job, job_refs
 from jobdiagd.goodput.facts import gpus_per_node
 from jobdiagd.logs.safeopen import ANYWHERE
 from jobdiagd.sim.job import SIM_EPOCH, JobSim, JobSpec, encode_lines
@@ -110,3 +111,20 @@ def test_job_refs_reads_roots_dirs_and_logs_once(tmp_path: Path) -> None:
     job_dir, log = sim.write(tmp_path)
     refs, errors = job_refs([tmp_path, job_dir, log, tmp_path / "missing"])
     assert [r.job_id for r in refs] == ["5003"] and len(errors) == 1
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_progress_line_is_drawn_on_a_terminal_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TERM", "xterm")
+    tty, pipe = _Tty(), io.StringIO()
+    for stream in (tty, pipe):
+        line = ProgressLine(120, stream, every=50)
+        for i in range(1, 121):
+            line.update(i, i // 2)
+        line.close()
+    assert pipe.getvalue() == ""
+    assert tty.getvalue().count("\r") == 4 and "goodput: 120/120 jobs (60 cached)" in tty.getvalue()
