@@ -25,6 +25,7 @@ the restart marker.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 
 from jobdiagd.goodput.facts import is_interruption
@@ -46,6 +47,10 @@ def _reached(p: Run, step: int) -> bool:
     if any(s == step for s, _ in f.tails) or step == f.last_step:
         return True
     return bool(f.checkpoint_period) and step % (f.checkpoint_period or 1) == 0
+
+
+def _config(r: Run) -> tuple[str, int]:
+    return (r.facts.job_name or r.facts.model or "", r.facts.nnodes)
 
 
 def _same_config(p: Run, r: Run, *, user_known: bool = False) -> bool:
@@ -74,6 +79,17 @@ class _Linker:
         self.window_s = window_s
         self.pred: dict[str, tuple[Run, str]] = {}  # run key -> (predecessor, why)
         self.has_succ: set[str] = set()
+        # Candidates by configuration, sorted by end: a run looks only at the runs of its own
+        # job name and node count that ended within the window before it (not the whole archive).
+        self.by_config: dict[tuple[str, int], tuple[list[float], list[Run]]] = {}
+        for r in sorted(self.order, key=lambda r: r.end):
+            ends, members = self.by_config.setdefault(_config(r), ([], []))
+            ends.append(r.end)
+            members.append(r)
+        self.by_job: dict[str, list[Run]] = {}
+        for r in self.order:
+            if r.facts.job_id:
+                self.by_job.setdefault(r.facts.job_id, []).append(r)
 
     def claim(self, r: Run, cands: Sequence[Run], why: str) -> None:
         """R continues the latest-ending candidate, if any."""
@@ -83,11 +99,16 @@ class _Linker:
             self.has_succ.add(p.key)
 
     def free_before(self, r: Run) -> list[Run]:
-        """Earlier runs nobody continues yet, that ended before R started (within the window)."""
+        """Earlier runs of R's configuration nobody continues yet, that ended before R started
+        (within the window)."""
+        ends, members = self.by_config.get(_config(r), ([], []))
+        lo = bisect.bisect_left(ends, r.start - self.window_s)
+        hi = bisect.bisect_right(ends, r.start + SLACK_S)
+        mine = self.rank[r.key]
         return [
             p
-            for p in self.order[: self.rank[r.key]]
-            if p.key not in self.has_succ and _after(p, r, self.window_s)
+            for p in members[lo:hi]
+            if self.rank[p.key] < mine and p.key not in self.has_succ and _after(p, r, self.window_s)
         ]
 
     def requeues(self) -> None:
@@ -103,8 +124,8 @@ class _Linker:
                 continue
             olds = [
                 p
-                for p in self.order[: self.rank[r.key]]
-                if p.facts.job_id == r.restart_of and p.key not in self.has_succ and _after(p, r, None)
+                for p in self.by_job.get(r.restart_of, [])
+                if self.rank[p.key] < self.rank[r.key] and p.key not in self.has_succ and _after(p, r, None)
             ]
             self.claim(r, olds, "marker")
 
