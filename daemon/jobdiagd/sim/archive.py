@@ -83,9 +83,9 @@ class ArchiveChain:
 
 
 class _Builder:
-    def __init__(self, root: Path, rng: random.Random, small: bool) -> None:
+    def __init__(self, root: Path, rng: random.Random, small: bool, first_id: int) -> None:
         self.root, self.rng, self.small = root, rng, small
-        self.next_id = 61000
+        self.next_id = first_id - 1
 
     def job_id(self) -> str:
         self.next_id += 1
@@ -232,10 +232,12 @@ def build_archive(
     start: float = SIM_EPOCH,
     days: float = 21.0,
     small: bool = False,
+    first_id: int = 61001,
 ) -> list[ArchiveChain]:
-    """Write `chains` chains under `root` (started over `days` days) and `archive.json`."""
+    """Write `chains` chains under `root` (started over `days` days, job ids from `first_id`)
+    and `archive.json`."""
     root.mkdir(parents=True, exist_ok=True)
-    b = _Builder(root, random.Random(f"archive:{seed}"), small)
+    b = _Builder(root, random.Random(f"archive:{seed}"), small, first_id)
     starts = sorted(start + b.rng.uniform(0, days * 86400) for _ in range(chains))
     out = [_chain(b, i, t, SMALL if small else CONFIGS) for i, t in enumerate(starts)]
     doc = {"chains": [asdict(c) for c in out]}
