@@ -16,6 +16,7 @@ import argparse
 import dataclasses
 import os
 import sys
+import textwrap
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -309,6 +310,15 @@ def advice_lines(advice: Sequence[Advice]) -> list[str]:
     return out
 
 
+def wrapped(lines: Sequence[str], width: int = 100) -> str:
+    """Lines wrapped to the table's width, continuations indented under their line's text."""
+    out: list[str] = []
+    for line in lines:
+        lead = " " * (len(line) - len(line.lstrip()))
+        out.extend(textwrap.wrap(line, width, initial_indent="", subsequent_indent=lead + "  ") or [""])
+    return "\n".join(out)
+
+
 def render_png(path: Path, spec: object, notes: list[str]) -> bool:
     try:
         from jobdiagd.chat.goodput_plot import render_goodput
@@ -405,12 +415,12 @@ def main(args: argparse.Namespace) -> int:
     else:
         print(f"{title}; cache: {got.cache.hits} of {len(refs)} jobs")
         print(render_table(rows, args.by))
-        print(LEGEND)
+        print(wrapped([LEGEND]))
         print()
-        print("\n".join(detection_lines(detection)))
-        print("\n".join(advice_lines(advice)))
+        print(wrapped(detection_lines(detection)))
+        print(wrapped(advice_lines(advice)))
         if png is not None:
             print(f"Picture: {png}")
         for n in notes:
-            print(f"Note: {n}")
+            print(wrapped([f"Note: {n}"]))
     return 1 if got.failed else 0
