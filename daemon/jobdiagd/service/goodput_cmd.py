@@ -164,10 +164,10 @@ def _hang_extras(
         return facts
     key = _policy_key(cfg, cfg.daemon.tick_seconds)
     try:
-        writes = log_writes(ref, access, now)
+        writes = log_writes(ref, access, now) if any(f.hang for f in facts) else []
         pages = replay_pages(ref, cfg, now=now) if replay_ok else []
-    except (OSError, ValueError) as exc:
-        print(f"jobdiagd goodput: {ref.log}: replay failed: {exc}", file=sys.stderr)
+    except Exception as exc:  # one job's odd log must not lose the others' ledger (as backtest does)
+        print(f"jobdiagd goodput: {ref.log}: replay failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return facts
     out: list[RunFacts] = []
     for f in facts:
