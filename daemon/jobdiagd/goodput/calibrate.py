@@ -186,12 +186,18 @@ def toml_snippet(p: Proposal, source: str) -> str:
         f"stall_factor = {s.stall_factor:g}",
         f"min_stall_seconds = {s.min_stall_s:g}",
         f"checkpoint_budget_seconds = {s.checkpoint_s:g}",
-        "# Per configuration (model, nodes, step time): what each group alone would allow.",
     ]
-    for g, (gs, clean) in sorted(p.groups.items()):
+    other = {g: v for g, v in sorted(p.groups.items()) if v[0].policy != s or not v[1]}
+    same = len(p.groups) - len(other)
+    lines.append(
+        f"# Per configuration (model, nodes, step time): {same} of {len(p.groups)} allow the same"
+        + ("." if not other else "; the others alone would allow:")
+    )
+    for g, (gs, clean) in other.items():
         flag = "" if clean else " (not clean)"
         lines.append(
             f"#   {g}: stall_factor = {gs.policy.stall_factor:g}, min_stall_seconds = {gs.policy.min_stall_s:g}, "
             f"checkpoint_budget_seconds = {gs.policy.checkpoint_s:g}{flag}"
         )
+    lines.append("# startup_grace_seconds is not calibrated: a hang before the first step waits it out.")
     return "\n".join(lines) + "\n"
