@@ -90,6 +90,7 @@ def test_accounting_storage_off_falls_back_to_the_completion_file(tmp_path: Path
     assert any("no comments" in n for n in answer.notes)
     made = calls.read_text().splitlines()
     assert len(made) == 2 and made[1].startswith("-c ") and made[1].endswith("-j 12,13")
+    assert answer.notes  # and the fake ran, by its path, not /usr/bin's sacct
 
 
 def test_many_jobs_are_asked_in_chunks_and_a_failing_sacct_is_a_note(tmp_path: Path) -> None:

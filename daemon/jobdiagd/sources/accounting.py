@@ -186,9 +186,11 @@ def query_accounting(
     if not ids:
         return answer
     path = env.get("PATH") if env is not None else None
-    if shutil.which(sacct, path=path) is None:
+    exe = shutil.which(sacct, path=path)  # run by its path: the PATH given, not this process's
+    if exe is None:
         answer.notes.append("sacct not found: queue wait and Slurm's times unknown (the logs' own are used)")
         return answer
+    sacct = exe
     jobcomp = False
     for chunk in _chunks(ids, IDS_PER_CALL):
         try:
@@ -229,10 +231,11 @@ def scontrol_comments(
 ) -> dict[str, str]:
     """The comments of every job Slurm's controller still remembers ({} when it cannot say)."""
     path = env.get("PATH") if env is not None else None
-    if shutil.which(scontrol, path=path) is None:
+    exe = shutil.which(scontrol, path=path)
+    if exe is None:
         return {}
     try:
-        proc = _run([scontrol, "-o", "show", "job"], timeout, env)
+        proc = _run([exe, "-o", "show", "job"], timeout, env)
     except (OSError, subprocess.SubprocessError):
         return {}
     return parse_scontrol_comments(proc.stdout) if proc.returncode == 0 else {}
