@@ -233,7 +233,8 @@ class Executor:
             fh.write(str(intent.progress.get("script", "")))
         owner = spec.user
         argv = sbatch_argv(spec, intent.plan, script, running_as=_me(), owner=owner)
-        env = job_env(spec, intent.plan, self.cfg, self.outputs_roots, base=os.environ)
+        # The base: this process's PATH/LANG plus the Slurm client settings the daemon uses.
+        env = job_env(spec, intent.plan, self.cfg, self.outputs_roots, base=self.ops.env())
         return argv, env, script
 
     def _lay_out_job_dir(self, spec: JobSpec, new_id: str) -> None:

@@ -20,7 +20,7 @@ from jobdiagd.alerts.store import AlertStore
 from jobdiagd.config import RecoveryConfig
 from jobdiagd.recovery.book import Intent, LogEntry, RecoveryBook, intent_id
 from jobdiagd.recovery.executor import ExecutionError, Executor, job_env, sbatch_argv
-from jobdiagd.recovery.nodes import NodeMemory
+from jobdiagd.recovery.nodes import NodeEvidence, NodeMemory, NodeNotice, drain
 from jobdiagd.recovery.policy import Case, Decision, decide
 from jobdiagd.recovery.slurm_ops import ACTIVE_STATES, JobSpec, SlurmOpError, SlurmOps
 from jobdiagd.rules.recovery import Family
@@ -229,6 +229,17 @@ class RecoveryManager:
 
     def _entries_since(self, job_id: str, since: float) -> list[LogEntry]:
         return [e for e in self.book.entries(job_id) if e.at >= since]
+
+    # -- node memory ------------------------------------------------------
+
+    def observe_nodes(self, job_id: str, evidence: Sequence[NodeEvidence], now: float) -> list[NodeNotice]:
+        """Record what a diagnosis says about nodes (rule REC-20); the notices newly due (rule REC-22)."""
+        self.memory.record(job_id, evidence, now)
+        return self.memory.notices(now, self.cfg.node_notice_score)
+
+    def drain(self, node: str, *, by: str, is_operator: bool, now: float) -> str:
+        """The Drain button (rule REC-23): operators only; raises DrainRefused otherwise."""
+        return drain(self.ops, self.book, self.memory, node, by=by, is_operator=is_operator, now=now)
 
     # -- the daemon's other questions --------------------------------------
 

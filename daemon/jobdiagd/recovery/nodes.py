@@ -37,6 +37,9 @@ from jobdiagd.tsdb.playbooks.base import PlaybookResult
 
 HORIZON_HALF_LIVES = 10  # older evidence weighs under 0.1 %: not read, and pruned
 _MAX_EVIDENCE_TEXT = 300
+# Exit codes of tasks srun stopped because another task failed (--kill-on-bad-exit: SIGTERM,
+# 143) or a person interrupted (130): consequences of the failure, not evidence against the node.
+_CONSEQUENCE_EXITS = frozenset({0, 130, 143})
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,13 +79,13 @@ def _from_triage(res: TriageResult) -> list[NodeEvidence]:
     return [
         _ev(e.host, kind, cls, f"NODE_EXIT host={e.host} exit={e.exit_code} (log line {e.line})")
         for e in res.node_exits
-        if e.exit_code != 0
+        if e.exit_code not in _CONSEQUENCE_EXITS
     ]
 
 
 def _from_playbook(pr: PlaybookResult) -> list[NodeEvidence]:
     kind = PLAYBOOK_EVIDENCE.get(pr.playbook)
-    if kind is None or not pr.applicable:
+    if kind is None or not pr.applicable or pr.verdict == "healthy":
         return []
     hosts = set(pr.anomalous_hosts)
     for f in pr.findings:
