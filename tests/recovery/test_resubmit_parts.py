@@ -58,6 +58,15 @@ def test_sbatch_argv_carries_the_recorded_settings_the_marker_and_the_changes(tm
     assert command_args("/s.sh") == [] and command_args("") == []
 
 
+def test_the_output_pattern_gets_its_job_id_back_and_nothing_else() -> None:
+    from jobdiagd.recovery.executor import _new_output
+
+    assert _new_output("/o/1-JAX-llama3.1-8b.log", "1") == "/o/%j-JAX-llama3.1-8b.log"
+    assert _new_output("/o/slurm-77.out", "77") == "/o/slurm-%j.out"
+    assert _new_output("/o/run_1771.log", "77") == "/o/run_1771.log"
+    assert _new_output(None, "1") is None
+
+
 def test_another_users_job_needs_root_to_resubmit(tmp_path: Path) -> None:
     s = spec(tmp_path, user="someoneelse")
     if os.geteuid() == 0:

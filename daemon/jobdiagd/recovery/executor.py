@@ -265,7 +265,11 @@ def _new_output(path: str | None, old_id: str) -> str | None:
     if not path:
         return None
     p = Path(path)
-    name = re.sub(rf"(?<![0-9]){re.escape(old_id)}(?![0-9])", "%j", p.name)
+    # `%j-%x.log` (maxtext-slurm, the sim): the id starts the name. Else the first id standing
+    # between separators; never inside a word ("llama3.1" for job 1).
+    name, n = re.subn(rf"\A{re.escape(old_id)}(?=[-_.]|\Z)", "%j", p.name)
+    if not n:
+        name = re.sub(rf"(?<=[-_]){re.escape(old_id)}(?=[-_.]|\Z)", "%j", p.name, count=1)
     return str(p.with_name(name))
 
 
