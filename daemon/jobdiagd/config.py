@@ -523,14 +523,16 @@ class RecoveryConfig:
     # Added to every resubmitted job's environment (site-specific, e.g. a container image).
     resubmit_env: tuple[str, ...] = field(default=(), metadata=_v(_env_assignments))
     # Suspect-node memory (rule REC-20 to REC-23).
+    # Defaults: three hang suspicions within two days (0.63 + 0.79 + 1 = 2.42) or a node-fail and a
+    # hang reach the notice; two hang suspicions or one node-fail exclude the node from retries.
     node_half_life_days: float = field(
-        default=2.0, metadata=_v(Bounded(0.01, 365, "how fast a node's record fades"))
+        default=3.0, metadata=_v(Bounded(0.01, 365, "how fast a node's record fades"))
     )
     node_notice_score: float = field(
-        default=3.0, metadata=_v(Bounded(0.1, 1000, "score at which operators are told about a node"))
+        default=2.4, metadata=_v(Bounded(0.1, 1000, "score at which operators are told about a node"))
     )
     node_exclude_score: float = field(
-        default=2.0, metadata=_v(Bounded(0.1, 1000, "score at which a node is excluded from retries"))
+        default=1.5, metadata=_v(Bounded(0.1, 1000, "score at which a node is excluded from retries"))
     )
     # Who may press Drain and Restart as an operator (chat user ids/names, as the transports give them).
     operators: tuple[str, ...] = ()

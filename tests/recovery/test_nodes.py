@@ -123,3 +123,19 @@ def test_jobdiagd_nodes_lists_suspects_as_text_and_json(tmp_path: Path) -> None:
     bad = subprocess.run([sys.executable, "-m", "jobdiagd.cli", "nodes", "--config", str(tmp_path / "nope.toml")],
                          capture_output=True, text=True, env=env)
     assert bad.returncode == 2 and "jobdiagd nodes:" in bad.stderr
+
+
+def test_the_default_thresholds_notice_three_hangs_in_two_days_and_exclude_after_two(tmp_path: Path) -> None:
+    from jobdiagd.config import RecoveryConfig
+
+    cfg = RecoveryConfig()
+    store = AlertStore.in_state_dir(tmp_path)
+    mem = NodeMemory(store, half_life_days=cfg.node_half_life_days)
+    mem.record("1", hang_evidence("node017"), T0)
+    mem.record("2", hang_evidence("node017"), T0 + DAY)
+    assert mem.suspected(T0 + DAY, cfg.node_exclude_score) == {"node017"}
+    assert mem.notices(T0 + DAY, cfg.node_notice_score) == []
+    mem.record("3", hang_evidence("node017"), T0 + 2 * DAY)
+    (notice,) = mem.notices(T0 + 2 * DAY, cfg.node_notice_score)
+    assert notice.text == "node017 in 3 hangs of 3 job(s) in 2 d 0 h"
+    store.close()

@@ -6,6 +6,7 @@ restart, only operators drain, and node memory across three jobs."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pwd
@@ -143,8 +144,8 @@ def manager(cluster: SlurmCluster, work: Path, **cfg: object) -> RecoveryManager
 
 
 def hang_case(job_id: str, last_step: int | None, **kw: object) -> Case:
-    return Case(job_id, ME, "debug", "hang", nodes=("node001",), last_step=last_step,
-                incident_id=f"{job_id}:hang:1", **kw)  # type: ignore[arg-type]
+    case = Case(job_id, ME, "debug", "hang", nodes=("node001",), last_step=last_step, incident_id=f"{job_id}:hang:1")
+    return dataclasses.replace(case, **kw)  # type: ignore[arg-type]
 
 
 def test_a_hung_job_is_resubmitted_with_its_script_and_a_recurrence_excludes_the_suspects(
@@ -323,7 +324,7 @@ def test_node_memory_across_three_jobs_excludes_and_notices_once(
         restarts.append(outcome.intent.new_job_id)
         submitted.append(restarts[-1])
         notices += mgr.observe_nodes(job, suspects_from(verdict=verdict), time.time())
-    # Two jobs named node003 (score 2 >= node_exclude_score): the third job's first retry excludes it.
+    # Two jobs named node003 (score 2 > node_exclude_score 1.5): the third job's first retry excludes it.
     assert [field(slurm_cluster, r, "ExcNodeList") for r in restarts] == ["(null)", "(null)", "node003"]
     (notice,) = notices
     assert notice.node == "node003" and notice.text.startswith("node003 in 3 hangs of 3 job(s)")
