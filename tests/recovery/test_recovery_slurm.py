@@ -237,6 +237,16 @@ def test_an_acked_or_kept_job_is_left_alone(slurm_cluster: SlurmCluster, work: P
     assert mgr.run_due(now + 301) == []
     assert slurm_cluster.state(job) in ("PENDING", "RUNNING")
     assert marker_jobs(slurm_cluster, job) == []
+    # A hung job a person cancels during the countdown is theirs now (rule REC-14).
+    other = submit(slurm_cluster, work / "outputs", "JAX-llama3.1-8b-taken")
+    submitted.append(other)
+    _, intent = mgr.consider(hang_case(other, 4), now)
+    assert intent is not None
+    slurm_cluster.scancel(other)
+    slurm_cluster.wait_state(other, ["CANCELLED"])
+    (outcome,) = mgr.run_due(now + 301)
+    assert outcome.intent.status == "cancelled" and "ended during the countdown" in str(outcome.intent.result)
+    assert marker_jobs(slurm_cluster, other) == []
     mgr.store.close()
 
 
@@ -255,7 +265,7 @@ def result(proc: subprocess.Popen[str]) -> dict[str, object]:
     return json.loads(out.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-@pytest.mark.parametrize("race", ["both-submit", "free"])
+@pytest.mark.parametrize("race", ["both-submit", "free", "one-after-the-other"])
 def test_two_daemons_make_one_resubmission(
     slurm_cluster: SlurmCluster, work: Path, submitted: list[str], race: str
 ) -> None:
@@ -265,8 +275,14 @@ def test_two_daemons_make_one_resubmission(
     barrier = work / "barrier"
     barrier.mkdir()
     extra = ("--barrier", str(barrier), "2") if race == "both-submit" else ()
-    procs = [child(work, f"state{i}", slurm_cluster, hang_case(job, 4), *extra) for i in (1, 2)]
-    results = [result(p) for p in procs]
+    if race == "one-after-the-other":
+        # The second daemon's countdown ends after the first restarted the job: it must join that
+        # restart (the old job's comment says "restarting"), not call the job taken over by a person.
+        results = [result(child(work, f"state{i}", slurm_cluster, hang_case(job, 4))) for i in (1, 2)]
+        assert "jobdiagd:restarting" in field(slurm_cluster, job, "Comment")
+    else:
+        procs = [child(work, f"state{i}", slurm_cluster, hang_case(job, 4), *extra) for i in (1, 2)]
+        results = [result(p) for p in procs]
     live = [j for j, st in marker_jobs(slurm_cluster, job) if not st.startswith("CANCELLED")]
     submitted.extend(j for j, _ in marker_jobs(slurm_cluster, job))
     assert len(live) == 1, (results, marker_jobs(slurm_cluster, job))

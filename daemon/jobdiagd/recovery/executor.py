@@ -22,6 +22,7 @@ count already moved, then `scontrol update ExcNodeList=` while it is pending.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import re
@@ -136,6 +137,9 @@ class Executor:
         current = self.ops.job(intent.job_id)
         argv = self.ops.cancel_argv(intent.job_id)
         if current is not None and current.state in ACTIVE_STATES:
+            # Tell a peer daemon this end is a restart, not a person (rules REC-12, REC-14).
+            with contextlib.suppress(SlurmOpError):
+                self.ops.run(self.ops.tag_restarting_argv(intent.job_id, current.get("Comment")))
             self.ops.cancel(intent.job_id)
             self._log(intent, actor, "cancel", argv, f"job {intent.job_id} cancelled")
         return self._save(intent, "cancelled", cancelled=True)

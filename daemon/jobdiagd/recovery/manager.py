@@ -23,7 +23,7 @@ from jobdiagd.recovery.executor import ExecutionError, Executor, job_env, sbatch
 from jobdiagd.recovery.nodes import NodeEvidence, NodeMemory, NodeNotice, drain
 from jobdiagd.recovery.policy import Case, Decision, decide
 from jobdiagd.recovery.slurm_ops import ACTIVE_STATES, JobSpec, SlurmOpError, SlurmOps
-from jobdiagd.rules.recovery import Family
+from jobdiagd.rules.recovery import Family, restarting
 
 AUTO_ACTOR = "jobdiagd (auto)"
 
@@ -184,10 +184,13 @@ class RecoveryManager:
         if intent.plan.family == Family.HANG:
             try:
                 job = self.ops.job(intent.job_id)
+                if job is not None and (job.state in ACTIVE_STATES or restarting(job.get("Comment"))):
+                    return None  # still hung, or a peer daemon is restarting it: go on (rule REC-12)
+                if self.ops.marker_jobs(intent.job_id):
+                    return None  # a peer restarted it already: the executor joins that restart
             except SlurmOpError:
                 return None  # the executor will fail it with the command's error
-            if job is None or job.state not in ACTIVE_STATES:
-                return "REC-14", f"job {intent.job_id} ended during the countdown: left to people"
+            return "REC-14", f"job {intent.job_id} ended during the countdown: left to people"
         return None
 
     def _dry_run(self, intent: Intent, now: float) -> Outcome:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from jobdiagd.logsetup import get_logger
 from jobdiagd.rules.hostlist import parse_hostlist, valid_host
-from jobdiagd.rules.recovery import parse_restart_marker
+from jobdiagd.rules.recovery import RESTARTING_TAG, parse_restart_marker
 from jobdiagd.sources.slurm_parse import JOB_ID_RE, USER_RE, parse_scontrol_pairs
 
 _log = get_logger(component="recovery")
@@ -187,6 +187,14 @@ class SlurmOps:
 
     def cancel(self, job_id: str) -> None:
         self.run(self.cancel_argv(job_id))
+
+    def tag_restarting_argv(self, job_id: str, comment: str | None) -> list[str]:
+        """Append RESTARTING_TAG to the job's comment (kept: a site's own comment stays)."""
+        old = (comment or "").replace("\n", " ").strip()
+        if old in ("(null)", "N/A"):
+            old = ""
+        new = f"{old} {RESTARTING_TAG}".strip()[-250:]
+        return ["scontrol", "update", f"JobId={check_job_id(job_id)}", f"Comment={new}"]
 
     def release(self, job_id: str) -> None:
         argv = ["scontrol", "release", check_job_id(job_id)]

@@ -29,6 +29,16 @@ _ID = re.compile(r"[0-9]{1,12}\Z", re.ASCII)
 _MARKER_RE = re.compile(r"(?:^|[\s,;|])jobdiagd:restart-of=([0-9]{1,12})(?=$|[\s,;|#])", re.ASCII)
 
 
+# Added to the old job's comment right before jobdiagd cancels it for a restart (rule REC-12): a
+# peer daemon whose countdown ends a moment later sees that the job's end was a restart, not a
+# person taking over (rule REC-14).
+RESTARTING_TAG = "jobdiagd:restarting"
+
+
+def restarting(comment: str | None) -> bool:
+    return bool(comment) and RESTARTING_TAG in (comment or "").split()
+
+
 def restart_marker(old_id: str) -> str:
     """The comment a restart of Slurm job `old_id` carries (rule REC-11)."""
     if not isinstance(old_id, str) or not _ID.match(old_id):
