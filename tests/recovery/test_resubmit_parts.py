@@ -148,3 +148,40 @@ def test_the_intent_commits_with_the_incident_or_not_at_all(tmp_path: Path) -> N
     with pytest.raises(sqlite3.IntegrityError):  # the status column refuses what is not a status
         pipeline.store.conn.execute("UPDATE recovery_intents SET status = 'bogus'")
     pipeline.close()
+
+
+def test_suggest_waits_for_restart_by_the_owner_or_an_operator(tmp_path: Path) -> None:
+    from jobdiagd.alerts.store import AlertStore
+
+    cfg = RecoveryConfig(mode="suggest", users=(ME,))
+    store = AlertStore.in_state_dir(tmp_path)
+    mgr = RecoveryManager(cfg, store, SlurmOps(), work_dir=tmp_path / "rec", now=lambda: T0)
+    case = Case("4242", ME, "gpu", "node-fail", nodes=("node001",), last_step=10, suspects=("node001",))
+    decision, intent = mgr.consider(case, T0)
+    assert decision.mode == "suggest" and intent is not None and intent.status == "suggested"
+    assert intent.due_at is None and mgr.book.due(T0 + 10**6) == []
+    assert mgr.approve("4242", "mallory", allowed=False, now=T0 + 1) is None
+    approved = mgr.approve("4242", "alice", allowed=True, now=T0 + 2)
+    assert approved is not None and approved.status == "scheduled" and approved.due_at == T0 + 2
+    assert [i.id for i in mgr.book.due(T0 + 2)] == [approved.id]
+    assert [(e.actor, e.action, e.outcome) for e in mgr.book.entries("4242")][1:] == [
+        ("mallory", "approve", "refused: not owner/operator"),
+        ("alice", "approve", "restart approved"),
+    ]
+    store.close()
+
+
+def test_what_people_read() -> None:
+    from jobdiagd.recovery.book import Intent, LogEntry
+    from jobdiagd.recovery.messages import action_text, countdown_text, restarted_text
+
+    intent = Intent("rec:4242:1", "4242", "4242:hang:1", "scheduled", T0 + 300, T0, T0, plan())
+    text = countdown_text(intent, T0 + 10)
+    assert text.splitlines()[0] == (
+        "♻ Auto-restart of job 4242 in 5 min (retry-same-nodes). Press “Keep the job” or ack to cancel."
+    )
+    assert "- exclude: node003" in text and "- environment: NCCL_DEBUG=INFO" in text
+    entry = LogEntry(T0, "4242", "jobdiagd (auto)", "REC-4", "cancel", ("scancel", "4242"), "job 4242 cancelled")
+    assert action_text(entry) == "♻ jobdiagd (auto) · cancel · rule REC-4 · `scancel 4242` → job 4242 cancelled"
+    assert restarted_text("12345", "12346", 4100) == "restarted as 12346, step 4100 restored"
+    assert restarted_text("12345", "12345", None).startswith("requeued job 12345, no checkpoint restored")
