@@ -185,3 +185,30 @@ def test_what_people_read() -> None:
     assert action_text(entry) == "♻ jobdiagd (auto) · cancel · rule REC-4 · `scancel 4242` → job 4242 cancelled"
     assert restarted_text("12345", "12346", 4100) == "restarted as 12346, step 4100 restored"
     assert restarted_text("12345", "12345", None).startswith("requeued job 12345, no checkpoint restored")
+
+
+def test_a_failing_slurm_command_is_retried_then_given_up(tmp_path: Path) -> None:
+    """Rule REC-13: a passing Slurm fault (here: no usable slurm.conf) keeps the intent running and
+    retries it after a delay; only after MAX_RETRIES is it failed."""
+    from jobdiagd.alerts.store import AlertStore
+    from jobdiagd.recovery.executor import MAX_RETRIES, RETRY_DELAY_S
+
+    clock = [T0]
+    store = AlertStore.in_state_dir(tmp_path / "state")
+    empty = tmp_path / "slurm.conf"  # an empty file fails at once (a missing one is retried for 60 s)
+    empty.write_text("")
+    ops = SlurmOps({"SLURM_CONF": str(empty)}, timeout_s=20)
+    cfg = RecoveryConfig(mode="auto", users=(ME,), countdown_seconds=0, max_actions_per_hour=100)
+    mgr = RecoveryManager(cfg, store, ops, work_dir=tmp_path / "rec", now=lambda: clock[0])
+    mgr.consider(Case("4242", ME, "gpu", "checkpoint-fs-error", last_step=10), T0)
+    (first,) = mgr.run_due(T0)
+    assert first.error and first.intent.status == "running" and first.intent.progress["retries"] == 1
+    assert mgr.run_due(T0 + 1) == []  # not before its delay
+    for i in range(MAX_RETRIES):
+        clock[0] = T0 + (i + 1) * (RETRY_DELAY_S + 1)
+        (outcome,) = mgr.run_due(clock[0])
+        assert outcome.error
+    assert outcome.intent.status == "failed" and "gave up after" in str(outcome.intent.result)
+    actions = [e.action for e in mgr.book.entries("4242")]
+    assert actions.count("retry") == MAX_RETRIES and actions[-1] == "failed" and actions.count("restart") == 1
+    store.close()

@@ -49,6 +49,8 @@ BASE_ENV_KEYS = ("PATH", "LANG", "TZ", "SLURM_CONF")
 # maxtext-slurm's submit_cmd.txt starts with the variables submit.sh read (JOB_WORKSPACE, RAY).
 _SUBMIT_CMD_VARS = ("JOB_WORKSPACE", "RAY")
 _MAX_SCRIPT = 4 * 1024 * 1024
+MAX_RETRIES = 10
+RETRY_DELAY_S = 30.0
 _STEP_HOOK = Callable[[str, Intent], None]
 
 
@@ -68,18 +70,39 @@ class Executor:
     hook: _STEP_HOOK | None = None
 
     def execute(self, intent: Intent, actor: str) -> Intent:
-        """Carry the intent to `done`; ExecutionError (intent marked `failed`) when it cannot be."""
+        """Carry the intent to `done`; ExecutionError when it cannot be (now).
+
+        A Slurm command that fails (slurmctld restarting, a timeout) leaves the intent `running`,
+        retried after RETRY_DELAY_S, up to MAX_RETRIES times: a cancel that went through must not
+        lose its submit to a passing fault (rule REC-13). Anything else — a job Slurm forgot, a
+        refusal — marks it `failed` at once.
+        """
         if intent.status != "running":
             intent = self.book.update(intent, self.now(), status="running")
         try:
             if intent.plan.method == "requeue":
                 return self._requeue(intent, actor)
             return self._resubmit(intent, actor)
-        except (SlurmOpError, ExecutionError, ValueError, OSError) as exc:
-            text = str(exc)
-            self._log(intent, actor, "failed", (), text)
-            self.book.update(intent, self.now(), status="failed", result=text[:2000])
-            raise ExecutionError(text) from exc
+        except SlurmOpError as exc:
+            current = self.book.intent(intent.id) or intent
+            retries = int(current.progress.get("retries", 0)) + 1
+            if retries > MAX_RETRIES:
+                return self._fail(current, actor, f"{exc} (gave up after {MAX_RETRIES} retries)", exc)
+            self._log(current, actor, "retry", exc.argv, f"{exc.detail}: retry {retries} of {MAX_RETRIES}")
+            self.book.update(
+                current,
+                self.now(),
+                progress={**current.progress, "retries": retries, "retry_at": self.now() + RETRY_DELAY_S},
+                result=str(exc)[:2000],
+            )
+            raise ExecutionError(str(exc)) from exc
+        except (ExecutionError, ValueError, OSError) as exc:
+            return self._fail(self.book.intent(intent.id) or intent, actor, str(exc), exc)
+
+    def _fail(self, intent: Intent, actor: str, text: str, exc: Exception) -> Intent:
+        self._log(intent, actor, "failed", (), text)
+        self.book.update(intent, self.now(), status="failed", result=text[:2000])
+        raise ExecutionError(text) from exc
 
     # -- steps ------------------------------------------------------------
 

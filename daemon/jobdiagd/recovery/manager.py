@@ -78,9 +78,13 @@ class RecoveryManager:
         if decision.plan is None:
             if decision.mode == "off" or decision.rule == "REC-3":
                 return decision, None  # not opted in: nothing to record or say
-            self.book.log(
-                LogEntry(now, case.job_id, AUTO_ACTOR, decision.rule, "decline", (), decision.reason)
+            said = any(
+                e.action == "decline" and e.rule == decision.rule for e in self.book.entries(case.job_id)
             )
+            if not said:  # once per job and rule, however often the daemon asks
+                self.book.log(
+                    LogEntry(now, case.job_id, AUTO_ACTOR, decision.rule, "decline", (), decision.reason)
+                )
             return decision, None
         status = {"auto": "scheduled", "dry-run": "scheduled", "suggest": "suggested"}[decision.mode]
         due = now + self.cfg.countdown_seconds if status == "scheduled" else None
@@ -148,6 +152,8 @@ class RecoveryManager:
     def run_due(self, now: float) -> list[Outcome]:
         out = []
         for intent in self.book.due(now):
+            if float(intent.progress.get("retry_at", 0.0)) > now:
+                continue  # a Slurm command failed: retried after its delay
             out.append(self._run_one(intent, now))
         return out
 
