@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from jobdiagd.alerts.incidents import IncidentBook
 from jobdiagd.config import IncidentsConfig
 from jobdiagd.detectors import EarlyMemo, NoData, keep_resolution
@@ -178,3 +180,35 @@ def test_a_verdict_of_a_replaced_log_is_not_evidence() -> None:
     job, last = steady(det)
     job.view.gpu_check = EarlyMemo(29, BUSY, job.view.last_step_at - 3600.0)
     assert one(det.check(job.view, last + EARLY_AT + 5)).resolved
+
+
+@pytest.mark.parametrize(
+    ("line", "primary"),
+    [
+        # One task's training process exited right after the last step (a carrier): triage,
+        # told the GPU-confirmed stall (rule VIEW-1), names the hang primary, the exit secondary.
+        (L.actor_exited(1, "node002", 1), "hang"),
+        # A root cause: without GPU evidence the stall stays the failure incident's (one cascade).
+        ("[Node 1 @ node002] oom-kill event: Killed process 4242 (python3) total-vm:1TB", "oom-host"),
+    ],
+    ids=["carrier", "root-cause"],
+)
+def test_a_failure_signature_does_not_hold_back_a_gpu_confirmed_page(line: str, primary: str) -> None:
+    """Rule HANG-7: the others spin in the collective; the GPU-confirmed page comes at the early
+    point whatever failure the log showed (it was held back as "superseded" until triage itself
+    called the job hanging, at the step budget or later)."""
+    det = HangDetector(POLICY, RULE)
+    job, last = steady(det)
+    job.feed("1: " + line, last + 1.0)
+    job.view.gpu_check = EarlyMemo(29, BUSY, job.view.last_step_at)
+    f = one(det.check(job.view, last + EARLY_AT))
+    assert not f.resolved and f.summary.startswith("GPU-confirmed hang (busy-wait)")
+    assert f.details["primary failure"] == primary and EARLY_DETAIL in f.details
+
+
+def test_without_gpu_evidence_a_root_cause_still_supersedes_the_stall() -> None:
+    det = HangDetector(POLICY, RULE)
+    job, last = steady(det)
+    job.feed("1: [Node 1 @ node002] oom-kill event: Killed process 4242 (python3) total-vm:1TB", last + 1.0)
+    f = one(det.check(job.view, last + 121.0))
+    assert f.resolved and f.summary.startswith("superseded: the stall is a consequence of oom-host")

@@ -311,6 +311,46 @@ async def test_the_engine_pages_a_gpu_confirmed_hang_at_once(tmp_path: Path) -> 
     d.close()
 
 
+async def test_an_open_failure_incident_does_not_hold_back_the_gpu_confirmed_page(tmp_path: Path) -> None:
+    """One task's training process exits right after the last step (a failure incident opens at
+    once) while the others spin in the collective: the GPU-confirmed hang page still goes out at
+    the early point, not at the step budget (rule HANG-7)."""
+    state, outputs = tmp_path / "state", tmp_path / "outputs"
+    log = write_job(outputs, "7211")
+    stub = Stub(BUSY)
+    d = Daemon(state, outputs, stub)
+    early = d.enricher.early
+    assert early is not None
+    t = T0
+    for k in range(30):
+        t += STEP
+        with log.open("a") as fh:
+            fh.write(step_line(k, t) + "\n")
+        await d.engine.tick(t)
+    last = t
+    with log.open("a") as fh:
+        fh.write("1: " + L.actor_exited(1, "node002", 1) + "\n")
+    await d.engine.tick(last + 15)
+    assert [(n["event"], n["kind"]) for n in outbox(state)] == [("open", "failure")]
+    views = {k: w.view for k, w in d.engine.jobs.items()}
+    early.poll(views, last + 15, d.engine.detectors)
+    await settle()
+    assert stub.calls == [] and early.next_poll_at() == last + EARLY_AT
+    early.poll(views, last + EARLY_AT, d.engine.detectors)
+    await settle()
+    assert len(stub.calls) == 1 and early.wake.is_set()
+    await d.engine.tick(last + EARLY_AT, early.take_confirmed(), early=True)
+    opened = [n for n in outbox(state) if n["event"] == "open"]
+    assert [n["kind"] for n in opened] == ["failure", "hang"]
+    assert "GPU-confirmed hang (busy-wait)" in opened[1]["body"]
+    for now in (last + 60, last + 135, last + 150):  # past the step budget: still the one page
+        await d.engine.tick(now)
+        await settle()
+    assert [(n["event"], n["kind"]) for n in outbox(state)] == [("open", "failure"), ("open", "hang")]
+    await d.enricher.close()
+    d.close()
+
+
 @pytest.mark.parametrize(
     "first", [None, GpuVerdict(GpuHangState.MIXED, "one scrape of busy-wait so far", T0)]
 )

@@ -13,9 +13,8 @@ from jobdiagd.logs.state import LogState
 from jobdiagd.model.alerts import Finding
 from jobdiagd.model.jobref import JobRef
 from jobdiagd.model.records import StepRecord
-from jobdiagd.model.triage import CheckpointConfig, TriageResult
+from jobdiagd.model.triage import CheckpointConfig, StallKnowledge, TriageResult
 from jobdiagd.sources.slurm_parse import SlurmJob
-from jobdiagd.triage.stall import StallPolicy
 from jobdiagd.tsdb.gpu_hang import GpuVerdict
 
 
@@ -72,7 +71,7 @@ class WatchedJob(Protocol):
     def total_steps(self) -> int | None: ...
     def checkpoint(self) -> CheckpointConfig: ...
     def sorted_steps(self) -> list[StepRecord]: ...
-    def analysis(self, now: float, policy: StallPolicy | None = None) -> TriageResult: ...
+    def analysis(self, now: float, stall: StallKnowledge | None = None) -> TriageResult: ...
 
 
 def early_memo(view: WatchedJob) -> EarlyMemo | None:

@@ -70,10 +70,12 @@ class StallPhase(StrEnum):
 
 
 class StallBasis(StrEnum):
-    """What measured a stall (rule HANG-5): dated lines, the JOB SUMMARY wall time, or nothing."""
+    """What measured a stall (rules HANG-5, VIEW-1): dated lines, the JOB SUMMARY wall time, the
+    daemon's own clock (a live job it watches), or nothing."""
 
     TIMESTAMPS = "timestamps"
     WALL_TIME = "wall-time"
+    DAEMON = "daemon-clock"
     NONE = "none"
 
 
