@@ -187,6 +187,7 @@ def test_what_people_read() -> None:
     assert restarted_text("12345", "12345", None).startswith("requeued job 12345, no checkpoint restored")
 
 
+@pytest.mark.slurm  # runs the real scontrol (against an empty slurm.conf: no cluster needed)
 def test_a_failing_slurm_command_is_retried_then_given_up(tmp_path: Path) -> None:
     """Rule REC-13: a passing Slurm fault (here: no usable slurm.conf) keeps the intent running and
     retries it after a delay; only after MAX_RETRIES is it failed."""
