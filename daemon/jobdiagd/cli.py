@@ -14,6 +14,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "jobdiagd.triage.cli",
     "jobdiagd.tsdb.cli",
     "jobdiagd.service.cli",
+    "jobdiagd.recovery.cli",
 )
 
 
@@ -31,6 +32,8 @@ COMMAND_MODULE: dict[str, str] = {
     "detectors": "jobdiagd.service.cli",
     "backtest": "jobdiagd.service.cli",
     "demo": "jobdiagd.service.cli",
+    "nodes": "jobdiagd.recovery.cli",
+    "recovery-log": "jobdiagd.recovery.cli",
 }
 
 
