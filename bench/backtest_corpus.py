@@ -5,8 +5,10 @@
 Builds `jobdiagd.sim.scenarios.build_all` into a temp dir, replays every job with
 `jobdiagd.service.backtest.replay`, and compares the alerts with each scenario's ground truth.
 Latency = alert time - (last step read + steady step time) for hangs after the first step
-(target: max(3 x step time, 120 s) + one tick); for hangs before the first step, alert time
-- when the pre-training barrier was read (target: startup grace + one tick).
+(target: max(3 x step time, 120 s) + one tick; for a hang paged in the checkpoint phase --
+the job hung right after a save, rule HANG-4 -- the configured checkpoint budget + one tick);
+for hangs before the first step, alert time - when the pre-training barrier was read (target:
+startup grace + one tick).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ def evaluate(root: Path, tick: float) -> dict[str, Any]:
         superseded: list[str] = []  # a real stall paged before the root-cause error was logged
         hang_latency: float | None = None
         hang_target: float | None = None
+        hang_phase: str | None = None
         for a in r.alerts:
             if a.event != "open":
                 continue
@@ -51,6 +54,9 @@ def evaluate(root: Path, tick: float) -> dict[str, Any]:
                 elif r.last_step_at_s is not None and r.step_time_s:
                     hang_latency = a.at_s - (r.last_step_at_s + r.step_time_s)
                     hang_target = max(3 * r.step_time_s, 120.0) + tick
+                    if a.phase == "checkpoint":  # hung during a save: it may have been one (HANG-4)
+                        hang_target = cfg.detectors.hang.checkpoint_budget_seconds + tick
+                    hang_phase = a.phase
                 else:
                     start = r.barrier_at_s if r.barrier_at_s is not None else 0.0
                     hang_latency = a.at_s - start
@@ -67,6 +73,7 @@ def evaluate(root: Path, tick: float) -> dict[str, Any]:
                 "alerts": [f"{a.kind}:{a.cls}@{a.at_s:.0f}s" for a in r.alerts if a.event == "open"],
                 "hang_latency_s": None if hang_latency is None else round(hang_latency, 1),
                 "hang_target_s": hang_target,
+                "hang_phase": hang_phase,
                 "false_alerts": false,
                 "hang_then_root_cause": superseded,
                 "missed_hang": missed,
@@ -101,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
             lat = (
                 ""
                 if r["hang_latency_s"] is None
-                else f"  hang latency {r['hang_latency_s']}s (target {r['hang_target_s']}s)"
+                else f"  hang latency {r['hang_latency_s']}s (target {r['hang_target_s']}s"
+                + (f", phase {r['hang_phase']})" if r["hang_phase"] else ")")
             )
             bad = f"  FALSE: {r['false_alerts']}" if r["false_alerts"] else ""
             if r["hang_then_root_cause"]:

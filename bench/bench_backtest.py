@@ -16,7 +16,8 @@ replays each job. Healthy jobs: every opened alert is false (target 0). Hung job
 relative to the due step -- alert time minus (last step + steady step time), or minus the
 barrier for a hang before step 0 -- on the replay's own clock and against the simulator's true
 times; the target is the daemon's stall budget for that phase (triage.stall on the job's own
-steps: steady max(3 x step time, 120 s), checkpoint/warmup learned, startup 1800 s) plus a tick.
+steps: steady max(3 x step time, 120 s), a save at least the 900 s checkpoint budget (rule
+HANG-4), an eval and warmup learned, startup 1800 s) plus a tick.
 """
 
 from __future__ import annotations

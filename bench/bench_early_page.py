@@ -19,8 +19,11 @@ alone). Per scenario and steady step time it prints:
 
 Scenarios: collective hang (RCCL busy-wait on every host), dead node whose training process
 died (its GPUs idle, no GPU process, the rest busy-wait), dead node whose host went silent
-(missing metrics never confirm: the step budget pages), hang then heartbeat kill, healthy
-with long checkpoint saves, evals and a recompilation, heartbeat false positive, host OOM.
+(missing metrics never confirm: the step budget pages), hang then heartbeat kill, the same
+killed 45 min later with Ray's forwarding lost after the last step (the heartbeat error in the
+worker log only; the job log ends with the job script's undated "Training subprocess exited"
+lines and summary, which the replay takes in at the job's end), healthy with long checkpoint
+saves, evals and a recompilation, heartbeat false positive, host OOM.
 """
 
 from __future__ import annotations
@@ -46,10 +49,18 @@ SCENARIOS: tuple[tuple[str, str, str | None], ...] = (
     ("dead node (process gone)", "dead-process", "dead-node"),
     ("dead node (host silent)", "dead-node", None),
     ("hang then heartbeat", "hang-then-heartbeat", "busy-wait"),
+    ("hang, heartbeat 45m, unfwd", "hang-then-heartbeat", "busy-wait"),
     ("healthy: ckpt+eval+compile", "healthy-evals", None),
     ("heartbeat false positive", "heartbeat-false-positive", None),
     ("host OOM", "host-oom-ramp", None),
 )
+
+
+# Departures from a scenario's defaults, by label: scenario fields, `extra` additions, and the
+# raylet's dated chatter during the hang (None: none, the job log says nothing dated after the last step).
+VARIANTS: dict[str, tuple[dict[str, Any], dict[str, Any], float | None]] = {
+    "hang, heartbeat 45m, unfwd": ({"hang_s": 2700.0}, {"unforwarded_end": True}, None),
+}
 
 
 def _hang_pages(r: JobReplay) -> list[Alert]:
@@ -66,8 +77,10 @@ def _config(work: Path, early: bool) -> Config:
 def measure(
     label: str, name: str, expect: str | None, step_time: float, root: Path, tick: float
 ) -> dict[str, Any]:
-    sim = JobSim(scenario(name, step_time=step_time))
-    files = write_job(sim, root / f"{name}-{step_time:g}", hang_chatter_s=45.0)
+    fields, extra, chatter = VARIANTS.get(label, ({}, {}, 45.0))
+    sc = scenario(name, step_time=step_time, **fields)
+    sim = JobSim(dataclasses.replace(sc, extra={**sc.extra, **extra}))
+    files = write_job(sim, root / f"{name}-{step_time:g}-{len(extra)}", hang_chatter_s=chatter)
     ref = resolve(str(files.job_dir), [])
     t = time.perf_counter()
     early = replay(ref, _config(root, True), tick=tick, ref_time=time.time())

@@ -15,6 +15,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "jobdiagd.tsdb.cli",
     "jobdiagd.service.cli",
     "jobdiagd.service.goodput_cli",
+    "jobdiagd.recovery.cli",
 )
 
 
@@ -34,6 +35,8 @@ COMMAND_MODULE: dict[str, str] = {
     "demo": "jobdiagd.service.cli",
     "goodput": "jobdiagd.service.goodput_cli",
     "calibrate": "jobdiagd.service.goodput_cli",
+    "nodes": "jobdiagd.recovery.cli",
+    "recovery-log": "jobdiagd.recovery.cli",
 }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import grp
 import ipaddress
 import math
@@ -19,7 +20,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from jobdiagd.quiet_hours import parse_quiet_hours, zone
+from jobdiagd.rules.hostlist import valid_host
 from jobdiagd.tsdb.settings import TsdbSettings, settings_from_mapping
+from jobdiagd.tsdb.site import profiles as site_profiles
 
 DEFAULT_CONFIG_PATH = Path("/etc/jobdiagd/config.toml")
 
@@ -229,6 +232,28 @@ def _http_url_problem(url: str, *, links: bool = False) -> str | None:
     return None
 
 
+def bot_api_root(url: str) -> str:
+    """A Bot API server's base URL as the Telegram transport uses it: without a final "/" or
+    "/bot" (both are common ways to write it; the transport appends "/bot<token>/<method>")."""
+    root = url.strip().rstrip("/")
+    if root.endswith("/bot"):
+        root = root[: -len("/bot")].rstrip("/")
+    return root
+
+
+def _bot_api_url(value: Any) -> str | None:
+    """[notifiers.telegram] api_base_url: "https://host", "https://host/" and "https://host/bot"
+    all name the server at https://host; a token in the URL, white space or a query is refused."""
+    if re.search(r"\s", value):
+        return "must be a URL without white space, e.g. 'https://api.telegram.org'"
+    problem = _http_url_problem(value)
+    if problem:
+        return f"{problem}; give the Bot API server's base URL, e.g. 'https://api.telegram.org'"
+    if re.search(r"/bot[^/]*:", urllib.parse.urlsplit(value).path):
+        return f"must not contain the bot token: give the server's base URL, not a method URL ({_NOT_SHOWN})"
+    return None
+
+
 def _http_urls(value: Any) -> str | None:
     for i, url in enumerate(value):
         problem = _http_url_problem(url)
@@ -248,6 +273,28 @@ def _url_template(value: Any) -> str | None:
         known = ", ".join("{" + n + "}" for n in _URL_PLACEHOLDERS)
         return f"has an unknown or malformed placeholder (known: {known})"
     return _http_url_problem(filled, links=True)
+
+
+def _site_url(value: Any) -> str | None:
+    return _http_url_problem(value) if value else None
+
+
+def _ssh_host(value: Any) -> str | None:
+    if not value or valid_host(value):
+        return None
+    return f"must be a host name, got {value!r}"
+
+
+def _host_regex(value: Any) -> str | None:
+    if not value:
+        return None
+    if len(value) != 2:
+        return f'must be ["pattern", "replacement"], got {len(value)} item(s)'
+    try:
+        re.compile(value[0])
+    except re.error as exc:
+        return f"pattern is not a regular expression: {exc}"
+    return None
 
 
 def _label_value(value: Any) -> str | None:
@@ -435,7 +482,8 @@ class TelegramNotifierConfig:
     default_chat: int | None = None
     routes: tuple[TelegramRouteConfig, ...] = ()
     # Bot API server: a site's own `telegram-bot-api`, or a test emulator.
-    api_base_url: str = field(default="https://api.telegram.org", metadata=_v(_http_url))
+    # "https://host", "https://host/" and "https://host/bot" mean the same (config.bot_api_root).
+    api_base_url: str = field(default="https://api.telegram.org", metadata=_v(_bot_api_url))
     # Long polling for commands and buttons; false: send-only.
     commands: bool = True
     poll_timeout_seconds: float = field(
@@ -461,6 +509,81 @@ class ChatConfig:
     )
     # A "scancel" button on incident messages, for the transports' operators only, with confirmation.
     scancel_button: bool = False
+
+
+_RECOVERY_MODES = ("off", "suggest", "auto", "dry-run")
+RecoveryMode = Literal["off", "suggest", "auto", "dry-run"]
+_ENV_ASSIGN_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}=[^\x00\n]{0,1024}$")
+
+
+def _owners(value: Any) -> str | None:
+    return _names([v for v in value if v != "*"])
+
+
+def _env_assignments(value: Any) -> str | None:
+    bad = [v for v in value if not _ENV_ASSIGN_RE.match(v)]
+    return f"not KEY=VALUE assignments: {bad!r}" if bad else None
+
+
+@dataclass(frozen=True)
+class RecoveryOverrideConfig:
+    """[[recovery.overrides]]: a job whose owner is in `users` (or any owner, when empty) and whose
+    partition is in `partitions` (or any) gets `mode`; the first matching override wins."""
+
+    users: tuple[str, ...] = field(default=(), metadata=_v(_names))
+    partitions: tuple[str, ...] = field(default=(), metadata=_v(_names))
+    mode: RecoveryMode = "off"
+
+
+@dataclass(frozen=True)
+class RecoveryConfig:
+    """[recovery]: restart hung or failed jobs under guardrails (docs/recovery.md). Off by default.
+
+    A job is acted on only when its owner opted in: listed in `users`, or matched by an override
+    naming them (rule REC-3). `mode` is the site's mode for opted-in owners on `partitions` (empty:
+    any partition); `dry_run = true` turns every `auto` into `dry-run` (log and post, never act)."""
+
+    mode: RecoveryMode = "off"
+    users: tuple[str, ...] = field(default=(), metadata=_v(_owners))  # "*": every owner
+    partitions: tuple[str, ...] = field(default=(), metadata=_v(_names))
+    overrides: tuple[RecoveryOverrideConfig, ...] = ()
+    dry_run: bool = False
+    # How a job is restarted: a new job from its own batch script (default), or `scontrol requeue`.
+    method: Literal["resubmit", "requeue"] = "resubmit"
+    countdown_seconds: float = field(
+        default=300.0, metadata=_v(Bounded(0, _DAY, "people need time to press Keep the job; at most a day"))
+    )
+    # A hang within this long of the chain's previous hang restart is a recurrence (rule REC-5).
+    recurrence_window_seconds: float = field(
+        default=6 * 3600.0, metadata=_v(Bounded(60, _WEEK, "a recurrence is within a week"))
+    )
+    max_no_progress_restarts: int = field(
+        default=3, metadata=_v(Bounded(1, 100, "restarts of a chain that gained no step (NVRx: 3)"))
+    )
+    min_progress_steps: int = field(
+        default=1, metadata=_v(Bounded(1, 10_000_000, "steps a restart must gain to count as progress"))
+    )
+    max_actions_per_hour: int = field(
+        default=10, metadata=_v(Bounded(1, 10_000, "site-wide restarts per rolling hour"))
+    )
+    # The first retry of a hang asks for the same nodes (minus suspects) with --nodelist.
+    retry_same_nodes: bool = True
+    # Added to every resubmitted job's environment (site-specific, e.g. a container image).
+    resubmit_env: tuple[str, ...] = field(default=(), metadata=_v(_env_assignments))
+    # Suspect-node memory (rule REC-20 to REC-23).
+    # Defaults: three hang suspicions within two days (0.63 + 0.79 + 1 = 2.42) or a node-fail and a
+    # hang reach the notice; two hang suspicions or one node-fail exclude the node from retries.
+    node_half_life_days: float = field(
+        default=3.0, metadata=_v(Bounded(0.01, 365, "how fast a node's record fades"))
+    )
+    node_notice_score: float = field(
+        default=2.4, metadata=_v(Bounded(0.1, 1000, "score at which operators are told about a node"))
+    )
+    node_exclude_score: float = field(
+        default=1.5, metadata=_v(Bounded(0.1, 1000, "score at which a node is excluded from retries"))
+    )
+    # Who may press Drain and Restart as an operator (chat user ids/names, as the transports give them).
+    operators: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -527,6 +650,77 @@ class AlertmanagerNotifierConfig:
     secret_credential: str = field(default="", metadata=_v(_credential, secret=True))
 
 
+def _site_metric(role: str) -> Callable[[Any], Any]:
+    """The parser of one `[site_prometheus.metrics.<role>]` table (the keys a role may override)."""
+    return functools.partial(site_profiles.check_override, role)
+
+
+@dataclass(frozen=True)
+class SiteMetricsConfig:
+    """[site_prometheus.metrics.<role>]: overrides of the profile's map, per role (all optional):
+    name (a metric, a list of them summed, or "" to leave the role unmapped), host_label,
+    gpu_label, job_label, model_label, scale (to watts, percent, bytes, per second), counter."""
+
+    power: Mapping[str, Any] = field(default_factory=dict, metadata={"table_parser": _site_metric("power")})
+    util: Mapping[str, Any] = field(default_factory=dict, metadata={"table_parser": _site_metric("util")})
+    mem_activity: Mapping[str, Any] = field(
+        default_factory=dict, metadata={"table_parser": _site_metric("mem_activity")}
+    )
+    vram_used: Mapping[str, Any] = field(
+        default_factory=dict, metadata={"table_parser": _site_metric("vram_used")}
+    )
+    processes: Mapping[str, Any] = field(
+        default_factory=dict, metadata={"table_parser": _site_metric("processes")}
+    )
+    io_pressure: Mapping[str, Any] = field(
+        default_factory=dict, metadata={"table_parser": _site_metric("io_pressure")}
+    )
+    mem_pressure: Mapping[str, Any] = field(
+        default_factory=dict, metadata={"table_parser": _site_metric("mem_pressure")}
+    )
+    tcp_retrans: Mapping[str, Any] = field(
+        default_factory=dict, metadata={"table_parser": _site_metric("tcp_retrans")}
+    )
+    rdma_retrans: Mapping[str, Any] = field(
+        default_factory=dict, metadata={"table_parser": _site_metric("rdma_retrans")}
+    )
+
+    def overrides(self) -> dict[str, Mapping[str, Any]]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name)}
+
+
+@dataclass(frozen=True)
+class SitePrometheusConfig:
+    """[site_prometheus]: the site's central Prometheus as a source for every job (tsdb/site/)."""
+
+    enabled: bool = False
+    url: str = field(default="", metadata=_v(_site_url))
+    # Reach the URL through this host (the ssh tunnel pool of [tsdb.ssh]); "": directly.
+    ssh_host: str = field(default="", metadata=_v(_ssh_host))
+    profile: Literal["dcgm", "amd", "generic"] = "dcgm"
+    host_rewrite: Literal["exact", "short", "regex"] = "short"
+    # ["pattern", "replacement"] turning a Slurm node name into the exporter's host label (regex).
+    host_regex: tuple[str, ...] = field(default=(), metadata=_v(_host_regex))
+    # Every job holds its nodes whole (partitions with OverSubscribe=EXCLUSIVE): no shared nodes.
+    exclusive_nodes: bool = False
+    scrape_interval_seconds: float = field(
+        default=15.0, metadata=_v(Bounded(1, 600, "the site's slowest scrape interval of these exporters"))
+    )
+    max_in_flight: int = field(
+        default=4, metadata=_v(Bounded(1, 64, "queries at once on a Prometheus every job shares"))
+    )
+    timeout_seconds: float = field(
+        default=5.0, metadata=_v(Bounded(0.1, 120, "an unanswered query is an unknown verdict"))
+    )
+    # A GPU holding less framebuffer than this has no training process (the dead-node stand-in).
+    idle_vram_gib: float = field(default=2.0, metadata=_v(Bounded(0, 1024, "GiB of GPU memory")))
+    auth: Literal["none", "basic", "bearer"] = "none"
+    username: str = field(default="", metadata=_v(_basic_auth_user))
+    secret_file: Path | None = field(default=None, metadata=_v(_token_file, secret=True))
+    secret_credential: str = field(default="", metadata=_v(_credential, secret=True))
+    metrics: SiteMetricsConfig = field(default_factory=SiteMetricsConfig)
+
+
 @dataclass(frozen=True)
 class NotifiersConfig:
     console: ConsoleNotifierConfig = field(default_factory=ConsoleNotifierConfig)
@@ -545,8 +739,10 @@ class Config:
     delivery: DeliveryConfig = field(default_factory=DeliveryConfig)
     notifiers: NotifiersConfig = field(default_factory=NotifiersConfig)
     chat: ChatConfig = field(default_factory=ChatConfig)
+    recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
     # One schema for [tsdb], shared with `jobdiagd diagnose --config` (jobdiagd.tsdb.settings).
     tsdb: TsdbSettings = field(default_factory=TsdbSettings, metadata={"table_parser": settings_from_mapping})
+    site_prometheus: SitePrometheusConfig = field(default_factory=SitePrometheusConfig)
     source: str = field(default="<defaults>", compare=False)
 
 
@@ -603,6 +799,8 @@ RESTART_KEYS: tuple[tuple[str, str], ...] = (
     ("tsdb", "early_overdue_slack_s"),
     ("tsdb", "early_scrape_interval_s"),
     ("tsdb", "early_max_concurrent"),
+    # The site source (tsdb/site) is built once, its map checked at start-up.
+    *(("site_prometheus", f.name) for f in dataclasses.fields(SitePrometheusConfig)),
 )
 
 
@@ -867,6 +1065,7 @@ def _cross_check(cfg: Config, ctx: _Ctx) -> None:
         if r.chat not in tg.chat_ids:
             ctx.error(("notifiers", "telegram", f"routes[{i}]"), "chat", f"{r.chat} is not in chat_ids")
     _check_alertmanager(cfg, ctx)
+    _check_site_prometheus(cfg, ctx)
 
 
 def _check_alertmanager(cfg: Config, ctx: _Ctx) -> None:
@@ -898,6 +1097,40 @@ def _check_alertmanager(cfg: Config, ctx: _Ctx) -> None:
             "timeout_seconds",
             f"must be at most half of [delivery] send_timeout_seconds ({_fmt(send)}), got {_fmt(am.timeout_seconds)}",
         )
+
+
+def _check_site_prometheus(cfg: Config, ctx: _Ctx) -> None:
+    sp = cfg.site_prometheus
+    where = ("site_prometheus",)
+    if sp.host_rewrite == "regex" and len(sp.host_regex) != 2:
+        ctx.error(where, "host_regex", 'must be ["pattern", "replacement"] for host_rewrite = "regex"')
+    if sp.host_regex and sp.host_rewrite != "regex":
+        ctx.error(where, "host_regex", 'is only used with host_rewrite = "regex"')
+    try:
+        site_profiles.resolve(sp.profile, sp.metrics.overrides())
+    except ValueError as exc:
+        ctx.errors.append(f"{ctx.source}: {exc}")
+    if sp.timeout_seconds > sp.scrape_interval_seconds:
+        ctx.error(
+            where,
+            "timeout_seconds",
+            f"must be at most scrape_interval_seconds ({_fmt(sp.scrape_interval_seconds)}): one query per "
+            f"job per interval, got {_fmt(sp.timeout_seconds)}",
+        )
+    if not sp.enabled:
+        return
+    if not sp.url:
+        ctx.error(where, "url", "must name the site Prometheus when enabled")
+    elif sp.ssh_host and not sp.url.startswith("http://"):
+        ctx.error(where, "url", "must be an http:// URL with ssh_host (the tunnel is the encryption)")
+    has_secret = sp.secret_file is not None or bool(sp.secret_credential)
+    if sp.auth == "none":
+        if has_secret or sp.username:
+            ctx.error(where, "auth", 'is "none" but username/secret_file/secret_credential is set')
+    elif (sp.secret_file is None) == (not sp.secret_credential):
+        ctx.error(where, "secret_file", f'set exactly one of secret_file or secret_credential (auth = "{sp.auth}")')
+    if sp.auth == "basic" and not sp.username:
+        ctx.error(where, "username", 'must be set for auth = "basic"')
 
 
 def _resolve_state_paths(cfg: Config) -> Config:

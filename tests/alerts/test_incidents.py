@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from jobdiagd.alerts.incidents import IncidentBook
+from jobdiagd.alerts.incidents import IncidentBook, parse_finding_body, render_finding_body
 from jobdiagd.alerts.store import AlertStore
 from jobdiagd.durations import rounded_duration
 from jobdiagd.model.alerts import Finding
@@ -221,3 +221,23 @@ def test_the_owner_of_the_opening_finding_stays_with_the_incident(tmp_path: Path
     reloaded = AlertStore.in_state_dir(tmp_path)
     assert [i.owner for i in reloaded.load_incidents()] == ["dave"]
     reloaded.close()
+
+
+def test_a_finding_body_reads_back_as_its_summary_facts_and_evidence() -> None:
+    f = replace(hang(), details={"triage": "a hang: all ranks wait", "last step": 316, "note": "a: b"})
+    parsed = parse_finding_body(render_finding_body(f))
+    assert parsed is not None
+    assert parsed.summary == "no step since step 316"
+    assert parsed.facts == (
+        ("detector", "hang"),
+        ("step", "316"),
+        ("triage", "a hang: all ranks wait"),
+        ("last step", "316"),
+        ("note", "a: b"),
+    )
+    assert parsed.evidence == ("completed step: 316, seconds: 31.2",)
+    no_evidence = parse_finding_body(render_finding_body(replace(f, evidence=())))
+    assert no_evidence is not None and no_evidence.evidence == ()
+    # Anything else is not a finding's body: a resolution, a notice, a body edited by hand.
+    for other in ("steps resumed at step 40", "`x` cannot be read.\n\nno facts here", "", "a\n\n- b"):
+        assert parse_finding_body(other) is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -97,6 +98,10 @@ def test_quiet_hours_and_silence() -> None:
         note(severity="warning"), q, at(12)
     )
     assert is_silent(note(severity="info"), None, at(12))  # info never rings
+    # Only pages and reminders ring: a warning notice, a resolution or a report never do.
+    for event in ("notice", "resolve", "update", "report"):
+        assert is_silent(replace(note(severity="critical"), event=event), None, at(12)), event
+    assert not is_silent(replace(note(severity="warning"), event="remind"), None, at(12))
     for bad in ["22-07", "25:00-07:00", "07:00-07:00"]:
         with pytest.raises(ValueError):
             parse_quiet_hours(bad)

@@ -4,7 +4,8 @@ The real python-telegram-bot and slack-sdk against their emulators; `scancel` is
 stand-in on PATH (the daemon runs it by name), so a press that got through would leave a line
 in its record. Forged callback data for a real incident token is pressed by a stranger, by an
 allowed user who is not an operator, and by allowed users in a chat or channel that is not
-allowed; then, as the control, by an operator in an allowed chat, which does cancel the job.
+allowed (they get no answer at all); then, as the control, by an operator in an allowed chat,
+which does cancel the job.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import os
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
 from tests.helpers import slack as S
 from tests.helpers.chat import ALICE, CHAT, MALLORY, OPERATOR, daemon_config, hung_job, start_daemon, until
@@ -52,15 +54,22 @@ async def test_forged_telegram_presses_are_refused_and_only_an_operator_cancels(
         token = ack.split(":")[1]
         forged = f"scancel_yes:{token}"  # the confirmation, without ever being shown the button
 
-        async def answer(chat: int, user: int, data: str, name: str) -> str:
+        async def answered(chat: int, user: int, data: str, name: str) -> dict[str, object]:
             qid = await tg.press(chat, page.message_id, user, data, name=name)
-            got = await until(lambda: tg.answer_for(qid), f"the answer to {name}'s press")
-            return str(got["text"])
+            got: dict[str, object] = await until(lambda: tg.answer_for(qid), f"the answer to {name}'s press")
+            return got
+
+        async def answer(chat: int, user: int, data: str, name: str) -> str:
+            return str((await answered(chat, user, data, name))["text"])
 
         assert "allowed users" in await answer(CHAT, MALLORY, forged, "mallory")
         assert "Only operators" in await answer(CHAT, ALICE, forged, "alice")
-        assert "chat is not allowed" in await answer(FOREIGN_CHAT, OPERATOR, forged, "olga")
-        assert "chat is not allowed" in await answer(FOREIGN_CHAT, ALICE, ack, "alice")
+        # A chat off the list: the spinner is stopped, not a word said (the bot is not revealed).
+        before = len(tg.bot_messages())
+        for user, data, name in ((OPERATOR, forged, "olga"), (ALICE, ack, "alice")):
+            got = await answered(FOREIGN_CHAT, user, data, name)
+            assert got["text"] is None and got["show_alert"] is False
+        assert len(tg.bot_messages()) == before
         inc = d.engine.pipeline.book.get("7101", "hang")
         assert inc is not None and inc.acked_at is None and calls(scancel_record) == []
 
@@ -95,13 +104,17 @@ async def test_forged_slack_actions_are_refused_and_only_an_operator_cancels(
 
         assert "allowed users" in await press(S.CHAN, S.MALLORY, forged, 1)
         assert "Only operators" in await press(S.CHAN, S.ALICE, forged, 1)
-        assert "not allowed" in await press(S.FOREIGN_CHAN, S.OPERATOR, forged, 1)
-        assert "not allowed" in await press(S.FOREIGN_CHAN, S.ALICE, page.value_of("✔ Ack"), 2)
+        # A channel off the list: ignored (logged), not a word said there, not even ephemeral.
+        with capture_logs() as logs:
+            await slack.press(S.FOREIGN_CHAN, page.ts, S.OPERATOR, forged)
+            await slack.press(S.FOREIGN_CHAN, page.ts, S.ALICE, page.value_of("✔ Ack"))
+            await until(lambda: len([e for e in logs if e["event"] == "chat_ignored"]) == 2, "both ignored")
+        assert slack.ephemerals_for(S.OPERATOR) == [] and len(slack.ephemerals_for(S.ALICE)) == 1
         inc = d.engine.pipeline.book.get("7102", "hang")
         assert inc is not None and inc.acked_at is None and calls(scancel_record) == []
 
         # Control: an operator in an allowed channel.
-        assert "scancel 7102: requested by" in await press(S.CHAN, S.OPERATOR, forged, 2)
+        assert "scancel 7102: requested by" in await press(S.CHAN, S.OPERATOR, forged, 1)
         assert calls(scancel_record) == ["7102"]
     finally:
         await d.stop()

@@ -74,6 +74,8 @@ class FakeBackend:
         return TaskResult(f"{name} {args[0]}", "**Status:** done")
 
     async def scancel(self, job_id: str, by: str) -> str:
+        if self.fail:
+            raise TaskError(self.fail)
         self.cancelled.append(job_id)
         return f"scancel {job_id}: requested by {by}"
 
@@ -167,13 +169,20 @@ async def test_refusals_are_logged_and_bad_arguments_never_reach_the_backend() -
     with capture_logs() as logs:
         stranger = Conv("-1", "99", "mallory")
         await r.on_command("/ack 123", stranger)
+        foreign = Conv("-9", "10")
+        await r.on_command("/status", foreign)  # right user, a chat off the list
         press = Conv("-9", "10")
-        await r.on_press("ack:1", press)  # right user, foreign chat
-    assert "allowed users" in stranger.sent[0].body and press.toasts[0][1] is True
-    assert [(e["event"], e["user"]) for e in logs if e["event"] == "chat_refused"] == [
+        await r.on_press("ack:1", press)
+    # A stranger in an allowed chat is told why not; a chat off the list hears nothing at all
+    # (a press's spinner is stopped without a word).
+    assert "allowed users" in stranger.sent[0].body
+    assert foreign.sent == [] and press.toasts == [("", False)] and press.sent == []
+    assert [(e["event"], e["user"]) for e in logs if e["event"] in ("chat_refused", "chat_ignored")] == [
         ("chat_refused", "99"),
-        ("chat_refused", "10"),
+        ("chat_ignored", "10"),
+        ("chat_ignored", "10"),
     ]
+    assert b.acks == []
     c = Conv()
     await r.on_command("/triage ../../etc/passwd", c)
     await r.on_command("/diagnose 123 rm", c)
@@ -222,3 +231,30 @@ async def test_scancel_needs_an_operator_and_a_confirmation() -> None:
     disabled = Conv("-1", "11")
     await off.on_press("scancel_yes:1", disabled)
     assert "not enabled" in disabled.toasts[0][0]
+
+
+async def test_a_failed_scancel_is_titled_as_failed() -> None:
+    b = FakeBackend()
+    b.fail = "scancel: error: Kill job error on job id 123: Access/permission denied"
+    r = router(b, scancel_enabled=True)
+    with capture_logs() as logs:
+        op = Conv("-1", "11", "olga")
+        await r.on_press("scancel_yes:1", op)
+    (msg,) = op.sent
+    assert msg.title == f"⚠ scancel 123 failed: {b.fail}" and "by" not in msg.title.split("failed")[0]
+    assert "not cancelled" in msg.body and "olga" in msg.body
+    assert op.toasts[0] == (f"scancel 123 failed: {b.fail}", True) and b.cancelled == []
+    assert op.buttons[-1][-1][0].token == "scancel:1"  # the keyboard is back for another try
+    assert [e["event"] for e in logs if e["event"].startswith("scancel")] == [
+        "scancel_requested",
+        "scancel_failed",
+    ]
+
+
+async def test_help_lists_the_scancel_button_only_where_it_is_enabled() -> None:
+    for enabled in (False, True):
+        c = Conv()
+        await router(FakeBackend(), scancel_enabled=enabled).on_command("/help", c)
+        (msg,) = c.sent
+        assert ("scancel" in msg.body) is enabled, msg.body
+    assert "⛔ scancel… (operators only" in msg.body

@@ -10,6 +10,7 @@ import pytest
 from jobdiagd.config import (
     Config,
     ConfigError,
+    bot_api_root,
     default_config,
     load,
     load_for_command,
@@ -282,3 +283,27 @@ def test_load_for_command_reports_a_bad_config_in_one_line(
 
 def test_load_for_command_without_a_path_gives_the_defaults() -> None:
     assert load_for_command(None, "backtest") == default_config()
+
+
+@pytest.mark.parametrize(
+    ("url", "fragment"),
+    [
+        ("api.telegram.org", "must be an http:// or https:// URL"),
+        ("https://", "has no host"),
+        ("https://api.telegram.org/bot?x=1", "must not have a query"),
+        ("https://api.telegram.org /bot", "without white space"),
+        ("https://api.telegram.org/bot123456:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA/getMe", "must not contain the bot token"),
+    ],
+)
+def test_a_bot_api_url_that_is_garbage_is_refused_naming_the_key(url: str, fragment: str) -> None:
+    (err,) = errors_of(f"[notifiers.telegram]\napi_base_url = '{url}'\n")
+    assert err.startswith("config.toml: [notifiers.telegram] api_base_url: ") and fragment in err, err
+    assert "AAAAAAAA" not in err  # a token pasted in the URL is not echoed
+
+
+def test_a_bot_api_url_with_or_without_a_final_bot_names_the_same_server() -> None:
+    for url in ("https://tg.example.org", "https://tg.example.org/", "https://tg.example.org/bot", "https://tg.example.org/bot/"):
+        cfg = loads(f"[notifiers.telegram]\napi_base_url = '{url}'\n")
+        assert bot_api_root(cfg.notifiers.telegram.api_base_url) == "https://tg.example.org", url
+    assert bot_api_root("http://127.0.0.1:8081/tg/bot") == "http://127.0.0.1:8081/tg"  # a path prefix stays
+    assert bot_api_root("https://robot.example.org/abbot") == "https://robot.example.org/abbot"

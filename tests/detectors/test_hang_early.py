@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from jobdiagd.alerts.incidents import IncidentBook
 from jobdiagd.config import IncidentsConfig
 from jobdiagd.detectors import EarlyMemo, NoData, keep_resolution
@@ -11,10 +13,11 @@ from jobdiagd.detectors.hang import EARLY_DETAIL, EarlyRule, HangDetector
 from jobdiagd.logs.state import LogState
 from jobdiagd.model.alerts import Finding
 from jobdiagd.model.jobref import JobRef
+from jobdiagd.model.kinds import GpuHangState
 from jobdiagd.service.jobs import JobView
 from jobdiagd.sim import lines as L
 from jobdiagd.triage.stall import StallPolicy
-from jobdiagd.tsdb.early_hang import EarlyVerdict
+from jobdiagd.tsdb.gpu_hang import GpuVerdict
 
 POLICY = StallPolicy(stall_factor=3.0, min_stall_s=120.0, startup_s=1800.0, checkpoint_s=600.0)
 RULE = EarlyRule(factor=1.5, slack_s=20.0)
@@ -22,8 +25,10 @@ T0 = 1_780_000_000.0
 STEP = 10.0
 # Steps of 10 s: the early point is 10 + 1.5 x 10 + 20 = 45 s after the last step's read, the budget 120 s.
 EARLY_AT = STEP + 1.5 * STEP + 20.0
-BUSY = EarlyVerdict("busy-wait", "every GPU busy-waits", T0)
-DEAD = EarlyVerdict("dead-node", "node002 dead", T0, suspects=("node002",), per_host={"node002": "dead"})
+BUSY = GpuVerdict(GpuHangState.BUSY_WAIT, "every GPU busy-waits", T0)
+DEAD = GpuVerdict(
+    GpuHangState.DEAD_NODE, "node002 dead", T0, suspects=("node002",), per_host={"node002": "dead"}
+)
 
 
 class Job:
@@ -98,11 +103,13 @@ def test_a_dead_node_page_names_the_suspect_host() -> None:
 def test_without_confirmation_the_step_budget_decides() -> None:
     det = HangDetector(POLICY, RULE)
     job, last = steady(det)
-    job.view.gpu_check = EarlyMemo(29, EarlyVerdict("not-a-hang", "eval", T0), job.view.last_step_at)
+    job.view.gpu_check = EarlyMemo(29, GpuVerdict(GpuHangState.NOT_A_HANG, "eval", T0), job.view.last_step_at)
     assert one(det.check(job.view, last + 100.0)).resolved
     f = one(det.check(job.view, last + 121.0))
     assert not f.resolved and EARLY_DETAIL not in f.details
-    job.view.gpu_check = EarlyMemo(29, EarlyVerdict("no-data", "metrics stale", T0), job.view.last_step_at)
+    job.view.gpu_check = EarlyMemo(
+        29, GpuVerdict(GpuHangState.NO_DATA, "metrics stale", T0), job.view.last_step_at
+    )
     assert one(det.check(job.view, last + 100.0)).resolved
 
 
@@ -173,3 +180,35 @@ def test_a_verdict_of_a_replaced_log_is_not_evidence() -> None:
     job, last = steady(det)
     job.view.gpu_check = EarlyMemo(29, BUSY, job.view.last_step_at - 3600.0)
     assert one(det.check(job.view, last + EARLY_AT + 5)).resolved
+
+
+@pytest.mark.parametrize(
+    ("line", "primary"),
+    [
+        # One task's training process exited right after the last step (a carrier): triage,
+        # told the GPU-confirmed stall (rule VIEW-1), names the hang primary, the exit secondary.
+        (L.actor_exited(1, "node002", 1), "hang"),
+        # A root cause: without GPU evidence the stall stays the failure incident's (one cascade).
+        ("[Node 1 @ node002] oom-kill event: Killed process 4242 (python3) total-vm:1TB", "oom-host"),
+    ],
+    ids=["carrier", "root-cause"],
+)
+def test_a_failure_signature_does_not_hold_back_a_gpu_confirmed_page(line: str, primary: str) -> None:
+    """Rule HANG-7: the others spin in the collective; the GPU-confirmed page comes at the early
+    point whatever failure the log showed (it was held back as "superseded" until triage itself
+    called the job hanging, at the step budget or later)."""
+    det = HangDetector(POLICY, RULE)
+    job, last = steady(det)
+    job.feed("1: " + line, last + 1.0)
+    job.view.gpu_check = EarlyMemo(29, BUSY, job.view.last_step_at)
+    f = one(det.check(job.view, last + EARLY_AT))
+    assert not f.resolved and f.summary.startswith("GPU-confirmed hang (busy-wait)")
+    assert f.details["primary failure"] == primary and EARLY_DETAIL in f.details
+
+
+def test_without_gpu_evidence_a_root_cause_still_supersedes_the_stall() -> None:
+    det = HangDetector(POLICY, RULE)
+    job, last = steady(det)
+    job.feed("1: [Node 1 @ node002] oom-kill event: Killed process 4242 (python3) total-vm:1TB", last + 1.0)
+    f = one(det.check(job.view, last + 121.0))
+    assert f.resolved and f.summary.startswith("superseded: the stall is a consequence of oom-host")

@@ -13,7 +13,7 @@ import pytest
 
 from jobdiagd.service.engine import Engine
 from jobdiagd.service.lifecycle import Lifecycle
-from jobdiagd.service.runner import run_daemon
+from jobdiagd.service.runner import DiscoverMode, run_daemon
 from tests.helpers.daemon import chat_daemon_toml
 from tests.helpers.emulators.telegram import TelegramEmulator
 from tests.helpers.joblog import JobLog
@@ -67,7 +67,8 @@ class RunningDaemon:
             await asyncio.wait_for(self.task, 30)
 
 
-async def start_daemon(cfg: Path, outputs: Path) -> RunningDaemon:
+async def start_daemon(cfg: Path, outputs: Path, *, discover: DiscoverMode = "outputs") -> RunningDaemon:
+    """`discover="outputs"` watches `outputs` (`--watch`); "slurm" finds jobs through squeue."""
     require_service("daemon", "the daemon (run_daemon, in-process)")
     got: dict[str, Any] = {}
     ready = asyncio.Event()
@@ -79,8 +80,8 @@ async def start_daemon(cfg: Path, outputs: Path) -> RunningDaemon:
     task = asyncio.get_running_loop().create_task(
         run_daemon(
             cfg,
-            discover="outputs",
-            watch=[outputs],
+            discover=discover,
+            watch=[outputs] if discover == "outputs" else [],
             handle_signals=False,
             on_started=started,
             configure_logs=False,

@@ -220,6 +220,15 @@ _ADVERSARIAL = (
     "ssh -J a -L 1:localhost:1 b",
     "[ERROR] Login to",
     "completed step: ",
+    # Issue 16's families: start-up and checkpoint barriers, XLA frames, autotuner launches,
+    # traceback frames without a header.
+    "DEADLINE_EXCEEDED: Barrier timed out. Id: ",
+    "XlaRuntimeError DEADLINE_EXCEEDED",
+    "@ 0x1 xla::",
+    "Failed to launch autotun",
+    '", line 1, in f',
+    "(most recent call last):",
+    "Error writing DEADLINE_EXCEEDED",
 )
 
 

@@ -268,3 +268,46 @@ def test_small_and_vectorised_prefilter_agree(lines: list[str], newline_at_end: 
     body = buf[1:]
     for i, offset, raw in small[1]:
         assert body.split(b"\n")[i] == raw and body[offset:].startswith(raw)
+
+
+# Issue 16's families: each line must reach the parser through both scanners (its trigger literal
+# is in TRIGGERS), and the frame line before a header-less exception must too (rule PY-LOST-HEADER).
+_FAMILY_LINES = [
+    '3:   File "/usr/lib/python3.10/multiprocessing/synchronize.py", line 87, in _cleanup',
+    "3:     sem_unlink(name)",
+    "3: FileNotFoundError: [Errno 2] No such file or directory",
+    "0: Original error: DEADLINE_EXCEEDED: Barrier timed out. Id: [Init]Wait_for_all_tasks_to_register::0.",
+    "0: while calling /tensorflow.CoordinationService/RegisterTask:",
+    "1: Status: INTERNAL: Failed to launch ROCm kernel: RepeatBufferKernel with block dimensions: 256x1x1",
+    "1:     @     0x7f0e1c0cc4a4  xla::gpu::IrEmitterUnnested::EmitFusion()",
+    "2: ChainedFuture completed 0/1 futures but timed out after 1199.96 seconds",
+    "2: raceback (most recent call last):",
+    "srun: error: Node failure on node003",
+]
+
+
+@pytest.mark.parametrize("scan", [_HS, _PY], ids=["hyperscan", "python"])
+def test_family_lines_are_scanner_candidates(scan: Any) -> None:
+    filler = [f" 2: completed step: {i}, seconds: 1.0" for i in range(50)]
+    buf = "\n".join(filler + _FAMILY_LINES + filler).encode()
+    picked = {buf[s:].split(b"\n", 1)[0].decode() for s in candidates(scan, buf, (b" 0: ",))}
+    missing = [line for line in _FAMILY_LINES if line not in picked and "sem_unlink" not in line]
+    assert not missing
+    assert candidates(_HS, buf, (b" 0: ",)) == candidates(_PY, buf, (b" 0: ",))
+
+
+def test_a_header_less_traceback_mid_log_reads_the_same_prefiltered(tmp_path: Path) -> None:
+    steps = [f"{t}: completed step: {i}, seconds: 1.0" for i in range(400) for t in range(4)]
+    log = tmp_path / "x.log"
+    log.write_text("\n".join(steps[:800] + _FAMILY_LINES + steps[800:]) + "\n")
+    mp = pytest.MonkeyPatch()
+    mp.setattr(reader, "HEAD_FULL", 0)
+    mp.setattr(reader, "TAIL_FULL", 0)
+    try:
+        fast = reader.read_file(log, LogState(str(log), ref_time=2e9))
+        full = reader.read_file(log, LogState(str(log), ref_time=2e9), full=True)
+    finally:
+        mp.undo()
+    assert _facts(fast) == _facts(full)
+    exceptions = [e.text for e in fast.hits["python-exception"].all()]
+    assert "FileNotFoundError: [Errno 2] No such file or directory" in exceptions

@@ -320,7 +320,7 @@ async def test_retries_never_duplicate_and_rate_limits_wait_for_retry_after(h: H
     h.clock[0] += 1
     assert await h.deliver() == (1, 0)
     assert [m.visible.splitlines()[0] for m in h.em.bot_messages(CHAN)][1] == "source down"
-    assert "<!here>" in h.em.bot_messages(CHAN)[1].text  # a warning notice rings
+    assert "<!here>" not in h.em.bot_messages(CHAN)[1].text  # a notice never rings: pages do
 
 
 async def test_content_errors_drop_one_message_and_channel_errors_wait(h: Harness) -> None:
@@ -505,3 +505,35 @@ def test_retry_after_header_is_read_in_seconds() -> None:
     assert retry_after_s({"retry-after": ["7"]}) == 7.0
     assert retry_after_s({"Retry-After": "soon"}) is None
     assert retry_after_s({}) is None
+
+
+async def test_a_page_delivered_late_dates_its_numbers_in_its_lead(
+    slack: SlackEmulator, tmp_path: Path
+) -> None:
+    h = await make(slack, tmp_path, page_mention="<!here>", tz=UTC)
+    try:
+        slack.fail("chat.postMessage", "internal_error", status=503)  # Slack down at first
+        finding = Finding(
+            "hang",
+            "123",
+            "hang",
+            "critical",
+            "no training step for 25m 0s since step 41 was read",
+            {"triage": "Training stopped advancing at step 41.", "stalled for": "25m 0s", "last step": 41},
+            at_step=41,
+        )
+        h.pipeline.observe([finding], h.now)
+        assert await h.deliver() == (0, 1)
+        h.clock[0] += 300
+        assert await h.deliver() == (1, 0)
+        page = page_of(slack)
+        lead = [b["text"]["text"] for b in page.blocks if b["type"] == "section"][0]
+        assert lead.splitlines() == [
+            "Training stopped advancing at step 41.",
+            "*Stalled for 25m 0s* — as of 12:00 UTC",
+            "Last step 41",
+        ]
+        assert page.text.startswith("<!here>")  # late, the page still rings
+    finally:
+        await h.transport.stop()
+        h.pipeline.close()

@@ -12,20 +12,25 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from aiohttp import web
+from structlog.testing import capture_logs
 from telegram.warnings import PTBDeprecationWarning
 
 from jobdiagd.alerts.messages import MessageStore
 from jobdiagd.alerts.pipeline import AlertPipeline
+from jobdiagd.chat.model import ChatMessage
+from jobdiagd.chat.router import ChatRouter, TaskResult
 from jobdiagd.chat.routes import Route, parse_quiet_hours
 from jobdiagd.config import IncidentsConfig
 from jobdiagd.model.alerts import Finding
 from jobdiagd.notifiers.base import NotifierError
 from jobdiagd.notifiers.dispatcher import Dispatcher, RetryPolicy
 from jobdiagd.notifiers.telegram import TelegramSettings, TelegramTransport
-from tests.helpers.chat import CHAT, OTHER_CHAT, until
+from tests.helpers.chat import ALICE, CHAT, MALLORY, OTHER_CHAT, until
 from tests.helpers.emulators.telegram import StoredMessage, TelegramEmulator
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC).timestamp()  # noon UTC
+FOREIGN_CHAT = -1009
 
 
 @dataclass
@@ -74,12 +79,14 @@ async def make(tg: TelegramEmulator, tmp: Path, **kw: object) -> Harness:
     clock = [T0]
     pipeline = AlertPipeline.open(tmp, IncidentsConfig(reminder_interval_seconds=600), ["telegram"])
     settings = TelegramSettings(
-        token=tg.token,
-        chat_ids=(CHAT, OTHER_CHAT),
-        default_chat=CHAT,
-        api_base_url=tg.base_url,
-        commands=False,
-        **kw,  # type: ignore[arg-type]
+        **{  # type: ignore[arg-type]
+            "token": tg.token,
+            "chat_ids": (CHAT, OTHER_CHAT),
+            "default_chat": CHAT,
+            "api_base_url": tg.base_url,
+            "commands": False,
+            **kw,
+        }
     )
     transport = TelegramTransport(settings, MessageStore(pipeline.store), now=lambda: clock[0])
     await transport.start()
@@ -334,3 +341,146 @@ async def test_a_429_hands_its_wait_on_without_a_ptb_deprecation_warning(
     finally:
         await harness.transport.stop()
         harness.pipeline.close()
+
+
+async def test_a_page_delivered_late_dates_its_numbers(tg: TelegramEmulator, tmp_path: Path) -> None:
+    h = await make(tg, tmp_path, tz=UTC)
+    try:
+        tg.fail("sendMessage", 502, "Bad Gateway", times=2)  # Telegram down at first
+        finding = dataclasses.replace(
+            h.hang(), details={"stalled for": "25m 0s", "last step": 41, "expected step": 189}
+        )
+        h.pipeline.observe([finding], h.now)
+        assert await h.deliver() == (0, 1)
+        h.clock[0] += 30
+        assert await h.deliver() == (0, 1)
+        h.clock[0] += 270  # back, five minutes after the page was made
+        assert await h.deliver() == (1, 0)
+        (page,) = tg.bot_messages(CHAT)
+        lines = body(page).splitlines()
+        assert lines[1].startswith("OPEN since 12:00 UTC (5 min)")  # the state line is as of now
+        assert "Stalled for 25m 0s — as of 12:00 UTC" in lines  # the finding's numbers are dated
+        # Delivered at once, a page has nothing to date.
+        h.pipeline.observe([dataclasses.replace(finding, job_id="124")], h.now)
+        assert await h.deliver() == (1, 0)
+        assert "as of" not in body(tg.bot_messages(CHAT)[1])
+    finally:
+        await h.transport.stop()
+        h.pipeline.close()
+
+
+async def test_a_base_url_ending_in_bot_reaches_the_same_server(tg: TelegramEmulator, tmp_path: Path) -> None:
+    h = await make(tg, tmp_path, api_base_url=tg.base_url + "/bot/")
+    try:
+        h.pipeline.observe([h.hang()], h.now)
+        assert await h.deliver() == (1, 0)
+        assert [c.method for c in tg.calls][:1] == ["getMe"] and len(tg.bot_messages(CHAT)) == 1
+        assert [r.ok for r in await h.transport.check("hi")] == [True, True, True]
+    finally:
+        await h.transport.stop()
+        h.pipeline.close()
+
+
+async def test_notify_test_tells_a_wrong_server_from_a_bad_token_without_a_traceback(
+    tg: TelegramEmulator, tmp_path: Path
+) -> None:
+    async def nginx(request: web.Request) -> web.Response:  # a web server, not a Bot API server
+        return web.Response(status=404, text="<html><body><h1>404 Not Found</h1></body></html>")
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", nginx)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    other = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+    token = tmp_path / "tok"
+    cfg = tmp_path / "cfg.toml"
+
+    async def notify_test(api: str, secret: str) -> tuple[int, str, str]:
+        token.write_text(secret + "\n")
+        cfg.write_text(
+            f'[daemon]\nstate_dir = "{tmp_path}/st"\n[notifiers.console]\nenabled = false\n'
+            f'[notifiers.telegram]\nenabled = true\ntoken_file = "{token}"\nchat_ids = [{CHAT}]\n'
+            f'api_base_url = "{api}"\n'
+        )
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "jobdiagd.cli",
+            "notify-test",
+            "--config",
+            str(cfg),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await proc.communicate()
+        return proc.returncode or 0, out.decode(), err.decode()
+
+    try:
+        rc, out, err = await notify_test(other, tg.token)
+        assert rc == 1 and f"FAIL  this is not a Bot API server (HTTP 404 at {other})" in out, out
+        assert err == ""  # PTB's "Can not load invalid JSON data" traceback stays off stderr ...
+        (line,) = [ln for ln in out.splitlines() if "telegram_ptb_error" in ln]  # ... one line instead
+        assert "Traceback" not in out and tg.token not in out
+        rc, out, err = await notify_test(tg.base_url + "/wrong/path", tg.token)
+        assert rc == 1 and "this is not a Bot API server (HTTP 404 at" in out and err == ""
+        rc, out, err = await notify_test(tg.base_url + "/bot", "123456:not-the-token-of-this-bot-at-all")
+        assert rc == 1 and "FAIL  bad token: the server rejected it (HTTP 401)" in out and err == ""
+        rc, out, err = await notify_test(tg.base_url + "/bot", tg.token)
+        assert rc == 0 and "notify-test: 2 ok, 0 failed" in out and err == "", out
+    finally:
+        await runner.cleanup()
+
+
+class LongReports:
+    """The daemon's side of the router, answering /triage with a report too long for a message."""
+
+    outputs_roots: tuple[Path, ...] = ()
+    playbooks: tuple[str, ...] = ()
+    report = (
+        "## Job triage\n\n**Status:** hanging\n\n### Evidence\n| step | s |\n|---|---|\n"
+        + "| 1 | 2.0 |\n" * 600
+    )
+
+    def status(self, now: float) -> ChatMessage:
+        return ChatMessage("jobdiagd status", "OK", preformatted=True)
+
+    async def run_task(self, name: str, args: tuple[str, ...]) -> TaskResult:
+        return TaskResult(f"📋 triage: {args[0]}", self.report)
+
+
+async def test_answers_are_silent_and_a_long_triage_is_two_messages(
+    tg: TelegramEmulator, tmp_path: Path
+) -> None:
+    h = await make(tg, tmp_path, commands=True, poll_timeout_s=1.0, allowed_users=(ALICE,))
+    h.transport.router = ChatRouter(LongReports(), h.transport.auth, transport="telegram")  # type: ignore[arg-type]
+    try:
+        await until(lambda: tg.calls_of("getUpdates"), "polling")
+
+        def answers(cmd: int) -> list[StoredMessage]:
+            return [m for m in tg.bot_messages() if m.reply_to == cmd]
+
+        cmd = await tg.send_command(CHAT, ALICE, "/triage 7001")
+        summary, doc = await until(lambda: len(answers(cmd)) == 2 and answers(cmd), "summary and document")
+        await until(
+            lambda: "Full report attached" in body(tg.messages[(CHAT, summary.message_id)]), "the summary"
+        )
+        assert "Status: hanging" in body(tg.messages[(CHAT, summary.message_id)])
+        assert doc.document is not None and doc.document[1].decode() == LongReports.report
+        assert doc.caption == "📋 triage: 7001" and doc.text is None  # the document alone, titled
+        assert len(answers(cmd)) == 2  # not a third message for the document's title
+        for text, who in (("/status", ALICE), ("/help", ALICE), ("/ack 1", MALLORY)):
+            mid = await tg.send_command(CHAT, who, text)
+            await until(lambda mid=mid: answers(mid), f"the answer to {text}")  # type: ignore[misc]
+        refusal = answers(mid)[0]
+        assert "Not allowed" in body(refusal)  # a stranger in an allowed chat is told why not
+        assert all(m.silent for m in tg.bot_messages())  # answers and refusals never ring
+        tg.add_chat(FOREIGN_CHAT, title="random")  # the bot is in it, but it is not on the list
+        with capture_logs() as logs:
+            await tg.send_command(FOREIGN_CHAT, ALICE, "/status")
+            await until(lambda: [e for e in logs if e["event"] == "chat_ignored"], "the command ignored")
+        assert tg.bot_messages(FOREIGN_CHAT) == []  # not a word: the bot does not reveal itself there
+    finally:
+        await h.transport.stop()
+        h.pipeline.close()

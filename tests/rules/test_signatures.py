@@ -146,10 +146,6 @@ def rules(text: str, started: bool = True, after_traceback: bool = False) -> lis
             ("xla-compile-fail", "XC-gpu-code"),
         ),
         # Slurm's own lines.
-        (
-            "slurmstepd: error: *** STEP 7.0 ON n1 CANCELLED AT 2025-01-01T00:00:00 DUE TO TIME LIMIT ***",
-            ("train-timeout", "TT-slurm"),
-        ),
         ("srun: error: node004: tasks 3-5: Killed", ("node-fail", "NODE-srun-killed")),
         ("srun: error: Node failure on node004", ("node-fail", "NODE-slurm-node-failure")),
         ("srun: error: node004: task 3: Aborted", ("signal-kill", "SIG-shell")),
@@ -241,3 +237,97 @@ def test_descriptions_follow_the_wording() -> None:
 )
 def test_source_wordings(line: str, expected: tuple[str, str]) -> None:
     assert rules(line) == [expected]
+
+
+def fam(
+    text: str, *, started: bool = True, first_step: bool = True, after_tb: bool = False
+) -> list[tuple[str, str]]:
+    return [
+        (m.cls, m.rule)
+        for m in match_line(
+            text, training_started=started, after_traceback=after_tb, first_step_done=first_step
+        )
+    ]
+
+
+def test_slurm_time_limit_line_is_no_signature_the_cancel_decides() -> None:
+    # Rule CL-SLURM-TIME-LIMIT: the scheduler's cancel, read from the cancel line; never train-timeout.
+    line = "slurmstepd: error: *** STEP 7.0 ON n1 CANCELLED AT 2025-01-01T00:00:00 DUE TO TIME LIMIT ***"
+    assert fam(line) == []
+    assert fam("== Training TIMEOUT (3600s/3600s) ==") == [("train-timeout", "TT-stage")]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "srun: error: Node failure on node003",
+        "slurmstepd: error: *** STEP 1.0 ON n1 CANCELLED AT 2023-03-06T03:17:51 DUE TO NODE FAILURE, "
+        "SEE SLURMCTLD LOG FOR DETAILS ***",
+        "slurmd[cn9]: *** JOB 1585974 CANCELLED AT 2016-08-05T16:52:11 DUE TO NODE FAILURE ***",
+    ],
+)
+def test_slurm_node_failure_wordings(line: str) -> None:
+    assert fam(line) == [("node-fail", "NODE-slurm-node-failure")]
+
+
+def test_jax_start_up_deadlines_are_node_fail_not_heartbeat() -> None:
+    # Rule CL-INIT: registration / connect deadlines name tasks that never joined.
+    registration = (
+        "Original error: DEADLINE_EXCEEDED: Barrier timed out. Id: [Init]Wait_for_all_tasks_to_register::0."
+    )
+    assert fam(registration, started=False) == [("node-fail", "NODE-jax-init")]
+    rpc = "while calling /xla.coordination.CoordinationService/RegisterTask:"
+    assert fam(rpc, started=False) == [("node-fail", "NODE-jax-init")]
+    agent = "Coordination service agent in error status: DEADLINE_EXCEEDED: Deadline Exceeded"
+    assert fam(agent, started=False) == [("node-fail", "NODE-jax-init-deadline")]
+    barrier = "XlaRuntimeError: DEADLINE_EXCEEDED: Barrier timed out. Barrier_id: multihost_broadcast_sync0."
+    assert fam(barrier, started=False) == [("node-fail", "NODE-jax-init-deadline")]
+    # Once training started the same barrier timeout is the coordination service's (heartbeat row).
+    assert fam(barrier, started=True) == [("heartbeat-timeout", "HB-barrier")]
+    assert fam(agent, started=True) == []
+
+
+def test_a_save_barrier_timeout_is_the_checkpoints_at_any_time() -> None:
+    # Rule CL-CKPT-ASYNC-TIMEOUT.
+    line = (
+        "jaxlib.xla_extension.XlaRuntimeError: DEADLINE_EXCEEDED: Barrier timed out. "
+        "Id: 0_async_write_complete.0.1. This usually happens because a task triggered the barrier too early"
+    )
+    for started in (True, False):
+        assert fam(line, started=started) == [("checkpoint-fs-error", "CKPT-async-timeout")]
+    future = "ChainedFuture completed 0/1 futures but timed out after 1199.96 seconds"
+    assert fam(future) == [("checkpoint-fs-error", "CKPT-async-timeout")]
+    healthy = "ChainedFuture completed 1/1 futures in 13.37 seconds."
+    assert fam(healthy) == []
+
+
+def test_check_aborts_and_compiler_frames() -> None:
+    kept_prefix = (
+        "F0000 00:00:1786847906.773812 3801585 layout_assignment.cc:526] Check failed: "
+        "!IsCublasLtGemm(*instruction) Gemm rewriting should run after layout assignment"
+    )
+    assert fam(kept_prefix) == [("xla-compile-fail", "XC-check")]
+    stripped = "Check failed: result->children_start_id >= 0 (-1 vs. 0)"
+    assert fam(stripped, first_step=False) == [("xla-compile-fail", "XC-check-compile-phase")]
+    assert fam(stripped, first_step=True) == []
+    frame = "    @     0x7f0e1c0cc4a4  xla::gpu::IrEmitterUnnested::EmitFusion()"
+    assert fam(frame) == [("xla-compile-fail", "XC-frame")]
+    runtime_frame = "    @     0x7f0e1c0cc4a4  xla::gpu::GpuExecutable::ExecuteAsyncOnStream()"
+    assert fam(runtime_frame) == []
+    launch = (
+        "Status: INTERNAL: Failed to launch ROCm kernel: RepeatBufferKernel with block dimensions: 256x1x1: "
+        "hipError_t(303)"
+    )
+    assert fam(launch) == [("xla-compile-fail", "XC-autotune-launch")]
+    picker = (
+        "E gemm_algorithm_picker.cc:300] Autotuning: CUDA_ERROR_LAUNCH_FAILED: unspecified launch failure"
+    )
+    assert ("xla-compile-fail", "XC-autotune-launch") in fam(picker)
+    # A kernel launch failure at run time, outside the autotuner, is no compile failure.
+    runtime = "INTERNAL: Failed to launch CUDA kernel: fusion_1560 with block dimensions: 160x1x1"
+    assert fam(runtime) == []
+
+
+def test_traceback_header_with_lost_characters_and_logging_stacks() -> None:
+    assert fam("raceback (most recent call last):") == [("python-exception", "PY-traceback")]
+    assert fam("Stack (most recent call last):") == []

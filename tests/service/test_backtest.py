@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import random
@@ -20,7 +21,7 @@ from jobdiagd.model.jobref import JobRef
 from jobdiagd.service import backtest
 from jobdiagd.service.backtest import FORK_MIN, place_unstamped, replay, survey, timeline
 from jobdiagd.sim import lines as L
-from jobdiagd.sim import multitask
+from jobdiagd.sim import metrics, multitask
 from jobdiagd.sim.biglog import write_biglog
 from jobdiagd.sim.scenarios import build
 from jobdiagd.sources.tail import PrefilterTailReader
@@ -56,15 +57,28 @@ def run(job_dir: Path):  # type: ignore[no-untyped-def]
     return replay(resolve(str(job_dir), []), default_config(), tick=TICK, ref_time=NOW)
 
 
-@pytest.mark.parametrize("name", ["hanging", "cancelled-after-hang", "heartbeat-after-stall"])
-def test_mid_training_hangs_page_within_the_target(corpus: dict[str, Path], name: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "phase"),
+    [
+        # Hung right after its save at step 100: the wait for step 101 may be a save blocking on
+        # a slow filesystem, so the configured checkpoint budget applies (rule HANG-4).
+        ("hanging", "checkpoint"),
+        ("cancelled-after-hang", "steady"),
+        ("heartbeat-after-stall", "steady"),
+    ],
+)
+def test_mid_training_hangs_page_within_the_target(corpus: dict[str, Path], name: str, phase: str) -> None:
     r = run(corpus[name])
     opened = [a for a in r.alerts if a.event == "open"]
     assert [a.kind for a in opened] == ["hang"]
     assert r.step_time_s and r.last_step_at_s is not None
     due = r.last_step_at_s + r.step_time_s  # when the next step should have completed
     latency = opened[0].at_s - due
-    assert 0 < latency <= max(3 * r.step_time_s, 120.0) + TICK
+    target = max(3 * r.step_time_s, 120.0)
+    if phase == "checkpoint":
+        target = default_config().detectors.hang.checkpoint_budget_seconds
+    assert opened[0].phase == phase
+    assert 0 < latency <= target + TICK
     assert opened[0].at_step == r.last_step
 
 
@@ -156,6 +170,73 @@ def test_a_fifo_or_a_link_out_of_the_root_among_the_logs_is_left_out(tmp_path: P
     assert "SECRET" not in out.stdout
     (res,) = json.loads(out.stdout)["jobs"]
     assert res["last_step"] == 4 and res["final_status"] == "completed"
+
+
+# ---------------------------------------------------------------------------------------------
+# The undated tail: lines after a file's last dated line or step line have no time of their own.
+# ---------------------------------------------------------------------------------------------
+
+
+def test_the_undated_tail_of_a_file_is_found_and_placed_where_asked(tmp_path: Path) -> None:
+    job = JobLog(tmp_path, "9201", nnodes=1)
+    base = NOW - 7200.0
+    for k in range(3):
+        job.task(0, L.absl_prefix(base + 10.0 * k, 1, "metric_logger.py:232") + L.step_line(_fields(k, 10.0)))
+    job.task(0, L.absl_prefix(base + 100.0, 1, "a.cc:1") + "the last dated line")
+    job.task(0, L.actor_exited(0, "node001", 1))
+    job.summary(1, "Training FAILED (exit=1)")
+    fc = survey(job.path, 0, NOW)
+    text = job.path.read_bytes()
+    assert fc.tail_from == text.index(b"0: " + L.absl_prefix(base + 100.0, 1, "a.cc:1").encode())
+    tl = timeline(job.path, 0, NOW)
+    dated = next(ln.t for ln in tl if "the last dated line" in ln.text)
+    tail = [ln for ln in tl if ln.offset > fc.tail_from]
+    assert tail and all(ln.t == dated for ln in tail)  # alone, a file's tail is at its last known time
+    later = timeline(job.path, 0, NOW, undated_at=dated + 2700.0)
+    assert [ln.t for ln in later if ln.offset > fc.tail_from] == [dated + 2700.0] * len(tail)
+    before = [ln.t for ln in tl if ln.offset <= fc.tail_from]
+    assert [ln.t for ln in later if ln.offset <= fc.tail_from] == before
+
+
+@pytest.mark.parametrize("block", [16, 64, 1 << 20])
+def test_the_last_dated_line_is_found_backwards_across_blocks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int
+) -> None:
+    monkeypatch.setattr(backtest, "TAIL_BLOCK", block)
+    job = JobLog(tmp_path, "9202", nnodes=1)
+    base = NOW - 7200.0
+    job.task(0, L.absl_prefix(base, 1, "metric_logger.py:232") + L.step_line(_fields(0, 10.0)))
+    job.task(0, L.absl_prefix(base + 50.0, 1, "a.cc:1") + "dated " + "x" * 100)  # longer than a block
+    job.task(0, L.absl_prefix(base + 60.0, 1, "a.cc:1") + "the last dated line")
+    for i in range(20):
+        job.task(0, f"undated line {i} " + "y" * (i * 7))
+    text = job.path.read_bytes()
+    fc = survey(job.path, 0, NOW)
+    assert fc.tail_from == text.index(b"0: " + L.absl_prefix(base + 60.0, 1, "a.cc:1").encode())
+
+
+def test_a_file_without_any_time_has_no_tail(tmp_path: Path) -> None:
+    path = tmp_path / "plain.log"
+    path.write_text("no stamp\nno step line either\n")
+    assert survey(path, 0, NOW).tail_from is None
+
+
+def test_undated_lines_after_the_last_dated_one_wait_for_the_jobs_end(tmp_path: Path) -> None:
+    """RAY=1: Ray stopped forwarding after the last step; the heartbeat error 45 min later is in
+    the head's worker log only, and the job log ends with the job script's undated lines. They
+    are taken in at the job's end, not at the last step's time (where the "Training subprocess
+    exited" line opened a failure incident that superseded the stall)."""
+    sc = metrics.scenario("hang-then-heartbeat", step_time=20.0, hang_s=2700.0)
+    sim = metrics.JobSim(dataclasses.replace(sc, extra={**sc.extra, "unforwarded_end": True}))
+    files = metrics.write_job(sim, tmp_path / "outputs", with_tsdb=False)
+    r = run(files.job_dir)
+    opened = [a for a in r.alerts if a.event == "open"]
+    assert [a.kind for a in opened] == ["hang"]  # the step budget's page (no TSDB), not superseded
+    assert r.step_time_s and r.last_step_at_s is not None and r.end_at_s is not None
+    assert 0 < opened[0].at_s - (r.last_step_at_s + r.step_time_s) <= max(3 * r.step_time_s, 120.0) + TICK
+    assert r.undated_lines >= len(sim.sc.nodes)
+    assert r.end_at_s - r.last_step_at_s == pytest.approx(2700.0, abs=1.0)  # the heartbeat kill
+    assert r.final_status == "failed" and r.final_primary == "hang"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -372,6 +453,7 @@ def test_forked_reader_gives_the_same_replay(tmp_path: Path) -> None:
     assert one.to_dict() == two.to_dict()
     assert _facts(one.states[0]) == _facts(two.states[0])
     assert one.last_step is not None and one.last_step > 100 and one.end_at_s
+    assert one.undated_lines > 0  # the summary after the last dated line: the tail, forked too
 
 
 def test_one_failing_job_does_not_lose_the_others(

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from jobdiagd.service import plots_bridge
+from jobdiagd.service.status_cli import PHONE_COLUMNS
 from tests.helpers.chat import (
     ALICE,
     CHAT,
@@ -38,7 +39,11 @@ async def test_hang_pages_the_chat_and_a_button_press_acks_it(short_tmp: Path, t
     try:
         (page,) = await until(lambda: incident_messages(tg), "the hang page")
         assert body(page).startswith("🔴 hang on job 7001") and "OPEN since" in body(page)
-        assert "no training step for" in body(page) and not page.silent  # critical: it rings
+        assert not page.silent  # critical: it rings
+        # The lead first: what happened, the stall, the steps, the next step (rule CHAT-1).
+        lead = body(page).split("\n\n")[1].splitlines()
+        assert lead[0].startswith("Training stopped advancing at step 7")
+        assert lead[-2].startswith("Last step 7 vs expected ≈") and lead[-1].startswith("Next: ")
         labels = [label for row in page.buttons for label, _ in row]
         assert labels[:3] == ["✔ Ack", "🔕 Mute 1 h", "🔕 Mute 24 h"] and "📋 Full triage" in labels
         assert "🩺 Diagnose" not in labels  # not a RAY=1 job
@@ -113,6 +118,7 @@ async def test_strangers_are_refused_commands_and_forged_buttons(
         cmd = await tg.send_command(CHAT, MALLORY, "/ack 7003", name="mallory")
         refusal = await until(lambda: [m for m in tg.bot_messages(CHAT) if m.reply_to == cmd], "a refusal")
         assert "Not allowed" in body(refusal[0]) and "allowed users" in body(refusal[0])
+        assert refusal[0].silent  # a refusal never rings (rule CHAT-3)
         ack = next(data for row in page.buttons for label, data in row if label == "✔ Ack")
         q1 = await tg.press(CHAT, page.message_id, MALLORY, ack, name="mallory")
         a1 = await until(lambda: tg.answer_for(q1), "answer to the stranger's press")
@@ -194,6 +200,7 @@ async def test_short_commands_status_jobs_job_mute_unmute_help(short_tmp: Path, 
 
         status = await ask("/status")
         assert "jobs watched: 1" in status and "7006" in status
+        assert max(len(line) for line in status.splitlines()[1:]) <= PHONE_COLUMNS  # fits a phone
         assert "`7006`" not in (jobs := await ask("/jobs")) and "7006 LIVE" in jobs and "⚠ hang" in jobs
         job = await ask("/job 7006")
         assert "incident 7006:hang:1 (critical)" in job and "log:" in job
@@ -215,7 +222,8 @@ async def test_short_commands_status_jobs_job_mute_unmute_help(short_tmp: Path, 
 
         assert "no 9999-* directory or log" in await long_answer("/triage 9999")
         assert "no 424242-* directory or log" in await long_answer("/triage 424242")
-        assert "/diagnose ID [PLAYBOOK]" in await ask("/help")
+        help_text = await ask("/help")
+        assert "/diagnose ID [PLAYBOOK]" in help_text and "scancel" not in help_text  # not enabled here
         assert "unknown command" in await ask("/rm -rf")
         mid = await tg.send_command(CHAT, ALICE, "/plot 7006")
         placeholder = (await until(lambda: [m for m in tg.bot_messages(CHAT) if m.reply_to == mid], "/plot"))[
@@ -234,5 +242,7 @@ async def test_short_commands_status_jobs_job_mute_unmute_help(short_tmp: Path, 
             await until(
                 lambda: "not available" in body(tg.messages[(CHAT, placeholder.message_id)]), "the answer"
             )
+        sent = [m for m in tg.bot_messages(CHAT) if m.message_id != page.message_id]
+        assert sent and all(m.silent for m in sent)  # every answer arrives silently (rule CHAT-3)
     finally:
         await d.stop()

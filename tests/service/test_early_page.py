@@ -20,6 +20,7 @@ from jobdiagd.detectors import build
 from jobdiagd.detectors.hang import HangDetector, early_rule_from_config, policy_from_config
 from jobdiagd.logs.state import LogState
 from jobdiagd.model.jobref import JobRef
+from jobdiagd.model.kinds import GpuHangState
 from jobdiagd.service.discovery import OutputsDiscovery
 from jobdiagd.service.early_page import EarlyConfirmer
 from jobdiagd.service.engine import Engine
@@ -29,14 +30,14 @@ from jobdiagd.sim import lines as L
 from jobdiagd.sources.tail import OffsetStore
 from jobdiagd.tsdb.access import SshTunnelPool
 from jobdiagd.tsdb.context import DiagnosisContext
-from jobdiagd.tsdb.early_hang import EarlyVerdict
+from jobdiagd.tsdb.gpu_hang import GpuVerdict
 from jobdiagd.tsdb.settings import SshSettings
 
 T0 = 1_780_000_000.0
 STEP = 10.0
 EARLY_AT = STEP + 1.5 * STEP + 20.0  # after the last step's read; the step budget is 120 s
-BUSY = EarlyVerdict(
-    "busy-wait", "every GPU of all 2 host(s) busy-waits", T0, per_host={"node001": "8 busy-wait"}
+BUSY = GpuVerdict(
+    GpuHangState.BUSY_WAIT, "every GPU of all 2 host(s) busy-waits", T0, per_host={"node001": "8 busy-wait"}
 )
 
 
@@ -115,9 +116,7 @@ def stalled_view(
 class Stub:
     """The query: records calls, can hold them until released, answers a fixed verdict."""
 
-    def __init__(
-        self, verdict: EarlyVerdict, *, hold: bool = False, first: EarlyVerdict | None = None
-    ) -> None:
+    def __init__(self, verdict: GpuVerdict, *, hold: bool = False, first: GpuVerdict | None = None) -> None:
         self.verdict = verdict
         self.first = first  # the answer to the first query, when it differs
         self.calls: list[tuple[str | None, float]] = []
@@ -127,7 +126,7 @@ class Stub:
         self.running = 0
         self.peak = 0
 
-    async def __call__(self, ctx: DiagnosisContext, now: float) -> EarlyVerdict:
+    async def __call__(self, ctx: DiagnosisContext, now: float) -> GpuVerdict:
         self.calls.append((ctx.job_id, now))
         self.running += 1
         self.peak = max(self.peak, self.running)
@@ -150,14 +149,14 @@ async def settle() -> None:
 async def test_asks_once_the_step_is_overdue_then_once_per_scrape_interval(tmp_path: Path) -> None:
     cfg = cfg_for(tmp_path)
     view, last, det = stalled_view("7201", cfg)
-    stub = Stub(EarlyVerdict("not-a-hang", "eval: GPUs at 520 W", T0))
+    stub = Stub(GpuVerdict(GpuHangState.NOT_A_HANG, "eval: GPUs at 520 W", T0))
     early = confirmer(cfg, stub)
     early.poll({"7201": view}, last + EARLY_AT - 1, [det])
     assert stub.calls == [] and early.next_poll_at() == last + EARLY_AT
     early.poll({"7201": view}, last + EARLY_AT, [det])
     await settle()
     assert stub.calls == [("7201", last + EARLY_AT)]
-    assert view.gpu_check is not None and view.gpu_check.verdict.state == "not-a-hang"
+    assert view.gpu_check is not None and view.gpu_check.verdict.state is GpuHangState.NOT_A_HANG
     early.poll({"7201": view}, last + EARLY_AT + 5, [det])  # within the scrape interval: no second query
     await settle()
     assert len(stub.calls) == 1 and early.next_poll_at() == last + EARLY_AT + 10
@@ -190,7 +189,7 @@ async def test_concurrency_is_bounded_and_a_slow_job_is_not_queued_twice(tmp_pat
     for i in range(5):
         v, last, det = stalled_view(f"73{i:02d}", cfg, det=det)
         views[v.key] = v
-    stub = Stub(EarlyVerdict("not-a-hang", "training", T0), hold=True)
+    stub = Stub(GpuVerdict(GpuHangState.TRAINING, "training", T0), hold=True)
     early = confirmer(cfg, stub)
     early.poll(views, last + EARLY_AT, [det])
     await settle()
@@ -218,14 +217,19 @@ async def test_a_failing_query_is_no_data(tmp_path: Path) -> None:
     cfg = cfg_for(tmp_path)
     view, last, det = stalled_view("7204", cfg)
 
-    async def broken(ctx: DiagnosisContext, now: float) -> EarlyVerdict:
+    async def broken(ctx: DiagnosisContext, now: float) -> GpuVerdict:
         raise RuntimeError("boom")
 
     early = EarlyConfirmer(cfg.tsdb, SshTunnelPool(SshSettings()), query_fn=broken)
     early.poll({"7204": view}, last + EARLY_AT, [det])
     await settle()
     memo = view.gpu_check
-    assert memo is not None and memo.verdict.state == "no-data" and "boom" in memo.verdict.summary and not early.wake.is_set()
+    assert (
+        memo is not None
+        and memo.verdict.state is GpuHangState.NO_DATA
+        and "boom" in memo.verdict.summary
+        and not early.wake.is_set()
+    )
 
 
 # --- through the engine ------------------------------------------------------------------------------
@@ -307,8 +311,50 @@ async def test_the_engine_pages_a_gpu_confirmed_hang_at_once(tmp_path: Path) -> 
     d.close()
 
 
-@pytest.mark.parametrize("first", [None, EarlyVerdict("not-a-hang", "one scrape of busy-wait so far", T0)])
-async def test_the_daemon_loop_pages_between_full_ticks(tmp_path: Path, first: EarlyVerdict | None) -> None:
+async def test_an_open_failure_incident_does_not_hold_back_the_gpu_confirmed_page(tmp_path: Path) -> None:
+    """One task's training process exits right after the last step (a failure incident opens at
+    once) while the others spin in the collective: the GPU-confirmed hang page still goes out at
+    the early point, not at the step budget (rule HANG-7)."""
+    state, outputs = tmp_path / "state", tmp_path / "outputs"
+    log = write_job(outputs, "7211")
+    stub = Stub(BUSY)
+    d = Daemon(state, outputs, stub)
+    early = d.enricher.early
+    assert early is not None
+    t = T0
+    for k in range(30):
+        t += STEP
+        with log.open("a") as fh:
+            fh.write(step_line(k, t) + "\n")
+        await d.engine.tick(t)
+    last = t
+    with log.open("a") as fh:
+        fh.write("1: " + L.actor_exited(1, "node002", 1) + "\n")
+    await d.engine.tick(last + 15)
+    assert [(n["event"], n["kind"]) for n in outbox(state)] == [("open", "failure")]
+    views = {k: w.view for k, w in d.engine.jobs.items()}
+    early.poll(views, last + 15, d.engine.detectors)
+    await settle()
+    assert stub.calls == [] and early.next_poll_at() == last + EARLY_AT
+    early.poll(views, last + EARLY_AT, d.engine.detectors)
+    await settle()
+    assert len(stub.calls) == 1 and early.wake.is_set()
+    await d.engine.tick(last + EARLY_AT, early.take_confirmed(), early=True)
+    opened = [n for n in outbox(state) if n["event"] == "open"]
+    assert [n["kind"] for n in opened] == ["failure", "hang"]
+    assert "GPU-confirmed hang (busy-wait)" in opened[1]["body"]
+    for now in (last + 60, last + 135, last + 150):  # past the step budget: still the one page
+        await d.engine.tick(now)
+        await settle()
+    assert [(n["event"], n["kind"]) for n in outbox(state)] == [("open", "failure"), ("open", "hang")]
+    await d.enricher.close()
+    d.close()
+
+
+@pytest.mark.parametrize(
+    "first", [None, GpuVerdict(GpuHangState.MIXED, "one scrape of busy-wait so far", T0)]
+)
+async def test_the_daemon_loop_pages_between_full_ticks(tmp_path: Path, first: GpuVerdict | None) -> None:
     """Engine.run on the real clock: once the steps stop, the next full tick is 30 s away and the
     step budget 120 s; the GPU-confirmed page comes from the loop's early polls (again one scrape
     interval after an unconfirmed answer) and its partial tick."""

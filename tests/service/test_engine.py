@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 from jobdiagd.sim import lines as L
@@ -118,6 +119,50 @@ async def test_unreadable_log_gives_one_blind_notice(short_tmp: Path) -> None:
     assert ev == [("notice", "notice")]
     assert "monitoring blind" in outbox(state)[0]["title"]
     assert d.engine.snapshot_jobs(t)[0]["blind"]
+    d.close()
+
+
+async def test_a_blind_job_whose_directory_disappears_gets_its_follow_up(short_tmp: Path) -> None:
+    state, outputs = short_tmp / "state", short_tmp / "outputs"
+    blind, quiet = JobLog(outputs, "7014"), JobLog(outputs, "7015")
+    d = Daemon(state, outputs)
+    t = T0
+    for k in range(30):
+        blind.step(k, seconds=10.0)
+        quiet.step(k, seconds=10.0)
+        t += 10.0
+        await d.tick(t)
+    t += 200.0
+    await d.tick(t)  # both hang: two pages
+    assert events(state) == [("open", "hang"), ("open", "hang")]
+    os.unlink(blind.path)  # 7014's log deleted: blind
+    t += 15.0
+    await d.tick(t)
+    assert [n["title"] for n in outbox(state)[2:]] == ["monitoring blind: job 7014"]
+    shutil.rmtree(blind.dir)  # then its directory
+    shutil.rmtree(quiet.dir)  # 7015's directory goes while its log is still readable
+    t += 15.0
+    await d.tick(t)
+    new = outbox(state)[3:]
+    ended = [n for n in new if n["event"] == "notice"]
+    assert [n["title"] for n in ended] == ["monitoring ended: job 7014"]  # 7015 was never blind
+    assert f"Its directory `{blind.dir}` is gone: the job is no longer watched" in ended[0]["body"]
+    assert sorted((n["event"], n["job_id"]) for n in new if n["event"] != "notice") == [
+        ("resolve", "7014"),
+        ("resolve", "7015"),
+    ]
+    assert all("job directory gone" in n["body"] for n in new if n["event"] == "resolve")
+    assert d.engine.jobs == {} and d.engine.snapshot_jobs(t) == []
+    for _ in range(4):  # nothing more: neither watched again nor told again
+        t += 15.0
+        await d.tick(t)
+    assert len(outbox(state)) == 3 + len(new)
+    blind.dir.mkdir()  # a directory made again under the name is a job again
+    (blind.dir / "log").symlink_to(f"../{blind.path.name}")
+    blind.step(0)
+    t += 15.0
+    await d.tick(t)
+    assert list(d.engine.jobs) == ["7014"]
     d.close()
 
 

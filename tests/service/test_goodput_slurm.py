@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from jobdiagd.cli import main
-from jobdiagd.rules.restart import restart_comment
+from jobdiagd.rules.recovery import restart_marker
 from jobdiagd.sources.accounting import query_accounting
 from tests.helpers.slurm_cluster import SlurmCluster
 
@@ -72,7 +72,7 @@ def test_goodput_on_real_slurm_jobs_linked_by_the_restart_marker(
     # Submitted at once, eligible when the first ends (its dependency).
     second = _submit(
         cluster, outputs, script, "--export=ALL,LAST=7,FAIL=0", f"--dependency=afterany:{first}",
-        f"--comment={restart_comment(first)}",
+        f"--comment={restart_marker(first)}",
     )  # fmt: skip
     try:
         assert cluster.wait_state(first, ("FAILED",), timeout=90) == "FAILED"

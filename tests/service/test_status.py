@@ -9,6 +9,7 @@ import json
 import os
 import socket
 import stat
+from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from jobdiagd.service.status_cli import (
     EXIT_NOT_RUNNING,
     EXIT_OK,
     EXIT_UNHEALTHY,
+    PHONE_COLUMNS,
     format_status,
     register,
     run_status,
@@ -293,3 +295,60 @@ def test_format_status_shows_progress_tgs_and_incidents_per_job() -> None:
         "open: hang",
     ):
         assert part in line, (part, line)
+
+
+def test_status_for_a_phone_fits_its_width_and_keeps_every_fact() -> None:
+    job = {
+        "job_id": "4242",
+        "state": "RUNNING",
+        "name": "JAX-llama3-70b-pretrain-v5e-256",
+        "last_step": 317,
+        "last_step_at": NOW - 900,
+        "total_steps": 2000,
+        "step_time_s": 5.0,
+        "expected_step": 497,
+        "phase": "steady",
+        "tgs": {"degraded": True, "pattern": "constant-drop", "change_pct": -23.4},
+        "open_incidents": ["hang"],
+        "blind": ["/lustre/outputs/4242-JAX-llama3-70b-pretrain-v5e-256/log"],
+    }
+    snap = snapshot(
+        version="1.2.3",
+        pid=123456,
+        started_at=NOW - 7300,
+        jobs=[job, {"job_id": "99", "state": "PENDING"}],
+        open_incidents=[
+            {
+                "job_id": "4242",
+                "kind": "hang",
+                "severity": "critical",
+                "opened_at": NOW - 600,
+                "announced_at": NOW - 600,
+                "acked_at": NOW - 60,
+                "acked_by": "alice",
+                "summary": "no training step for 15m 0s since step 317 was read; expected ≈ step 497 by now",
+            }
+        ],
+        sources={
+            "squeue": {"failing": True, "failing_since": NOW - 30, "failures": 3, "last_error": "x " * 60}
+        },
+        notifiers={"telegram": {"sent": 3}},
+        deliveries={"telegram": {"sent": 3, "pending": 0}},
+    )
+    wide = format_status(snap, NOW)
+    assert max(len(line) for line in wide.splitlines()) > 120  # the terminal's table, unchanged
+    narrow = format_status(snap, NOW, width=PHONE_COLUMNS)
+    assert max(len(line) for line in narrow.splitlines()) <= PHONE_COLUMNS == 40
+    lines = narrow.splitlines()
+    assert lines[:3] == ["jobdiagd 1.2.3 (pid 123456),", "  up 2 h 02 min", "last tick: 5 s ago (every 15 s)"]
+    assert lines[3:6] == ["DEGRADED:", "  source squeue failing for 30 s", "  job 4242 blind"]
+    assert "  4242 RUNNING" in lines and "  99 PENDING" in lines
+
+    # Nothing is lost: every word of the wide view is in the narrow one (a long path is cut in two).
+    def words(text: str) -> Counter[str]:
+        return Counter(
+            w.strip(";,") for w in text.split() if w != "·" and "/lustre" not in w and "-v5e" not in w
+        )
+
+    assert words(wide) == words(narrow)
+    assert "".join(narrow.split()).count("/lustre/outputs/4242-JAX-llama3-70b-pretrain-v5e-256/log") == 1

@@ -12,7 +12,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from jobdiagd.detectors import build
+from jobdiagd.model.kinds import GpuHangState
 from jobdiagd.model.plotdata import HostSeries
 from jobdiagd.service.discovery import OutputsDiscovery
 from jobdiagd.service.engine import Engine
@@ -20,8 +23,8 @@ from jobdiagd.service.plots_bridge import chart_from_payload, strip_from_payload
 from jobdiagd.service.runner import plot_inputs
 from jobdiagd.service.tsdb_enrich import TsdbEnricher
 from jobdiagd.tsdb.context import DiagnosisContext
+from jobdiagd.tsdb.gpu_hang import GpuVerdict
 from jobdiagd.tsdb.gpu_strip import GpuStrip
-from jobdiagd.tsdb.hooks import Verdict
 from jobdiagd.tsdb.settings import TsdbSettings
 from tests.helpers.engine import T0, Daemon, events, outbox
 from tests.helpers.joblog import JobLog
@@ -39,17 +42,23 @@ def ray_job(outputs: Path, job_id: str) -> JobLog:
 def with_enricher(
     d: Daemon,
     outputs: Path,
-    verdict: Verdict,
+    verdict: GpuVerdict,
     *,
     confirm: bool = False,
     seen: list[DiagnosisContext] | None = None,
     plots: bool = False,
+    later: tuple[int, GpuVerdict] | None = None,
 ) -> None:
-    async def verdict_fn(ctx: DiagnosisContext, now: float) -> Verdict:
+    """`later`: (n, v) -- the answer is `verdict` to the first n questions, then `v`."""
+    asked = 0
+
+    async def verdict_fn(ctx: DiagnosisContext, now: float) -> GpuVerdict:
+        nonlocal asked
+        asked += 1
         if seen is not None:
             seen.append(ctx)
         await asyncio.sleep(0)
-        return verdict
+        return later[1] if later is not None and asked > later[0] else verdict
 
     async def diagnosis_fn(doc: dict[str, Any], now: float) -> dict[str, Any] | None:
         return {
@@ -91,11 +100,10 @@ async def stall(job: JobLog, d: Daemon, ticks: int) -> float:
     return t
 
 
-BUSY = Verdict(
-    "busy-wait",
-    True,
+BUSY = GpuVerdict(
+    GpuHangState.BUSY_WAIT,
     "16/16 GPUs at high utilization and busy-wait power (300 W avg)",
-    {"node001": "8 busy-wait", "node002": "8 busy-wait"},
+    per_host={"node001": "8 busy-wait", "node002": "8 busy-wait"},
 )
 
 
@@ -135,10 +143,27 @@ async def test_confirm_with_power_holds_a_hang_the_gpus_deny(short_tmp: Path) ->
     state, outputs = short_tmp / "state", short_tmp / "outputs"
     job = ray_job(outputs, "7102")
     d = Daemon(state, outputs)
-    working = Verdict("training", False, "16/16 GPUs at training power (700 W avg): not a hang")
+    working = GpuVerdict(GpuHangState.TRAINING, "16/16 GPUs at training power (700 W avg): not a hang")
     with_enricher(d, outputs, working, confirm=True)
     await stall(job, d, 12)
     assert events(state) == []
+    d.close()
+
+
+async def test_a_denied_hang_is_asked_again_and_pages_once_the_gpus_spin(short_tmp: Path) -> None:
+    """A denial is two scrapes of evidence: the next tick asks again, and the page goes out as soon
+    as the GPUs stop working (here: the third answer, busy-wait)."""
+    state, outputs = short_tmp / "state", short_tmp / "outputs"
+    job = ray_job(outputs, "7105")
+    d = Daemon(state, outputs)
+    seen: list[DiagnosisContext] = []
+    working = GpuVerdict(GpuHangState.TRAINING, "16/16 GPUs at training power (700 W avg): not a hang")
+    with_enricher(d, outputs, working, confirm=True, seen=seen, later=(2, BUSY))
+    t = await stall(job, d, 11)  # asked at the 9th, 10th and 11th stalled tick; two denials read
+    assert len(seen) == 3 and events(state) == []
+    await tick(d, t + 15)
+    assert events(state) == [("open", "hang")] and len(seen) == 3
+    assert "busy-wait power" in outbox(state)[0]["body"]
     d.close()
 
 
@@ -147,11 +172,31 @@ async def test_unknown_verdict_never_suppresses_a_page(short_tmp: Path) -> None:
     job = ray_job(outputs, "7103")
     d = Daemon(state, outputs)
     with_enricher(
-        d, outputs, Verdict("unknown", False, "TSDB query failed: ssh node001: refused"), confirm=True
+        d, outputs, GpuVerdict(GpuHangState.NO_DATA, "TSDB query failed: ssh node001: refused"), confirm=True
     )
     await stall(job, d, 12)
     assert events(state) == [("open", "hang")]
     assert "ssh node001: refused" in outbox(state)[0]["body"]
+    d.close()
+
+
+@pytest.mark.parametrize(
+    "verdict",
+    [
+        GpuVerdict(GpuHangState.MIXED, "no one signature on every host (node001: 8 busy-wait; ...)"),
+        GpuVerdict(GpuHangState.NO_PROCESS, "every GPU of all 2 host(s) idle with no GPU process"),
+    ],
+)
+async def test_a_verdict_that_cannot_tell_never_suppresses_a_page(
+    short_tmp: Path, verdict: GpuVerdict
+) -> None:
+    state, outputs = short_tmp / "state", short_tmp / "outputs"
+    job = ray_job(outputs, "7106")
+    d = Daemon(state, outputs)
+    with_enricher(d, outputs, verdict, confirm=True)
+    await stall(job, d, 12)
+    assert events(state) == [("open", "hang")]
+    assert verdict.summary in outbox(state)[0]["body"]
     d.close()
 
 

@@ -79,10 +79,11 @@ def test_cas6_abort_after_a_compiler_fatal_is_its_consequence() -> None:
 
 
 def test_soft2_time_limit_line_is_the_soft_success_evidence() -> None:
-    line = ev("train-timeout", 20, "CANCELLED AT ... DUE TO TIME LIMIT", rule="TT-slurm")
-    hits, derived, classes = C._time_limit_as_soft_success({"train-timeout": [line]}, {}, ["train-timeout"])
-    assert hits == {} and classes == []
+    main = LogState(MAIN, ref_time=0.0)
+    main.cancel_evidence = ev("cancelled", 20, "CANCELLED AT ... DUE TO TIME LIMIT")
+    derived = C._time_limit_as_soft_success(main, {})
     assert [(e.cls, e.line) for e in derived["soft-success"]] == [("soft-success", 20)]
+    assert C._time_limit_as_soft_success(LogState(MAIN, ref_time=0.0), {}) == {}
 
 
 def test_ud2_srun_killed_is_the_oom_kill_with_an_oom_report() -> None:

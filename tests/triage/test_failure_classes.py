@@ -106,12 +106,15 @@ def test_cancelled_without_a_slurm_line_quotes_the_summary_status(tmp_path: Path
     assert cancel and "Status: FAILED (exit 143)" in cancel[0].text
 
 
-def test_time_limit_cancel_is_train_timeout_not_an_operator_scancel(tmp_path: Path) -> None:
-    # Runbook train-timeout: "Training exceeded the configured wall-clock limit".
+def test_time_limit_cancel_is_a_scheduler_cancel_not_the_train_timeout_stage(tmp_path: Path) -> None:
+    # Rule CL-SLURM-TIME-LIMIT: Slurm's --time ran out; train-timeout is the job script's own stage.
     body, _ = _steps(0, 1400)
     r = _triage(_job(tmp_path, body + _cancel_tail(" DUE TO TIME LIMIT", AT)), "TIMEOUT")
-    assert (r.status, r.primary) == ("cancelled", "train-timeout")
+    assert (r.status, r.primary) == ("cancelled", "cancelled")
+    assert "train-timeout" not in r.cls.classes
+    assert r.cls.stage == "Slurm time limit (--time)"
     md = render_markdown(r)
+    assert "time limit (--time)" in _section(md, "What happened")
     assert "scancel" not in _section(md, "What happened")
     assert "DUE TO TIME LIMIT" in _section(md, "Evidence")
     assert any("--time" in s for s in r.next_steps)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from jobdiagd.model.kinds import GpuHangState
 from jobdiagd.tsdb.anomaly import detect
-from jobdiagd.tsdb.hooks import Verdict, hang_power_verdict, playbook_for_class, should_page
+from jobdiagd.tsdb.gpu_hang import GpuVerdict
+from jobdiagd.tsdb.hooks import hang_power_verdict, playbook_for_class, should_page
 from jobdiagd.tsdb.playbooks.base import gpu_state
 from jobdiagd.tsdb.settings import (
     DEFAULT_PROFILES,
@@ -40,26 +41,55 @@ async def test_playbook_for_class(cls: str | None, name: str) -> None:
 
 
 async def test_power_verdict_on_finished_hang(fixtures: Fixtures, tmp_path: Path) -> None:
+    """The hang page's verdict is the GPU-hang judge over the newest samples (here: the end of a
+    finished job's data), the same judge the early page asks."""
     b = fixtures.copy("rccl-hang", tmp_path)
     v = await hang_power_verdict(make_ctx(b), time.time(), settings=TsdbSettings(work_dir=str(tmp_path)))
     assert (
-        v.state == "busy-wait"
-        and v.confirmed_hang
+        v.state is GpuHangState.BUSY_WAIT
+        and v.confirmed
         and v.mean_power_w is not None
         and 280 < v.mean_power_w < 320
     )
+    assert v.at is not None and b.sim.end - 10 <= v.at <= b.sim.end and v.gpu_model == "MI300X"  # the data's end
+    # After a healthy run the GPUs sit idle with their (simulated) processes alive: no hang, denied.
+    # (The 5-minute average this verdict used to read said "training" here, from the run's last minutes.)
     h = fixtures.copy("healthy", tmp_path / "h")
     v2 = await hang_power_verdict(make_ctx(h), time.time(), settings=TsdbSettings(work_dir=str(tmp_path)))
-    assert v2.state == "training" and not v2.confirmed_hang  # GPUs working: a "hang" alert would be wrong
+    assert v2.state is GpuHangState.NOT_A_HANG and v2.denies and not v2.confirmed
     nt = await hang_power_verdict(make_ctx(h, ray=False), time.time())
-    assert nt.state == "unknown" and "RAY=0" in nt.summary
+    assert nt.state is GpuHangState.NO_DATA and "RAY=0" in nt.summary
 
 
-def test_should_page_switch() -> None:
-    unconfirmed = Verdict("training", False, "GPUs busy")
-    assert should_page(unconfirmed, TsdbSettings())
-    assert not should_page(unconfirmed, TsdbSettings(confirm_hang_with_power=True))
-    assert should_page(replace(unconfirmed, confirmed_hang=True), TsdbSettings(confirm_hang_with_power=True))
+async def test_power_verdict_names_a_dead_node_and_a_silent_one(fixtures: Fixtures, tmp_path: Path) -> None:
+    """The page's verdict follows the early page's rule: a host idle with no GPU process under
+    busy-waiting peers is a dead node; a host that stopped reporting is no data, never a confirmation."""
+    gone = fixtures.copy("dead-process", tmp_path / "p")
+    v = await hang_power_verdict(make_ctx(gone), time.time(), settings=TsdbSettings(work_dir=str(tmp_path)))
+    assert v.state is GpuHangState.DEAD_NODE and v.suspects == ("node004",)
+    silent = fixtures.copy("dead-node", tmp_path / "s")
+    v2 = await hang_power_verdict(
+        make_ctx(silent), time.time(), settings=TsdbSettings(work_dir=str(tmp_path))
+    )
+    assert v2.state is GpuHangState.NO_DATA and "node003" in v2.summary and not v2.confirmed
+
+
+@pytest.mark.parametrize(
+    ("state", "pages_when_confirming"),
+    [
+        (GpuHangState.BUSY_WAIT, True),
+        (GpuHangState.DEAD_NODE, True),
+        (GpuHangState.TRAINING, False),  # the GPUs work: the log lags
+        (GpuHangState.NOT_A_HANG, False),  # a save, a compilation, an eval
+        (GpuHangState.MIXED, True),  # cannot tell: the step budget decides
+        (GpuHangState.NO_PROCESS, True),  # the processes are gone, the allocation may be held
+        (GpuHangState.NO_DATA, True),  # lack of data is not evidence of health
+    ],
+)
+def test_should_page_switch(state: GpuHangState, pages_when_confirming: bool) -> None:
+    v = GpuVerdict(state, "x")
+    assert should_page(v, TsdbSettings())
+    assert should_page(v, TsdbSettings(confirm_hang_with_power=True)) is pages_when_confirming
 
 
 def test_gpu_state_per_model() -> None:
@@ -118,7 +148,7 @@ async def test_power_verdict_fetches_the_alerts_power_strip_in_the_same_session(
     v = await hang_power_verdict(
         ctx, time.time(), settings=TsdbSettings(work_dir=str(tmp_path)), strip_s=3600
     )
-    assert v.state == "busy-wait" and v.strip is not None and v.gpu_model
+    assert v.state is GpuHangState.BUSY_WAIT and v.strip is not None and v.gpu_model
     assert v.at is not None and v.strip.end == v.at and v.strip.start == v.at - 3600
     hosts = {s.host for s in v.strip.power}
     assert hosts and all(len(s.mean) == len(s.times) for s in v.strip.power)

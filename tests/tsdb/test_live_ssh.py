@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from jobdiagd.model.kinds import GpuHangState
 from jobdiagd.sim.metrics import JobSim, LiveExporter, scenario
 from jobdiagd.tsdb.access import SshTunnelPool, free_loopback_port
 from jobdiagd.tsdb.client import PromClient
@@ -101,7 +102,7 @@ async def test_live_job_through_ssh(live: dict[str, object], tmp_path: Path) -> 
         assert pool.connects == 1
 
         verdict = await hang_power_verdict(ctx, time.time(), settings=settings, tunnels=pool)
-        assert verdict.state == "busy-wait" and verdict.confirmed_hang
+        assert verdict.state is GpuHangState.BUSY_WAIT and verdict.confirmed
         assert verdict.mean_power_w is not None and 250 <= verdict.mean_power_w <= 350
         assert set(verdict.per_host) == set(sim.sc.nodes)
         assert should_page(verdict, replace(settings, confirm_hang_with_power=True))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -24,6 +25,41 @@ def render_finding_body(finding: Finding) -> str:
     if finding.evidence:
         lines += ["", "```text", *finding.evidence, "```"]
     return "\n".join(lines).strip()
+
+
+_FACT = re.compile(r"^- \*\*(.+?)\*\*: (.*)\Z")
+
+
+@dataclass(frozen=True, slots=True)
+class FindingBody:
+    """A body `render_finding_body` wrote, read back: what a chat page rearranges for a phone."""
+
+    summary: str
+    facts: tuple[tuple[str, str], ...]  # (label, value as written), in the finding's order
+    evidence: tuple[str, ...] = ()
+
+
+def parse_finding_body(body: str) -> FindingBody | None:
+    """The summary, facts and evidence of a finding's body; None for any other text (a
+    resolution, a notice): the caller then shows it as it is."""
+    head, sep, rest = body.partition("\n\n")
+    if not sep or not head.strip() or "\n" in head:
+        return None
+    facts: list[tuple[str, str]] = []
+    evidence: list[str] = []
+    lines = rest.splitlines()
+    i = 0
+    while i < len(lines) and (m := _FACT.match(lines[i])) is not None:
+        facts.append((m.group(1), m.group(2)))
+        i += 1
+    if not facts:
+        return None
+    tail = lines[i:]
+    if tail:
+        if tail[:2] != ["", "```text"] or tail[-1] != "```":
+            return None
+        evidence = tail[2:-1]
+    return FindingBody(head, tuple(facts), tuple(evidence))
 
 
 @dataclass(frozen=True, slots=True)

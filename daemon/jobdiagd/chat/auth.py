@@ -33,6 +33,10 @@ class Authorizer:
     ) -> Authorizer:
         return cls(frozenset(map(str, chats)), frozenset(map(str, users)), frozenset(map(str, operators)))
 
+    def chat_allowed(self, sender: Sender) -> bool:
+        """A chat off the list gets no answer at all: the bot does not reveal itself there."""
+        return sender.chat_id in self.chats
+
     def refusal(self, sender: Sender) -> str | None:
         """None when allowed; else the reason (shown to the sender, and logged)."""
         if sender.chat_id not in self.chats:

@@ -164,15 +164,18 @@ def target(text: str, roots: Sequence[Path]) -> str:
     return str(path_under_roots(text, roots)) if is_path(text) else job_id(text)
 
 
-def help_text(long_timeout_s: float) -> str:
+def help_text(long_timeout_s: float, *, scancel: bool = False) -> str:
     lines = ["**Commands**"]
     for spec in COMMANDS.values():
         if spec.name == "start":
             continue
         lines.append(f"- `{spec.usage}` — {spec.help}")
+    buttons = "Ack, Mute 1 h / 24 h, Full triage, Diagnose (RAY=1 jobs)"
+    if scancel:
+        buttons += ", ⛔ scancel… (operators only, Slurm jobs, asks to confirm)"
     lines += [
         "",
         f"Long commands answer “working…” at once and edit in the result (at most {long_timeout_s:g} s).",
-        "Buttons on alerts: Ack, Mute 1 h / 24 h, Full triage, Diagnose (RAY=1 jobs).",
+        f"Buttons on alerts: {buttons}.",
     ]
     return "\n".join(lines)

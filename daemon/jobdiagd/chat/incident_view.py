@@ -6,8 +6,9 @@ from collections.abc import Mapping
 from datetime import datetime, tzinfo
 from typing import Any
 
-from jobdiagd.chat.buttons import keyboard
-from jobdiagd.chat.model import RESOLVED_MARK, SEVERITY_MARK, ChatMessage, Document
+from jobdiagd.chat.buttons import encode, keyboard
+from jobdiagd.chat.model import RESOLVED_MARK, SEVERITY_MARK, Button, ChatMessage, Document
+from jobdiagd.chat.page import LATE_AFTER_S, page
 from jobdiagd.durations import rounded_duration
 from jobdiagd.model.alerts import Notification
 
@@ -44,15 +45,32 @@ def status_line(snap: Mapping[str, Any], now: float, tz: tzinfo | None) -> str:
     return " · ".join(parts)
 
 
-def incident_title(snap: Mapping[str, Any]) -> str:
+def incident_title(snap: Mapping[str, Any], name: str | None = None) -> str:
     mark = (
         RESOLVED_MARK
         if snap.get("resolved_at") is not None
         else SEVERITY_MARK.get(str(snap.get("severity")), "")
     )
+    job = f"{snap.get('job_id')} {name}" if name else str(snap.get("job_id"))
     owner = f" ({snap['owner']})" if snap.get("owner") else ""
     sev = "" if snap.get("resolved_at") is not None else f" [{snap.get('severity')}]"
-    return f"{mark} {snap.get('kind')} on job {snap.get('job_id')}{owner}{sev}".strip()
+    return f"{mark} {snap.get('kind')} on job {job}{owner}{sev}".strip()
+
+
+def as_of(t: Any, now: float, tz: tzinfo | None) -> str | None:
+    """The clock time ("HH:MM TZ") of `t` when numbers computed then are shown more than
+    LATE_AFTER_S later; else None."""
+    if not isinstance(t, int | float) or now - float(t) <= LATE_AFTER_S:
+        return None
+    return clock_text(float(t), tz)
+
+
+def cut_note(job_id: str, buttons: tuple[tuple[Button, ...], ...], token: int | None) -> str:
+    """Where the rest of a cut page is: its Full triage button, else the triage command."""
+    triage = encode("triage", token) if token is not None else None
+    if triage is not None and any(b.token == triage for row in buttons for b in row):
+        return "… (📋 Full triage has the rest)"
+    return f"… (the rest: triage {job_id})"
 
 
 def incident_message(
@@ -71,14 +89,20 @@ def incident_message(
     and buttons change).
     """
     snap = n.incident or {}
+    job_id = str(snap.get("job_id", n.job_id))
+    # The body's numbers date from the announcement (the open notification was made then).
+    laid = page(open_body, job_id=job_id, kind=n.kind, as_of=as_of(snap.get("announced_at"), now, tz))
+    buttons = keyboard(snap, token, now=now, scancel=scancel)
     return ChatMessage(
-        title=incident_title(snap),
-        body=open_body,
+        title=incident_title(snap, laid.name),
+        body=laid.lead,
+        more=laid.more,
         status=status_line(snap, now, tz),
         severity=n.severity if n.event == "open" else None,
-        buttons=keyboard(snap, token, now=now, scancel=scancel),
+        buttons=buttons,
         silent=silent,
         footer=f"incident {n.incident_id}" if n.incident_id else "",
+        cut_note=cut_note(job_id, buttons, token),
         tags=("incident",),
     )
 
@@ -86,12 +110,27 @@ def incident_message(
 _REPLY_LABEL = {"remind": "still open", "resolve": "resolved", "update": "update"}
 
 
-def reply_message(n: Notification, *, silent: bool) -> ChatMessage:
-    """A reply under the incident's message (reminder, escalation, resolution)."""
+def reply_message(
+    n: Notification, *, silent: bool, now: float | None = None, tz: tzinfo | None = None
+) -> ChatMessage:
+    """A reply under the incident's message (reminder, escalation, resolution); a reminder is laid
+    out like the page, its numbers dated when it goes out late (`now`: the delivery time)."""
     label = _REPLY_LABEL.get(n.event, n.event)
     if n.event == "remind" and ":escalate:" in n.id:
         label = f"escalated to {n.severity}"
-    return ChatMessage(title=f"{label}: {n.title}", body=n.body, silent=silent, tags=("reply", n.event))
+    title = f"{label}: {n.title}"
+    if n.event != "remind":
+        return ChatMessage(title=title, body=n.body, silent=silent, tags=("reply", n.event))
+    late = as_of(n.created_at, now, tz) if now is not None else None
+    laid = page(n.body, job_id=n.job_id, kind=n.kind, as_of=late)
+    return ChatMessage(
+        title=title,
+        body=laid.lead,
+        more=laid.more,
+        silent=silent,
+        cut_note=f"… (the rest: triage {n.job_id})",
+        tags=("reply", n.event),
+    )
 
 
 def report_message(n: Notification, *, silent: bool) -> ChatMessage:

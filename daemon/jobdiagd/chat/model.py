@@ -41,7 +41,9 @@ class ChatMessage:
     `body` is Markdown as the rest of jobdiagd writes it (headings, **bold**, `code`, fenced
     blocks, pipe tables); `status` is a one-line state ("acked by alice 12:03"); `buttons` are
     rows of buttons. A transport shows `title` prominently and `body` below it, and keeps
-    `compact` messages (photo captions, summaries) short.
+    `compact` messages (photo captions, summaries) short. `more` (Markdown) follows the body
+    and is what a message too long for its room loses first (a page's facts after its lead);
+    a cut body or `more` ends with `cut_note` (where the rest is), never a bare "…".
     """
 
     title: str
@@ -54,8 +56,11 @@ class ChatMessage:
     silent: bool = False
     preformatted: bool = False  # body is plain text to show in monospace (status tables)
     footer: str = ""
+    more: str = ""
+    cut_note: str = ""
     tags: tuple[str, ...] = field(default=())  # free labels for logs/tests ("incident", "report")
 
 
+CUT_NOTE = "… (cut: too long for one message)"
 SEVERITY_MARK = {"critical": "🔴", "warning": "🟠", "info": "🔵"}
 RESOLVED_MARK = "✅"

@@ -123,8 +123,15 @@ class ChatRouter:
     # -- inbound -------------------------------------------------------------
 
     async def on_command(self, text: str, conv: Conversation) -> None:
-        """Handle one command; long ones are answered "working…" now and finished in a task."""
+        """Handle one command; long ones are answered "working…" now and finished in a task.
+
+        A chat off the allow-list gets no answer at all (one log line): the bot does not reveal
+        itself there (rule CHAT-4). A stranger in an allowed chat is told why not.
+        """
         sender = conv.sender
+        if not self.auth.chat_allowed(sender):
+            self._log.warning("chat_ignored", chat=sender.chat_id, user=sender.user_id, what="command")
+            return
         refusal = self.auth.refusal(sender)
         if refusal is not None:
             self._log.warning(
@@ -151,6 +158,12 @@ class ChatRouter:
     async def on_press(self, data: str, conv: PressConversation) -> None:
         sender = conv.sender
         press = decode(data)
+        if not self.auth.chat_allowed(sender):
+            # A press on a message the bot posted before its chat left the list: the spinner is
+            # stopped without a word.
+            self._log.warning("chat_ignored", chat=sender.chat_id, user=sender.user_id, what="button")
+            await conv.toast("")
+            return
         refusal = self.auth.refusal(sender)
         if refusal is not None:
             self._log.warning(
@@ -182,7 +195,7 @@ class ChatRouter:
         b = self.backend
         who = sender.label
         if p.name in ("help", "start"):
-            return ChatMessage("jobdiagd", C.help_text(self.task_timeout_s))
+            return ChatMessage("jobdiagd", C.help_text(self.task_timeout_s, scancel=self.scancel_enabled))
         if p.name == "status":
             return b.status(now)
         if p.name == "jobs":
@@ -362,7 +375,12 @@ class ChatRouter:
         try:
             outcome = await self.backend.scancel(inc.job_id, sender.label)
         except TaskError as exc:
-            outcome = f"scancel failed: {exc}"
+            failed = f"scancel {inc.job_id} failed: {exc}"
+            log.warning("scancel_failed", job_id=inc.job_id, error=str(exc))
+            await conv.set_buttons(restore)
+            await conv.toast(failed, alert=True)
+            await conv.send(ChatMessage(f"⚠ {failed}", f"asked by {sender.label}; the job was not cancelled"))
+            return
         log.warning("scancel_done", job_id=inc.job_id, outcome=outcome)
         await conv.set_buttons(restore)
         await conv.toast(outcome, alert=True)

@@ -41,8 +41,13 @@ def destination_for(n: Notification, routes: Sequence[Route], default: str) -> s
     return default
 
 
+RINGING_EVENTS = frozenset({"open", "remind"})
+
+
 def is_silent(n: Notification, quiet: QuietHours | None, now: float) -> bool:
-    """Info-level messages never ring; in quiet hours nothing below critical rings."""
-    if n.severity == "info":
+    """Only pages and reminders ring (rule CHAT-3): resolutions, updates, reports and notices of
+    any severity arrive silently, and so does every info-level message; in quiet hours nothing
+    below critical rings."""
+    if n.event not in RINGING_EVENTS or n.severity == "info":
         return True
     return quiet is not None and n.severity != "critical" and quiet.active(now)

@@ -206,15 +206,19 @@ def render(
     if any(footer):
         tail.append(context_block(*[f for f in footer if f]))
     tail += action_blocks(msg.buttons)
+    sections: list[str] = []
     if msg.body:
         lines = (
             [(escape(ln), True) for ln in msg.body.splitlines()]
             if msg.preformatted
             else markdown_lines(msg.body)
         )
-        sections = split_sections(lines)
-        room = MAX_BLOCKS - len(blocks) - len(tail)
-        if len(sections) > room:
-            sections = [*sections[: room - 1], CUT_MARKER]
-        blocks += [{"type": "section", "text": {"type": "mrkdwn", "text": s}} for s in sections]
+        sections += split_sections(lines)
+    if msg.more:  # its own sections after the body's: a page's lead stands alone at the top
+        sections += split_sections(markdown_lines(msg.more))
+    room = MAX_BLOCKS - len(blocks) - len(tail)
+    if len(sections) > room:
+        note = f"_{escape(msg.cut_note)}_" if msg.cut_note else CUT_MARKER
+        sections = [*sections[: room - 1], note]
+    blocks += [{"type": "section", "text": {"type": "mrkdwn", "text": s}} for s in sections]
     return fallback_text(msg, mention), blocks + tail

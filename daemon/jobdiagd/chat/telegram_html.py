@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterator
 
 from jobdiagd.chat.markdown import BlockKind, blocks, convert_inline
-from jobdiagd.chat.model import ChatMessage
+from jobdiagd.chat.model import CUT_NOTE, ChatMessage
 
 MESSAGE_LIMIT = 4096
 CAPTION_LIMIT = 1024
@@ -123,11 +123,17 @@ def split_html(fragment: str, limit: int = MESSAGE_LIMIT) -> list[str]:
 
 
 def truncate_html(fragment: str, limit: int, marker: str = "\n…") -> str:
-    """The first part of `fragment` that fits `limit` with `marker` appended when cut."""
+    """The first part of `fragment` that fits `limit` with `marker` appended when cut (tags
+    closed before it: the marker is balanced HTML of its own)."""
     if len(fragment) <= limit:
         return fragment
     head = split_html(fragment, max(64, limit - len(marker)))
     return (head[0] if head else "") + marker
+
+
+def cut_marker(msg: ChatMessage) -> str:
+    """The line a cut message ends with: where the rest is (the message's `cut_note`)."""
+    return f"\n<i>{escape(msg.cut_note or CUT_NOTE)}</i>"
 
 
 def _parts(msg: ChatMessage) -> tuple[str, str]:
@@ -138,23 +144,55 @@ def _parts(msg: ChatMessage) -> tuple[str, str]:
         body = f"<pre>{escape(msg.body)}</pre>" if msg.body else ""
     else:
         body = markdown_to_html(msg.body)
+    if msg.more:
+        body = (body + "\n\n" if body else "") + markdown_to_html(msg.more)
     if msg.footer:
         body = (body + "\n\n" if body else "") + f"<i>{escape(msg.footer)}</i>"
     return head, body
 
 
+def utf16_length(fragment: str) -> int:
+    """Visible length in UTF-16 code units (Telegram counts an emoji like 🔴 as two)."""
+    return sum(
+        0 if t.startswith("<") else (2 if len(t) == 1 and ord(t) > 0xFFFF else 1)
+        for t in _TOKEN.findall(fragment)
+    )
+
+
 def render_single(msg: ChatMessage, limit: int = MESSAGE_LIMIT) -> str:
-    """One message (an incident's, or a photo caption): the body is cut to fit, never the head."""
+    """One message (an incident's, or a photo caption): the body is cut to fit, never the head;
+    a cut ends with the message's `cut_note` (where the rest is).
+
+    Telegram's limits count visible characters, not markup: a cut first made to fit `limit`
+    characters of markup is widened while its visible length (UTF-16 units) stays within it.
+    """
     head, body = _parts(msg)
-    if not body:
-        return truncate_html(head, limit)
-    full = f"{head}\n\n{body}"
-    if len(full) <= limit:
+    full = f"{head}\n\n{body}" if body else head
+    if len(full) <= limit or utf16_length(full) <= limit:
         return full
-    room = limit - len(head) - 2
-    if room < 80:
-        return truncate_html(head, limit)
-    return f"{head}\n\n{truncate_html(body, room)}"
+    best = _cut(head, body, limit, cut_marker(msg))
+    budget = limit
+    for _ in range(4):
+        shown = utf16_length(best)
+        if shown >= limit - 16:
+            break
+        budget += limit - shown
+        wider = _cut(head, body, budget, cut_marker(msg))
+        if utf16_length(wider) > limit or wider == best:
+            break
+        best = wider
+    return best
+
+
+def _cut(head: str, body: str, budget: int, marker: str) -> str:
+    """`head` and as much of `body` as `budget` characters of markup hold, then `marker`."""
+    full = f"{head}\n\n{body}" if body else head
+    if len(full) <= budget:
+        return full
+    room = budget - len(head) - 2
+    if not body or room < 80 + len(marker):
+        return truncate_html(head, budget, marker)
+    return f"{head}\n\n{truncate_html(body, room, marker)}"
 
 
 def render_parts(msg: ChatMessage, limit: int = MESSAGE_LIMIT) -> list[str]:

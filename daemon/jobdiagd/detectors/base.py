@@ -13,10 +13,9 @@ from jobdiagd.logs.state import LogState
 from jobdiagd.model.alerts import Finding
 from jobdiagd.model.jobref import JobRef
 from jobdiagd.model.records import StepRecord
-from jobdiagd.model.triage import CheckpointConfig, TriageResult
+from jobdiagd.model.triage import CheckpointConfig, StallKnowledge, TriageResult
 from jobdiagd.sources.slurm_parse import SlurmJob
-from jobdiagd.triage.stall import StallPolicy
-from jobdiagd.tsdb.early_hang import EarlyVerdict
+from jobdiagd.tsdb.gpu_hang import GpuVerdict
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +26,7 @@ class EarlyMemo:
     The read time tells a step apart from the same step number of a replaced log (a restart)."""
 
     last_step: int
-    verdict: EarlyVerdict
+    verdict: GpuVerdict
     step_at: float | None
 
 
@@ -72,7 +71,7 @@ class WatchedJob(Protocol):
     def total_steps(self) -> int | None: ...
     def checkpoint(self) -> CheckpointConfig: ...
     def sorted_steps(self) -> list[StepRecord]: ...
-    def analysis(self, now: float, policy: StallPolicy | None = None) -> TriageResult: ...
+    def analysis(self, now: float, stall: StallKnowledge | None = None) -> TriageResult: ...
 
 
 def early_memo(view: WatchedJob) -> EarlyMemo | None:

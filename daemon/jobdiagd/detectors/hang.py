@@ -2,7 +2,8 @@
 
 Stalled when `now - (when the last step line was read) > stall_budget(...)` — the same
 `triage.stall.stall_budget` triage uses (startup/barrier, warmup after start or restore,
-checkpoint steps with the budget learned from this job's own checkpoint steps, steady
+checkpoint steps -- a save at least `checkpoint_budget_seconds`, more when this job's own
+saves took longer, an eval learned from this job's evals (rule HANG-4) -- steady
 state = max(stall_factor x steady step time, min_stall)). Before the first step the gap
 runs from when the pre-training barrier was read, else from when the daemon started
 watching the job. Log timestamps and mtime are never used.
@@ -11,13 +12,23 @@ While stalled the finding is re-emitted every tick (the incident book reminds); 
 newer step is read it is resolved ("steps resumed at step N"). A stall that triage
 explains by a failure signature (the cascade's root cause) is left to the
 failure-signature incident — a hang incident opened before the error was logged is
-resolved as superseded — so one cascade is one open incident.
+resolved as superseded — so one cascade is one open incident. A GPU-confirmed stall (the
+early page below) is never superseded (rule HANG-7): the GPUs show the job stuck now, its
+allocation spinning, so an open failure incident of the same job (one task's process
+exited, the others wait in the collective) never holds that page back; the two incidents
+say different things (what failed, and that the job must be cancelled).
+
+The finding's triage is the job view's analysis given what this detector knows
+(`knowledge`: since when no step was read, the budget applied, a GPU-confirmed early page;
+rule VIEW-1): triage itself concludes `hanging`, with this budget, and its next steps follow.
+The same knowledge reaches every other reader of the job (the view's `stall_source`, the
+chat's Full triage), so none of them can contradict the page.
 
 Early page (RAY=1 live jobs, `[tsdb] early_page`): once the expected step is overdue by
 `early_overdue_factor` x steady step time + `early_overdue_slack_s` (`HangDetector.early_due_at`;
 armed only in the steady and checkpoint phases, i.e. once this run's steady step time is known,
 and only when that comes before the step budget), the service asks the job's Prometheus and
-leaves an `EarlyMemo` with the `tsdb.early_hang` verdict for the current last step on the view
+leaves an `EarlyMemo` with the `tsdb.gpu_hang` verdict for the current last step on the view
 (`gpu_check`). A confirmed verdict
 makes the stall a page now, as a GPU-confirmed hang naming the mechanism and the suspect
 host(s); it stays confirmed for that step (no flapping back to "resumed" while no step came)
@@ -42,14 +53,12 @@ from jobdiagd.detectors.base import (
 )
 from jobdiagd.durations import exact_duration
 from jobdiagd.model.alerts import Finding
-from jobdiagd.model.kinds import FailureClass, JobStatus
-from jobdiagd.model.triage import TriageResult
+from jobdiagd.model.triage import StallKnowledge, TriageResult
 from jobdiagd.rules.signatures import BY_CLASS, Tier
-from jobdiagd.triage.nextsteps import next_steps
 from jobdiagd.triage.progress import steady_step_time
 from jobdiagd.triage.report import what_happened
 from jobdiagd.triage.stall import Budget, StallPolicy, stall_budget
-from jobdiagd.tsdb.early_hang import EarlyVerdict
+from jobdiagd.tsdb.gpu_hang import GpuVerdict
 
 NAME = "hang"
 KIND = "hang"
@@ -88,6 +97,9 @@ class EarlyRule:
 
 
 def policy_from_config(cfg: Config) -> StallPolicy:
+    """The daemon's stall policy, from `[detectors.hang]` (rule VIEW-2): the one mapping of the
+    config to a policy. The engine builds it once per config and hands it to the job views (their
+    analyses, the job-end triage) and the chat's triage; this detector is built from the same."""
     h = cfg.detectors.hang
     return StallPolicy(
         stall_factor=h.stall_factor,
@@ -129,6 +141,21 @@ class HangDetector:
     def status(self, view: WatchedJob, now: float) -> StatusPart | None:
         return _status(view, self._budgets.get(view.key), now)
 
+    def knowledge(self, view: WatchedJob, now: float) -> StallKnowledge | None:
+        """What this detector knows of the job's progress on the daemon's clock, for triage (rule
+        VIEW-1): since when no step was read, the budget applied to that wait, and whether a
+        GPU-confirmed early page holds it hung. None for a job it does not judge (ended, not
+        running in Slurm, unreadable, past its final step)."""
+        if _not_judged(view) is not None:
+            return None
+        since, _ = _stall_start(view)
+        budget, _ = self.budget(view, now)
+        # As `check` pages it: a confirmed verdict of this step, paged (`_gpu_evidence`).
+        memo = early_memo(view)
+        paged = self._paged.get(view.key) == (view.last_step, view.last_step_at)
+        confirmed = paged and memo is not None and memo.verdict.confirmed
+        return StallKnowledge(since, budget.seconds, budget.phase, gpu_confirmed=confirmed)
+
     def early_window(self, view: WatchedJob, rule: EarlyRule) -> tuple[float, float] | None:
         """(when the early check of the current last step is due, when the step budget pages), or
         None when not armed.
@@ -155,7 +182,7 @@ class HangDetector:
         w = self.early_window(view, rule)
         return w[0] if w is not None else None
 
-    def early_confirmed(self, view: WatchedJob, rule: EarlyRule, now: float) -> EarlyVerdict | None:
+    def early_confirmed(self, view: WatchedJob, rule: EarlyRule, now: float) -> GpuVerdict | None:
         """The confirmed GPU verdict of the current last step, once its early point is reached."""
         memo = early_memo(view)
         if memo is None or not memo.verdict.confirmed:
@@ -207,23 +234,18 @@ class HangDetector:
         early = self._gpu_evidence(view, gap, budget, now)
         if gap <= budget.seconds and early is None:
             return _not_stalled(view.key, last)
-        res = view.analysis(now, self.policy)
+        # Triage told what the daemon's clock saw (rule VIEW-1) concludes `hanging` by itself.
+        known = StallKnowledge(since, budget.seconds, budget.phase, gpu_confirmed=early is not None)
+        res = view.analysis(now, known)
         primary = res.primary
         sig = BY_CLASS.get(primary or "")
-        if primary not in (None, "hang") and sig is not None and sig.tier in _CASCADE_TIERS:
+        if early is None and primary not in (None, "hang") and sig is not None and sig.tier in _CASCADE_TIERS:
             # One cascade, one incident: the failure-signature incident names the root cause; a
             # hang incident opened before the error was logged is closed as its consequence.
+            # Not a GPU-confirmed stall: the GPUs show the job stuck now, burning its allocation,
+            # whatever error the log showed first (rule HANG-7).
             why = f"superseded: the stall is a consequence of {primary} (see the failure incident)"
             return [resolved_finding(NAME, view.key, KIND, why)]
-        if res.status == "running" and res.cls.primary is None:
-            # Triage times stalls with the log's own stamps; a log without them looks "running" to
-            # it. The daemon's clock saw the stall: report the triage it would give knowing that.
-            cls = dataclasses.replace(
-                res.cls, status=JobStatus.HANGING, primary=FailureClass.HANG, stage="Training"
-            )
-            res = dataclasses.replace(res, cls=cls)
-            res.next_steps = next_steps(res)
-            primary = FailureClass.HANG
         expected: int | None = None
         if last is not None and step_time:
             expected = last + int(gap // step_time)
@@ -246,13 +268,17 @@ class HangDetector:
             and not self._first_ration.spend(now)
         )
 
-    def _gpu_evidence(self, view: WatchedJob, gap: float, budget: Budget, now: float) -> EarlyVerdict | None:
+    def _gpu_evidence(self, view: WatchedJob, gap: float, budget: Budget, now: float) -> GpuVerdict | None:
         """The confirmed GPU verdict that pages this stall now (before or past the budget), if any.
 
         Sticky once paged (whatever the budget memo says later): the stall stays open with the
         GPU evidence it was paged with until a newer step is read; past the budget it keeps it too."""
         last = view.last_step
-        early = self.early_confirmed(view, self.early, now) if self.early is not None and last is not None else None
+        early = (
+            self.early_confirmed(view, self.early, now)
+            if self.early is not None and last is not None
+            else None
+        )
         memo = early_memo(view)
         step_key = (last, view.last_step_at)
         sticky = self._paged.get(view.key) == step_key or (self.early is not None and gap > budget.seconds)
@@ -307,7 +333,7 @@ class _Stall:
     budget: Budget
     step_time: float | None
     expected: int | None
-    early: EarlyVerdict | None  # the GPU evidence it is paged with, if any
+    early: GpuVerdict | None  # the GPU evidence it is paged with, if any
 
     def summary(self) -> str:
         gap, budget, early = exact_duration(self.gap), self.budget, self.early

@@ -3,7 +3,7 @@
 Run R continues an earlier run P when, in this order of precedence:
 
 a. requeue: R is the next run in the same log (Slurm requeued the job, which appended to it);
-b. marker: R's Slurm comment carries `jobdiagd:restart-of=<P's job id>` (`rules.restart`, what
+b. marker: R's Slurm comment carries `jobdiagd:restart-of=<P's job id>` (rule REC-11, what
    jobdiagd's recovery puts on the job it resubmits); P is that job's last run;
 c. manual resubmit: R restored from checkpoint step C (its restore line, or a first step C+1)
    that P reached — a save P showed, a multiple of P's checkpoint period, or the step P itself

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jobdiagd.goodput.facts import RunFacts
-from jobdiagd.rules.restart import restart_of
+from jobdiagd.rules.recovery import parse_restart_marker
 
 BUCKETS: tuple[str, ...] = (
     "productive",
@@ -370,7 +370,7 @@ def resolve_run(
         partition=(s.partition if s is not None and s.partition else None) or f.partition or "?",
         nodes=(s.nodes if s is not None and s.nodes else ()) or f.nodes,
         times_from="slurm" if s is not None and s.start is not None else "log",
-        restart_of=restart_of(slurm.comment) if slurm is not None else None,
+        restart_of=parse_restart_marker(slurm.comment) if slurm is not None else None,
         detected_at=det[0] if det is not None and (f.hang or f.stalled) else None,
         detected_by=det[1] if det is not None and (f.hang or f.stalled) else None,
     )

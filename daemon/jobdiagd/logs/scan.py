@@ -57,6 +57,7 @@ EVENT_NEEDLES: tuple[str, ...] = (
     "pending_event_logger",
     "Error: ",
     "Exception: ",
+    '", line ',  # a traceback frame: an exception after it ends a traceback (header lost or not)
     "_FRACTION=",
     "JOB_ID=",
     "JOB_NAME=",

@@ -107,6 +107,12 @@ MAX_LINE_BYTES = 64 << 10
 _SRUN_TASK = re.compile(r": task (\d{1,18}): ")
 # match_line finds nothing in a line without a signature needle: most fully parsed lines.
 _may_match = NeedleGate(SIGNATURE_NEEDLES)
+# A Python traceback frame (`  File "x.py", line 44, in <module>`; a line cut at its start keeps
+# `", line 44, in f`): rule PY-LOST-HEADER. An exception line within FRAME_WINDOW lines of the same
+# task's last frame ends that traceback even when its header was lost.
+_FRAME_MARK = '", line '
+_FRAME = re.compile(r'", line \d{1,7}, in \S')
+FRAME_WINDOW = 40
 _T = TypeVar("_T")
 _V = TypeVar("_V")
 
@@ -456,6 +462,9 @@ class LogState:
         # Tasks whose last signature line was a Traceback header (its evidence): their next
         # exception-shaped line is the exception that ends the traceback.
         self._tracebacks: dict[int | None, Evidence] = {}
+        # The line of each task's last traceback frame (`File "...", line N, in f`): a header lost
+        # to interleaved multi-rank output still leaves the frames before the exception line.
+        self._frames: dict[int | None, int] = {}
         self.pending_event_logger = False
         self.ray_fallback = False
         self.first_stamp: float | None = None
@@ -809,10 +818,18 @@ class LogState:
     ) -> None:
         """Record the line's failure signatures; a Traceback carries the class of the exception
         that ends it (e.g. a coordination barrier timeout raised as XlaRuntimeError)."""
-        in_traceback = task in self._tracebacks
+        if _FRAME_MARK in text and _FRAME.search(text) and self._frame_slot(task):
+            self._frames[task] = lineno
+        frame = self._frames.get(task)
+        in_traceback = task in self._tracebacks or (frame is not None and lineno - frame <= FRAME_WINDOW)
         carried: str | None = None
         hits = (
-            match_line(text, training_started=self.training_started, after_traceback=in_traceback)
+            match_line(
+                text,
+                training_started=self.training_started,
+                after_traceback=in_traceback,
+                first_step_done=bool(self.steps),
+            )
             if _may_match(text)
             else ()
         )
@@ -826,7 +843,10 @@ class LogState:
                 carried = hit.cls
         if in_traceback and is_exception_line(text):
             # The traceback ends in this exception: it carries that class, it is not an error of its own.
-            self._tracebacks.pop(task).carries = carried
+            self._frames.pop(task, None)
+            header = self._tracebacks.pop(task, None)
+            if header is not None:
+                header.carries = carried
         if "Error: " in text or "Exception: " in text or text.startswith(("Error", "Exception")):
             self.last_exception = Evidence(
                 "exception", lineno, offset, self.source, task, None, text[:MAX_TEXT], when
@@ -1081,6 +1101,10 @@ class LogState:
     def _task_ok(self, task: int, known: dict[int, _V]) -> bool:
         """May `task` get an entry in a per-task map? (Always, unless capped and full.)"""
         return not self._capped or task in known or len(known) < MAX_TASKS
+
+    def _frame_slot(self, task: int | None) -> bool:
+        """May `task` record its last traceback frame? (Always, unless capped and full.)"""
+        return not self._capped or task in self._frames or len(self._frames) < MAX_TASKS
 
     def _add_task(self, tasks: set[int], task: int) -> None:
         if not self._capped or task in tasks or len(tasks) < MAX_TASKS:

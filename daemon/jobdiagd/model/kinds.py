@@ -1,4 +1,5 @@
-"""The fixed vocabularies of a triage (status, failure class, stall phase, heartbeat verdict) as StrEnums.
+"""The fixed vocabularies of a triage (status, failure class, stall phase, heartbeat verdict) and of
+the GPU-hang judge (one GPU's state, the job's GPU verdict) as StrEnums.
 
 Each member's value is the string reports, JSON documents and the daemon have always used: a
 StrEnum *is* that string (`==`, hashing, `json.dumps`, f-strings and `str()` all give the
@@ -69,10 +70,12 @@ class StallPhase(StrEnum):
 
 
 class StallBasis(StrEnum):
-    """What measured a stall (rule HANG-5): dated lines, the JOB SUMMARY wall time, or nothing."""
+    """What measured a stall (rules HANG-5, VIEW-1): dated lines, the JOB SUMMARY wall time, the
+    daemon's own clock (a live job it watches), or nothing."""
 
     TIMESTAMPS = "timestamps"
     WALL_TIME = "wall-time"
+    DAEMON = "daemon-clock"
     NONE = "none"
 
 
@@ -89,3 +92,40 @@ class HeartbeatPhase(StrEnum):
 
     INIT = "init"
     MID_TRAINING = "mid-training"
+
+
+class GpuState(StrEnum):
+    """One GPU from its utilization and power (`tsdb.playbooks.base.gpu_state`, Playbook 1's bands)."""
+
+    TRAINING = "training"  # at (or near) training power
+    BUSY_WAIT = "busy-wait"  # high utilization in or below the busy-wait power band: spinning
+    BUSY = "busy"  # high utilization above the busy-wait band, under training power (eval, forward passes)
+    IDLE = "idle"  # idle utilization at idle power
+    LOW_UTIL = "low-util"  # busy-wait power at low utilization
+    PARTIAL = "partial"  # anything between
+    ABSENT = "absent"  # neither utilization nor power
+
+
+class GpuHangState(StrEnum):
+    """The GPU-hang judge's verdict on a job (rule HANG-GPU, `tsdb.gpu_hang.judge`).
+
+    `confirmed`: the GPUs show a collective hang (the early page pages on it). `denies`: the GPUs
+    show the job working or in a known pause, so `[tsdb] confirm_hang_with_power` holds a step-budget
+    page. The other states neither confirm nor deny: the step budget decides alone.
+    """
+
+    BUSY_WAIT = "busy-wait"  # every GPU of every host spins at busy-wait power: confirmed
+    DEAD_NODE = "dead-node"  # hosts idle with no GPU process while the others busy-wait: confirmed
+    TRAINING = "training"  # GPUs at training power: working, not a hang (log output may lag)
+    NOT_A_HANG = "not-a-hang"  # I/O pressure, compilation/restore (idle, process alive), eval
+    MIXED = "mixed"  # hosts disagree (part spins, part idles with its process alive, transitions)
+    NO_PROCESS = "no-process"  # every GPU idle with no GPU process: the job's processes are gone
+    NO_DATA = "no-data"  # metrics missing or stale, or the query failed
+
+    @property
+    def confirmed(self) -> bool:
+        return self in (GpuHangState.BUSY_WAIT, GpuHangState.DEAD_NODE)
+
+    @property
+    def denies(self) -> bool:
+        return self in (GpuHangState.TRAINING, GpuHangState.NOT_A_HANG)

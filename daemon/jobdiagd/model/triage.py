@@ -47,17 +47,25 @@ class CheckpointConfig:
 
     def periodic(self, step: int) -> bool:
         """Is this step slowed by a checkpoint save or an eval (recurring, every N steps)?"""
+        return self.saving(step) or self.evaluating(step)
+
+    def saving(self, step: int) -> bool:
+        """Is this step slowed by a checkpoint save: k·P and k·P+1 (k·P+2 with asynchronous
+        saves), or a save the log showed (step-0 included) and the step after it?"""
         if step <= 0:
             return False
         if self.period:
             r = step % self.period
             if r == 0 or r == 1 or (self.asynchronous and r == 2):
                 return True
-        if self.eval_period:
-            r = step % self.eval_period
-            if r == 0 or r == 1:
-                return True
         return bool(self.saves) and (step in self.saves or step - 1 in self.saves)
+
+    def evaluating(self, step: int) -> bool:
+        """Is this step slowed by an eval (`eval_interval` E: k·E and k·E+1)?"""
+        if step <= 0 or not self.eval_period:
+            return False
+        r = step % self.eval_period
+        return r == 0 or r == 1
 
     def marks(self, first: int, last: int) -> tuple[str, ...]:
         """What slows some step in [first, last]: "checkpoint", "eval", "profiler" (plot marks)."""
@@ -192,6 +200,28 @@ class Stall:
     budget_s: float
     phase: StallPhase
     basis: StallBasis
+
+
+@dataclass(frozen=True, slots=True)
+class StallKnowledge:
+    """What the daemon knows of a live job's progress, on its own clock (rule VIEW-1): when it
+    read the job's last step (before the first: the pre-training barrier, else when it began
+    watching), the budget its hang detector applies to that wait, and whether a GPU-confirmed
+    early page holds the job as hung before that budget runs out.
+
+    Given to `triage.engine.analyze`, it decides a live job's `running`/`hanging` instead of the
+    log's own stamps: the daemon, the page and the triage then say the same thing."""
+
+    since: float
+    budget_s: float
+    phase: StallPhase
+    gpu_confirmed: bool = False
+
+    def gap(self, now: float) -> float:
+        return now - self.since
+
+    def stalled(self, now: float) -> bool:
+        return self.gpu_confirmed or self.gap(now) > self.budget_s
 
 
 @dataclass(kw_only=True)

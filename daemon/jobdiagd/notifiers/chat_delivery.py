@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import tzinfo
 from typing import Any, Generic, Protocol, TypeVar
@@ -26,6 +27,47 @@ from jobdiagd.model.alerts import Notification
 from jobdiagd.notifiers.base import NotifierError, PlotFn
 
 CONNECT_BACKOFF_MAX_S = 300.0
+
+
+class LibraryLogHandler(logging.Handler):
+    """A chat library's stdlib log records (WARNING and up) as one structured line each: the first
+    line of the message and of its exception, secrets scrubbed, never a traceback (a library's
+    `logger.exception` would otherwise reach stderr through Python's last-resort handler)."""
+
+    def __init__(self, scrub: Callable[[str], str], *, component: str, event: str) -> None:
+        super().__init__(logging.WARNING)
+        self.scrub = scrub
+        self.event = event
+        import structlog
+
+        self.log = structlog.get_logger("jobdiagd").bind(component=component)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = self.scrub(record.getMessage())
+            exc = record.exc_info[1] if record.exc_info else None
+            cause = self.scrub(f"{type(exc).__name__}: {exc}") if exc is not None else None
+        except Exception:  # a broken log record must not break the transport
+            return
+        fields: dict[str, Any] = {"logger": record.name, "error": text.splitlines()[0][:500] if text else ""}
+        if cause:
+            fields["cause"] = cause.splitlines()[0][:500]
+        if record.levelno >= logging.ERROR:
+            self.log.error(f"{self.event}_error", **fields)
+        else:
+            self.log.warning(f"{self.event}_warning", **fields)
+
+
+def route_library_logs(name: str, handler: LibraryLogHandler) -> logging.Logger:
+    """Send logger `name` (and its children) to `handler` alone, at WARNING and up; a handler a
+    previous transport of the same library installed is replaced (it scrubs an old token)."""
+    logger = logging.getLogger(name)
+    logger.propagate = False
+    logger.setLevel(logging.WARNING)
+    for old in [h for h in logger.handlers if isinstance(h, LibraryLogHandler)]:
+        logger.removeHandler(old)
+    logger.addHandler(handler)
+    return logger
 
 
 class ChatSettings(Protocol):
@@ -199,7 +241,7 @@ class ChatDelivery(Generic[SettingsT]):
 
     def _plain_message(self, n: Notification) -> ChatMessage:
         if n.event in ("remind", "resolve", "update"):
-            return reply_message(n, silent=self._silent(n))
+            return reply_message(n, silent=self._silent(n), now=self._now(), tz=self.settings.tz)
         return report_message(n, silent=self._silent(n))
 
     def _incident_view(self, n: Notification, open_body: str, *, silent: bool = False) -> ChatMessage:

@@ -74,30 +74,50 @@ def read_secret(token_file: Path | None, credential: str, env: Mapping[str, str]
     return value or None
 
 
+def read_authorization(
+    auth: str,
+    username: str,
+    secret_file: Path | None,
+    credential: str,
+    *,
+    where: str,
+    env: Mapping[str, str] | None = None,
+) -> str | None:
+    """The `Authorization` header value for `auth` ("none", "basic", "bearer") with its secret read
+    now (Alertmanager, the site Prometheus); a missing or unreadable secret is a ConfigError
+    naming `where` and the key, never the secret."""
+    if auth == "none":
+        return None
+    key = "secret_file" if secret_file is not None else "secret_credential"
+    try:
+        secret = read_secret(secret_file, credential, env)
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        raise ConfigError([f"{where} {key}: cannot read the secret: {reason}"]) from None
+    if secret is None:
+        raise ConfigError([f"{where} {key}: the secret is missing or empty"])
+    if not secret.isascii() or not secret.isprintable():
+        # It goes into an HTTP header; the value itself is never echoed.
+        raise ConfigError([f"{where} {key}: the secret has characters an HTTP header cannot carry"])
+    if auth == "bearer":
+        return f"Bearer {secret}"
+    # RFC 7617 by hand: aiohttp's BasicAuth is deprecated in 3.14, its successor absent before.
+    pair = f"{username}:{secret}".encode()
+    return "Basic " + base64.b64encode(pair).decode("ascii")
+
+
 def build_alertmanager(
     cfg: AlertmanagerNotifierConfig, *, source: str = "<config>", env: Mapping[str, str] | None = None
 ) -> AlertmanagerNotifier:
     """The notifier with its secret read now; a missing or unreadable secret is a ConfigError."""
-    authorization = None
-    if cfg.auth != "none":
-        key = "secret_file" if cfg.secret_file is not None else "secret_credential"
-        where = f"{source}: [notifiers.alertmanager] {key}"
-        try:
-            secret = read_secret(cfg.secret_file, cfg.secret_credential, env)
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
-            raise ConfigError([f"{where}: cannot read the secret: {reason}"]) from None
-        if secret is None:
-            raise ConfigError([f"{where}: the secret is missing or empty"])
-        if not secret.isascii() or not secret.isprintable():
-            # It goes into an HTTP header; the value itself is never echoed.
-            raise ConfigError([f"{where}: the secret has characters an HTTP header cannot carry"])
-        if cfg.auth == "bearer":
-            authorization = f"Bearer {secret}"
-        else:
-            # RFC 7617 by hand: aiohttp's BasicAuth is deprecated in 3.14, its successor absent before.
-            pair = f"{cfg.username}:{secret}".encode()
-            authorization = "Basic " + base64.b64encode(pair).decode("ascii")
+    authorization = read_authorization(
+        cfg.auth,
+        cfg.username,
+        cfg.secret_file,
+        cfg.secret_credential,
+        where=f"{source}: [notifiers.alertmanager]",
+        env=env,
+    )
     options = AlertOptions(
         cluster=cfg.cluster,
         instance=cfg.instance or socket.gethostname(),

@@ -76,7 +76,7 @@ from jobdiagd.chat.routes import QuietHours, Route
 from jobdiagd.chat.slack_blocks import escape, render, with_buttons
 from jobdiagd.model.alerts import Notification
 from jobdiagd.notifiers.base import CheckResult, NotifierError, PlotFn
-from jobdiagd.notifiers.chat_delivery import ChatDelivery
+from jobdiagd.notifiers.chat_delivery import ChatDelivery, LibraryLogHandler, route_library_logs
 
 INTERACTIVE_RETRY_MAX_S = 5.0
 PLOT_NOTE = "📈 plot in the thread"
@@ -219,27 +219,6 @@ class _BoundedRateLimitRetry(AsyncRetryHandler):
         state.increment_current_attempt()
 
 
-class _ScrubbingHandler(logging.Handler):
-    """slack_sdk logs through stdlib logging: its warnings and errors go to the daemon's JSON log,
-    with both tokens blanked (the SDK itself redacts headers, but error texts quote responses)."""
-
-    def __init__(self, scrub: Callable[[str], str]) -> None:
-        super().__init__(logging.WARNING)
-        self.scrub = scrub
-        self.log = structlog.get_logger("jobdiagd").bind(component="slack")
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            text = self.scrub(record.getMessage())
-        except Exception:  # a broken log record must not break the transport
-            return
-        first_line = text.splitlines()[0][:500] if text else ""
-        if record.levelno >= logging.ERROR:
-            self.log.error("slack_sdk_error", logger=record.name, error=first_line)
-        else:
-            self.log.warning("slack_sdk_warning", logger=record.name, error=first_line)
-
-
 def from_slack_text(text: str) -> str:
     """A command typed in Slack as plain text: the leading @mention dropped, links as their
     text, Slack's escapes undone (paths and ids then go to the shared parser's validation)."""
@@ -275,11 +254,11 @@ class SlackTransport(ChatDelivery[SlackSettings]):
         self.socket: SocketModeClient | None = None
         self.bot_user_id: str | None = None
         self.bot_name: str | None = None
-        self.sdk_logger = logging.getLogger("jobdiagd.slack_sdk")
-        self.sdk_logger.propagate = False
-        self.sdk_logger.setLevel(logging.WARNING)
-        if not self.sdk_logger.handlers:
-            self.sdk_logger.addHandler(_ScrubbingHandler(self.scrub))
+        # slack_sdk logs through stdlib logging: its warnings and errors go to the daemon's JSON
+        # log, both tokens blanked (the SDK redacts headers, but error texts quote responses).
+        self.sdk_logger = route_library_logs(
+            "jobdiagd.slack_sdk", LibraryLogHandler(self.scrub, component="slack", event="slack_sdk")
+        )
         # slack_sdk's module loggers (used where a client takes no logger) stay quiet below WARNING:
         # at DEBUG they print request bodies.
         logging.getLogger("slack_sdk").setLevel(logging.WARNING)
@@ -886,7 +865,8 @@ class SlackPress(SlackConversation):
         )
 
     async def toast(self, text: str, *, alert: bool = False) -> None:
-        await self.ephemeral(ChatMessage(text), compact=True)
+        if text:  # nothing to say (a press from a channel off the list): Slack needs no answer
+            await self.ephemeral(ChatMessage(text), compact=True)
 
     async def set_buttons(self, rows: tuple[tuple[Button, ...], ...]) -> None:
         if self.message_ts is None or not self.message:

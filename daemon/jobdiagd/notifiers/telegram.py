@@ -25,8 +25,11 @@ in the outbox. The token is never logged: error texts are scrubbed and httpx's r
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import logging
 import os
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta, tzinfo
@@ -53,6 +56,7 @@ from telegram.ext import (
     MessageHandler,
     filters,
 )
+from telegram.request import HTTPXRequest
 
 from jobdiagd import clock
 from jobdiagd.alerts.messages import ChatMessageRef, MessageStore
@@ -62,11 +66,13 @@ from jobdiagd.chat.incident_view import incident_message
 from jobdiagd.chat.model import Button, ChatMessage, Picture
 from jobdiagd.chat.routes import QuietHours, Route
 from jobdiagd.chat.telegram_html import CAPTION_LIMIT, MESSAGE_LIMIT, escape, render_parts, render_single
+from jobdiagd.config import bot_api_root
 from jobdiagd.model.alerts import Notification
 from jobdiagd.notifiers.base import CheckResult, NotifierError, PlotFn
-from jobdiagd.notifiers.chat_delivery import ChatDelivery
+from jobdiagd.notifiers.chat_delivery import ChatDelivery, LibraryLogHandler, route_library_logs
 
 MAX_PARTS = 8  # a reply longer than this many messages is cut (reports go as documents before that)
+_TOKEN_SHAPE = re.compile(r"^[0-9]{1,20}:[A-Za-z0-9_-]{20,}\Z")  # what Telegram accepts to look up
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +133,12 @@ class TelegramTransport(ChatDelivery[TelegramSettings]):
         self.username: str | None = None
         # httpx logs every request URL at INFO, and the URL carries the bot token.
         logging.getLogger("httpx").setLevel(logging.WARNING)
-        api = settings.api_base_url.rstrip("/")
+        # PTB logs through stdlib logging, some of it with a traceback (a server answering
+        # something other than JSON): one structured line each instead, the token scrubbed.
+        route_library_logs(
+            "telegram", LibraryLogHandler(self.scrub, component="telegram", event="telegram_ptb")
+        )
+        api = bot_api_root(settings.api_base_url)
         self.app: Application[Any, Any, Any, Any, Any, Any] = (
             Application.builder()
             .token(settings.token)
@@ -346,7 +357,8 @@ class TelegramTransport(ChatDelivery[TelegramSettings]):
     def _outgoing(
         self, chat: int, msg: ChatMessage, reply_to: int | None
     ) -> list[tuple[str, Callable[[], Awaitable[Message]]]]:
-        """The API calls that post `msg`: text parts, then a picture or document if any."""
+        """The API calls that post `msg`: text parts, then a picture or document if any (a
+        document with nothing else to say is one message, its title the caption)."""
         reply = ReplyParameters(reply_to, allow_sending_without_reply=True) if reply_to is not None else None
         bot = self.bot
         out: list[tuple[str, Callable[[], Awaitable[Message]]]] = []
@@ -366,7 +378,8 @@ class TelegramTransport(ChatDelivery[TelegramSettings]):
                 )
             )
             return out
-        parts = render_parts(msg, MESSAGE_LIMIT)
+        alone = msg.document is not None and not (msg.body or msg.more or msg.status or msg.footer)
+        parts = [] if alone else render_parts(msg, MESSAGE_LIMIT)
         if len(parts) > MAX_PARTS:
             parts = [*parts[: MAX_PARTS - 1], parts[MAX_PARTS - 1] + "\n<i>… cut: too long for chat</i>"]
         for text in parts:
@@ -435,15 +448,16 @@ class TelegramTransport(ChatDelivery[TelegramSettings]):
     async def check(self, text: str) -> list[CheckResult]:
         """getMe, then a silent test message to every allowed chat; each problem named."""
         out: list[CheckResult] = []
-        api = self.settings.api_base_url.rstrip("/")
-        bot = Bot(self.settings.token, base_url=f"{api}/bot", base_file_url=f"{api}/file/bot")
+        api = bot_api_root(self.settings.api_base_url)
+        request = _AnswerRecorder()
+        bot = Bot(
+            self.settings.token, base_url=f"{api}/bot", base_file_url=f"{api}/file/bot", request=request
+        )
         try:
             try:
                 await bot.initialize()
-            except InvalidToken:
-                return [CheckResult("token", False, "bad token: Telegram rejected it (401 Unauthorized)")]
-            except NetworkError as exc:
-                return [CheckResult("token", False, f"cannot reach {api}: {self.scrub(str(exc))}")]
+            except TelegramError as exc:
+                return [CheckResult("token", False, self._getme_problem(exc, request, api))]
             out.append(CheckResult("token", True, f"bot @{bot.username}"))
             for chat in self.settings.chat_ids:
                 what = f"chat {chat}"
@@ -465,6 +479,40 @@ class TelegramTransport(ChatDelivery[TelegramSettings]):
                 await bot.shutdown()
         return out
 
+    def _getme_problem(self, exc: TelegramError, answer: _AnswerRecorder, api: str) -> str:
+        """Why getMe failed, told apart by the HTTP answer: a server that is no Bot API server
+        (a 404, or no Bot API JSON at all), a bad token (401; or a malformed one, which
+        Telegram answers with its own 404), or no answer."""
+        status, bot_api = answer.status, answer.bot_api
+        if status == 401 or (status == 404 and bot_api and not _TOKEN_SHAPE.match(self.settings.token)):
+            return f"bad token: the server rejected it (HTTP {status})"
+        if status is not None and (status == 404 or not bot_api):
+            return (
+                f"this is not a Bot API server (HTTP {status} at {api}): check "
+                "[notifiers.telegram] api_base_url"
+            )
+        if isinstance(exc, NetworkError):
+            return f"cannot reach {api}: {self.scrub(str(exc)).splitlines()[0][:300]}"
+        return f"getMe failed at {api}: {self.describe(exc).splitlines()[0][:300]}"
+
+
+class _AnswerRecorder(HTTPXRequest):
+    """PTB's HTTP client, remembering the status of its last answer and whether the body was the
+    Bot API's JSON (`{"ok": ...}`): PTB raises the same InvalidToken for a 401 and a 404."""
+
+    status: int | None = None
+    bot_api = False
+
+    async def do_request(self, *args: Any, **kwargs: Any) -> tuple[int, bytes]:
+        code, payload = await super().do_request(*args, **kwargs)
+        self.status = code
+        try:
+            data = json.loads(payload)
+        except ValueError:
+            data = None
+        self.bot_api = isinstance(data, dict) and "ok" in data
+        return code, payload
+
 
 class TelegramConversation:
     """The router's view of one chat: send and edit messages there (replies to the command)."""
@@ -479,6 +527,9 @@ class TelegramConversation:
         return self._sender
 
     async def send(self, msg: ChatMessage) -> object:
+        """Post an answer: silent, always (rule CHAT-3: the person who asked is looking at the
+        chat; only pages and reminders ring)."""
+        msg = dataclasses.replace(msg, silent=True)
         last: Message | None = None
         for _kind, call in self.transport._outgoing(int(self._sender.chat_id), msg, self.reply_to):
             last = await call()
@@ -499,7 +550,10 @@ class TelegramConversation:
         rest = ChatMessage(msg.title, "", document=msg.document, picture=msg.picture)
         for text in parts[1:MAX_PARTS]:
             await self.transport.bot.send_message(
-                chat_id=int(self._sender.chat_id), text=text, parse_mode=ParseMode.HTML
+                chat_id=int(self._sender.chat_id),
+                text=text,
+                parse_mode=ParseMode.HTML,
+                disable_notification=True,
             )
         if msg.document is not None or msg.picture is not None:
             await self.send(rest)
@@ -518,7 +572,7 @@ class TelegramPress(TelegramConversation):
         if self._answered:
             return  # a callback query is answered once; later words go to the chat
         self._answered = True
-        await self.query.answer(text[:200], show_alert=alert)
+        await self.query.answer(text[:200] or None, show_alert=alert and bool(text))
 
     async def set_buttons(self, rows: tuple[tuple[Button, ...], ...]) -> None:
         try:
@@ -556,7 +610,7 @@ def settings_from_config(cfg: Any, chat_cfg: Any, token: str) -> TelegramSetting
         allowed_users=tuple(tg.allowed_users),
         operators=tuple(tg.operators),
         routes=routes,
-        api_base_url=tg.api_base_url,
+        api_base_url=bot_api_root(tg.api_base_url),
         commands=tg.commands,
         poll_timeout_s=tg.poll_timeout_seconds,
         quiet=parse_quiet_hours(chat_cfg.quiet_hours, chat_cfg.timezone),

@@ -20,8 +20,13 @@ Decisions (rules MATCH-1, MATCH-2, HL-1, HL-2, CL-HANG; docs/rules.md):
   NCCL error is never described as a "collective timeout").
 - `fallback` families (a Python exception line) count only when no other class matches the
   line: an exception that names a specific failure (OOM, NCCL, checkpoint) belongs to it.
-- `after_traceback` families count only right after a `Traceback` header of the same task:
-  the exception line that ends a traceback, not any line that looks like one.
+- `after_traceback` families count only right after a `Traceback` header of the same task, or,
+  the header lost to interleaved multi-rank output, right after a `File "...", line N, in f`
+  frame of that task (rule PY-LOST-HEADER): the exception line that ends a traceback, not any
+  line that looks like one.
+- `startup_only` families count only before training started (`jax.distributed.initialize` and
+  the start-up barriers, rule CL-INIT); `before_first_step` ones only before any step completed
+  (the train step compiles and autotunes then: an absl CHECK abort is the compiler's, rule XC-check-compile-phase).
 - Evidence-only rows (`EVIDENCE_SIGNATURES`, e.g. XLA's rendezvous "may be stuck" watchdog)
   never make a class of their own: they are quoted when the primary failure they describe
   (hang) is decided from progress.
@@ -67,6 +72,8 @@ class Family:
     regex: re.Pattern[str] | None = None
     description: str = ""  # what happened, when it differs from the class's description
     training_only: bool = False  # only once training started (barrier passed or a step done)
+    startup_only: bool = False  # only before training started (jax.distributed start-up, barriers)
+    before_first_step: bool = False  # only before any step completed (compilation, autotuning)
     fallback: bool = False  # only when no other class matches the line
     after_traceback: bool = False  # only right after a Traceback header of the same task
 
@@ -90,11 +97,18 @@ class Signature:
         return tuple(n for f in self.families for n in f.needles)
 
     def family(
-        self, text: str, *, training_started: bool = True, after_traceback: bool = False
+        self,
+        text: str,
+        *,
+        training_started: bool = True,
+        after_traceback: bool = False,
+        first_step_done: bool = True,
     ) -> Family | None:
         """The first family of this class that matches the line, or None."""
         for fam in self.families:
-            if fam.training_only and not training_started:
+            if (fam.training_only and not training_started) or (fam.startup_only and training_started):
+                continue
+            if fam.before_first_step and first_step_done:
                 continue
             if fam.after_traceback and not after_traceback:
                 continue
@@ -126,6 +140,21 @@ def _rx(pattern: str, flags: int = 0) -> re.Pattern[str]:
     return re.compile(pattern, flags)
 
 
+# Barrier ids of checkpoint saves (Orbax: `0_async_write_complete.0.1`, `async_commit_complete`,
+# `CheckpointManager:save`, `create_tmp_directory:post`): a timeout there is the checkpoint's.
+_CKPT_BARRIER = (
+    r"(?:async_(?:write|commit|save)|[Cc]heckpoint|ckpt|[Ss]ave|[Ff]inaliz|[Cc]ommit|orbax|ocdbt|tmp_dir)"
+)
+# XLA compiler source files whose CHECK failures are compile failures (passes, emitters,
+# autotuners, partitioners, assignment and layout), matched in the `<file>.cc:<line>]` of an
+# absl line that kept its prefix.
+_XLA_COMPILER_FILES = (
+    r"autotun|compiler|partition|emitter|fusion|_pass|pipeline|layout_assignment|buffer_assignment"
+    r"|hlo_|_rewriter|simplifier|algorithm_picker|triton|tiling|spmd|sharding_propagation"
+    r"|shape_inference|nvptx|amdgpu|llvm|lowering|indexing_map|dot_|gemm_"
+)
+
+
 def _one(
     cls: str,
     rule: str,
@@ -151,8 +180,19 @@ NCCL_WARN_DESC = (
     "NCCL/RCCL communication failure (NCCL WARN: connection or transport error) — network or GPU issue"
 )
 NCCL_FAILED_OR_TIMED_OUT_DESC = "NCCL/RCCL operations failed or timed out — network or GPU issue"
-TIME_LIMIT_DESC = (
-    "Slurm cancelled the job at its time limit (--time): a time limit ran out, nobody cancelled it by hand"
+JAX_INIT_DESC = (
+    "JAX distributed initialization timed out at start-up: not every task joined the coordination service "
+    "(a task crashed or never started, or cannot reach the coordinator) — read the output of the tasks named"
+)
+SLURM_NODE_FAILURE_DESC = (
+    "Slurm reports a node of the job failed (hardware, kernel or slurmd down); the step was torn down with it"
+)
+ASYNC_CKPT_TIMEOUT_DESC = (
+    "Checkpoint save timed out: the asynchronous write to checkpoint storage did not finish in time "
+    "(slow or stalled NFS/object storage) — the checkpoint may be incomplete"
+)
+XLA_AUTOTUNE_LAUNCH_DESC = (
+    "XLA/GPU compiler failure: the GPU autotuner could not launch its benchmark kernels during compilation"
 )
 
 SIGNATURES: tuple[Signature, ...] = (
@@ -275,16 +315,10 @@ SIGNATURES: tuple[Signature, ...] = (
         SRC_STAGE,
         Tier.ROOT,
         (
+            # Only the job script's own stage timeout. Slurm's `CANCELLED AT ... DUE TO TIME LIMIT`
+            # (--time) is the scheduler cancelling the job: the cancelled class, decided from the
+            # cancel line (rule CL-SLURM-TIME-LIMIT).
             Family("TT-stage", "runbook train-timeout row: '== Training TIMEOUT'", ("== Training TIMEOUT",)),
-            # slurmstepd/srun: `*** JOB|STEP %s [ON %s] CANCELLED AT %s DUE TO TIME LIMIT ***`; the job's
-            # wall-clock limit ran out, a train-timeout (rule CL-TRAIN-TIMEOUT), not an operator scancel.
-            Family(
-                "TT-slurm",
-                "runbook train-timeout ('exceeded the configured wall-clock limit'); Slurm's time-limit cancel",
-                ("DUE TO TIME LIMIT",),
-                _rx(r"CANCELLED AT \S+ DUE TO TIME LIMIT"),
-                TIME_LIMIT_DESC,
-            ),
         ),
         "Training exceeded the configured wall-clock limit",
         "Training",
@@ -320,14 +354,19 @@ SIGNATURES: tuple[Signature, ...] = (
                 ("leader task",),
                 _rx(r"leader task (?:was )?(?:preempted|died|restarted)"),
             ),
-            # Registration / barrier timeouts name the tasks that never arrived.
+            # A coordination barrier that timed out during training names the tasks that never
+            # arrived. Start-up barriers are a distributed-initialization deadline (NODE-jax-init);
+            # Orbax's save barriers are the checkpoint's (CKPT-async-timeout).
             Family(
                 "HB-barrier",
-                "runbook heartbeat-timeout (init phase: coordination barrier or registration timed out)",
-                ("Barrier timed out", "cluster registration failed"),
+                "runbook heartbeat-timeout (a coordination barrier timed out during training)",
+                ("Barrier timed out",),
                 _rx(
-                    r"DEADLINE_EXCEEDED: Barrier timed out|coordination service as cluster registration failed"
+                    r"DEADLINE_EXCEEDED: Barrier timed out\.(?! (?:Barrier_id|Id): \S{0,80}?"
+                    + _CKPT_BARRIER
+                    + ")"
                 ),
+                training_only=True,
             ),
         ),
         "JAX coordination heartbeat timeout",
@@ -565,7 +604,8 @@ SIGNATURES: tuple[Signature, ...] = (
                     "ptxas` invocation failed",
                 ),
             ),
-            # An absl CHECK / RET_CHECK failing in a compiler pass, autotuner or partitioner.
+            # An absl CHECK / RET_CHECK failing in a compiler pass, autotuner or partitioner
+            # (`F0000 00:00:1786847906.773812 3801585 layout_assignment.cc:526] Check failed: ...`).
             Family(
                 "XC-check",
                 "runbook xla-compile-fail ('XLA/GPU compiler failure'): an internal check of a compiler pass",
@@ -573,11 +613,54 @@ SIGNATURES: tuple[Signature, ...] = (
                 _rx(
                     # Bounded repeats and an atomic first match: unbounded `\w*` and `[^\n]*`
                     # here backtrack quadratically on a long line (see the XC-xla family).
-                    r"\A(?>.*?(?:autotun|compiler|partition|emitter|fusion|_pass|pipeline)\w{0,120}"
-                    r"\.cc:\d{1,9}\]).*(?:Non-OK-status|Check failed)"
+                    r"\A(?>.*?(?:" + _XLA_COMPILER_FILES + r")\w{0,120}"
+                    r"\.(?:cc|h):\d{1,9}\]).*(?:Non-OK-status|Check failed)"
                     r"|Non-OK-status: [\w.>()-]{0,400}(?:executable|[Cc]ompil)"
-                    r"|RET_CHECK failure \([^)\n]{0,400}(?:xla/service|compiler/xla|xla/hlo|/spmd/)"
+                    r"|RET_CHECK failure \([^)\n]{0,400}(?:xla/service|compiler/xla|xla/hlo|/spmd/|xla/backends)"
                 ),
+            ),
+            # Before the first step the process compiles and autotunes the train step: an absl CHECK
+            # abort then (its file name already stripped with the absl prefix) is the compiler's.
+            Family(
+                "XC-check-compile-phase",
+                "runbook xla-compile-fail: an absl CHECK abort before the first step (compilation/autotuning)",
+                ("Non-OK-status: ", "Check failed: "),
+                _rx(r"(?:^|\] )(?:Non-OK-status|Check failed): "),
+                before_first_step=True,
+            ),
+            # The CHECK's stack trace names the compiler: `@ 0x7f0e1c0cc4a4  xla::gpu::IrEmitterUnnested::EmitFusion()`.
+            Family(
+                "XC-frame",
+                "runbook xla-compile-fail: a fatal stack trace inside XLA's compiler (passes, emitters, autotuners)",
+                ("xla::", "stream_executor::"),
+                _rx(
+                    r"^\s*@\s+0x[0-9a-f]{4,16}\s+(?:xla|stream_executor)::[\w:<>()~, ]{0,200}?"
+                    r"(?:Autotun|AlgorithmPicker|Redzone|HloPassPipeline|RunHloPasses|RunPasses|IrEmitter"
+                    r"|::Emit\w{0,40}\(|Compil|LayoutAssignment|BufferAssign|Partitioner|Rewriter|Simplifier"
+                    r"|FusionAnalysis|TritonFusion)"
+                ),
+            ),
+            # The GPU autotuner benchmarks candidate kernels while compiling; a kernel it cannot
+            # launch (`Failed to launch ROCm kernel: RepeatBufferKernel ...`, CUDA_ERROR_LAUNCH_FAILED /
+            # hipErrorLaunchFailure in gemm_algorithm_picker / the autotuner's redzone buffers).
+            Family(
+                "XC-autotune-launch",
+                "runbook xla-compile-fail: the GPU autotuner could not launch a kernel while compiling",
+                (
+                    "RepeatBufferKernel",
+                    "Failed to launch",
+                    "failed to launch",
+                    "CUDA_ERROR_LAUNCH_FAILED",
+                    "hipErrorLaunchFailure",
+                ),
+                _rx(
+                    r"RepeatBufferKernel"
+                    r"|\A(?>.*?(?:[Aa]utotun|algorithm_picker|[Rr]edzone)).*?(?:[Ff]ailed to launch"
+                    r"|CUDA_ERROR_LAUNCH_FAILED|hipErrorLaunchFailure)"
+                    r"|\A(?>.*?(?:[Ff]ailed to launch|CUDA_ERROR_LAUNCH_FAILED|hipErrorLaunchFailure))"
+                    r".*?(?:[Aa]utotun|algorithm_picker|[Rr]edzone)"
+                ),
+                XLA_AUTOTUNE_LAUNCH_DESC,
             ),
             Family(
                 "XC-autotune",
@@ -606,10 +689,13 @@ SIGNATURES: tuple[Signature, ...] = (
         SRC_TRAIN,
         Tier.CARRIER,
         (
+            # Interleaved multi-rank output can eat the start of the header (`raceback (most recent
+            # call last):`); logging's `Stack (most recent call last):` is no exception.
             Family(
                 "PY-traceback",
                 "runbook python-exception row: 'Traceback (most recent call last):'",
-                ("Traceback (most recent call last):",),
+                ("(most recent call last):",),
+                _rx(r"(?<!Stack )\(most recent call last\):"),
             ),
             # The exception that ends the traceback (`ValueError: ...`, `jaxlib...XlaRuntimeError: ...`):
             # the line the report must quote ("read the traceback for details").
@@ -730,6 +816,24 @@ SIGNATURES: tuple[Signature, ...] = (
                     r"|Error getting file info|\[OS error[^\]\n]{0,600}\]"
                 ),
             ),
+            # Orbax's asynchronous save: the hosts meet at coordination barriers after writing
+            # (`Barrier timed out. Id: 0_async_write_complete.0.1`), the save future has a deadline
+            # (`ChainedFuture completed 0/1 futures but timed out after 1199.96 seconds`), TensorStore
+            # writes fail with DEADLINE_EXCEEDED.
+            Family(
+                "CKPT-async-timeout",
+                "runbook checkpoint-fs-error ('checkpoint write failed'): an asynchronous save timed out",
+                ("Barrier timed out", "futures but timed out", "DEADLINE_EXCEEDED"),
+                _rx(
+                    r"Barrier timed out\. (?:Barrier_id|Id): \S{0,80}?"
+                    + _CKPT_BARRIER
+                    + r"|ChainedFuture completed \d+/\d+ futures but timed out"
+                    r"|\A(?>.*?DEADLINE_EXCEEDED)[^\n]{0,400}?(?:OCDBT|ocdbt|[Tt]ensor[Ss]tore|kvstore|\.zarray"
+                    r"|Error (?:writing|reading))"
+                    r"|\A(?>.*?Error (?:writing|reading) )[^\n]{0,600}?DEADLINE_EXCEEDED"
+                ),
+                ASYNC_CKPT_TIMEOUT_DESC,
+            ),
             # An OSError on a checkpoint path (Orbax's tmp directories, OCDBT/zarr files).
             Family(
                 "CKPT-oserror",
@@ -770,7 +874,43 @@ SIGNATURES: tuple[Signature, ...] = (
                 "runbook node-fail ('One or more nodes exited with errors'): Slurm reports a node failure",
                 ("Node failure on", "DUE TO NODE FAILURE"),
                 _rx(r"(?:srun|salloc|sbatch): error: Node failure on \S+|DUE TO NODE FAILURE"),
-                "Slurm reports a node of the job failed",
+                SLURM_NODE_FAILURE_DESC,
+            ),
+            # jax.distributed.initialize at start-up: the coordinator's registration deadline
+            # (`[Init]Wait_for_all_tasks_to_register`, `RegisterTask` ... `DEADLINE_EXCEEDED`), the
+            # client's connect barrier (`PjRT_Client_Connect`), any coordination barrier before
+            # training started. The tasks it names never joined: a node-level failure to start, not
+            # a heartbeat timeout (the liveness check begins after registration). Rule CL-INIT.
+            Family(
+                "NODE-jax-init",
+                "runbook node-fail ('one or more nodes'); JAX distributed initialization: tasks that never joined",
+                (
+                    "cluster registration failed",
+                    "Wait_for_all_tasks_to_register",
+                    "PjRT_Client_Connect",
+                    "CoordinationService/RegisterTask",
+                ),
+                _rx(
+                    r"coordination service as cluster registration failed|Wait_for_all_tasks_to_register"
+                    r"|Barrier timed out\. (?:Barrier_id|Id): PjRT_Client_Connect"
+                    r"|CoordinationService/RegisterTask"
+                ),
+                JAX_INIT_DESC,
+            ),
+            Family(
+                "NODE-jax-init-deadline",
+                "runbook node-fail; a coordination-service deadline before training started (start-up)",
+                ("Barrier timed out", "DEADLINE_EXCEEDED"),
+                _rx(
+                    # Not a checkpoint's barrier (a restore's at start-up is CKPT-async-timeout).
+                    r"\A(?!(?>.*?Barrier timed out\. )(?:Barrier_id|Id): \S{0,80}?"
+                    + _CKPT_BARRIER
+                    + r").*?(?:DEADLINE_EXCEEDED: Barrier timed out\."
+                    r"|(?:XlaRuntimeError|JaxRuntimeError|[Cc]oordination service|[Dd]istributed)[^\n]{0,200}?"
+                    r"DEADLINE_EXCEEDED)"
+                ),
+                JAX_INIT_DESC,
+                startup_only=True,
             ),
         ),
         "One or more nodes exited with errors",
@@ -913,15 +1053,23 @@ def is_harmless(text: str) -> bool:
     return harmless_rule(text) is not None
 
 
-def match_line(text: str, *, training_started: bool, after_traceback: bool = False) -> list[Match]:
+def match_line(
+    text: str, *, training_started: bool, after_traceback: bool = False, first_step_done: bool = True
+) -> list[Match]:
     """Every class row a stripped line matches, with the family that matched (empty for harmless
-    lines). `after_traceback`: the line follows a Traceback header of the same task."""
+    lines). `after_traceback`: the line follows a Traceback header (or, the header lost, a frame
+    line) of the same task; `first_step_done`: a training step completed (compilation is over)."""
     if _ANY_NEEDLE.search(text) is None:
         return []  # the common case (the head and tail of a log are parsed whole): one C search
     found: list[Match] = []
     fallbacks: list[Match] = []
     for sig in SIGNATURES:
-        fam = sig.family(text, training_started=training_started, after_traceback=after_traceback)
+        fam = sig.family(
+            text,
+            training_started=training_started,
+            after_traceback=after_traceback,
+            first_step_done=first_step_done,
+        )
         if fam is not None:
             (fallbacks if fam.fallback else found).append(Match(sig, fam))
     for sig in EVIDENCE_SIGNATURES:

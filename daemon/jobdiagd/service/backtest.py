@@ -15,7 +15,20 @@ Virtual clock, one per file (files are then merged by time; ties keep the main l
   step completed for every rank at once -- and the authoritative copy then takes the same time;
   any other copy takes the current time. So a replay runs at the job's pace whatever the number
   of tasks, and a step arrives when its first copy is printed, as a daemon tailing the log sees it.
-- Any other undated line takes the current time.
+- Any other undated line takes the current time -- except in a file's undated tail.
+- The undated tail: the lines after a file's last line whose time the replay knows (its last
+  dated line or step line) were written at an unknown time between that line and the job's end.
+  Stamped with the last known time they could arrive long before they were written: a RAY=1 job
+  log whose Ray forwarding stopped at the last step ends with the job script's undated
+  "Training subprocess exited" lines and JOB SUMMARY, written when the heartbeat killed the job
+  45 min later, and placed at the last step they opened a failure incident that held a
+  GPU-confirmed hang page back. They are taken in at the job's end instead -- the last time any
+  of the job's files shows (the merge yields them after every other line) -- so nothing reaches
+  the detectors before it could have been written; the price is that an undated error written
+  early (one node's process exited while the others hang) shows in the replay at the end, late,
+  never early. The JOB SUMMARY's Wall would date the end only against the job's start, which no
+  line dates: not used. A file with neither a dated line nor a step line has no tail (it is
+  placed as below). `undated_lines` counts the tail lines taken in.
 - Before a file's first timestamp the clock is back-dated from it: the file starts at its first
   stamp minus the `seconds:` its series adds before that line, so undated steps followed by dated
   chatter (a hang's NCCL/XLA lines) keep their true spacing. A file with no timestamp at all (a
@@ -42,7 +55,7 @@ Files are opened as `jobdiagd triage` opens them (`triage.resolve.job_access`): 
 regular file, leaves the job's outputs root or belongs to another user is left out.
 
 Early page (`[tsdb] early_page`, RAY=1 jobs with a `prometheus/` holding data): the replay asks
-the job's own TSDB what the live daemon asks its Prometheus (`tsdb.early_hang.early_query`,
+the job's own TSDB what the live daemon asks its Prometheus (`tsdb.gpu_hang.gpu_query`,
 evaluated at the virtual time) whenever `HangDetector.early_due_at` says a step is overdue,
 once per `early_scrape_interval_s` of virtual time, as `service.early_page` does live, and a
 confirmation runs the detectors at that virtual time (the live daemon's immediate partial
@@ -94,10 +107,11 @@ from jobdiagd.triage.engine import analyze
 from jobdiagd.triage.resolve import ResolveError, job_access, list_jobs, resolve
 from jobdiagd.tsdb.access import FULL_COPY_EXCLUDES, AccessError, LocalPrometheus, copy_tsdb, tsdb_has_data
 from jobdiagd.tsdb.client import PromClient, PromError, Series
-from jobdiagd.tsdb.early_hang import EarlyVerdict, early_query, judge, profile_for
+from jobdiagd.tsdb.gpu_hang import GpuVerdict, gpu_query, judge, profile_for
 from jobdiagd.tsdb.settings import TsdbSettings
 
 MAX_TICKS = 200_000  # a guard against a log whose clock jumps by years
+UNDATED = math.inf  # the time of a line of a file's undated tail, until the job's end is known
 
 # What a printed timestamp can look like (a superset: `strip` decides whether the line really
 # starts with one). absl `I0612 10:15:22`; NCCL/Ray/ISO `2026-06-12 10:15:22`.
@@ -262,6 +276,10 @@ class FileClock:
     auth_seconds: array[float] = field(default_factory=lambda: array("d"))
     auth_dated: array[int] = field(default_factory=lambda: array("b"))
     end: float = 0.0  # the file's last line on the clock (set once the read is exhausted)
+    # The undated tail: lines starting after this offset (the last line whose time the file
+    # shows: a dated line or a step line) have no time of their own. None: no such line at all.
+    tail_from: int | None = None
+    known_end: float | None = None  # the file's last known time, once the read reached its tail or end
 
     def advance(self, j: int) -> float:
         """How far authoritative step line j moves the clock (0 if dated or a repeat)."""
@@ -291,6 +309,13 @@ def survey(path: Path, order: int, ref_time: float, access: LogAccess = ANYWHERE
                         fc.first_stamp, stamp_at = when, offset + p - 1
                         break
             series.scan(buf, n, offset)
+        # Where the undated tail starts: after the last dated line or step line (searched from the
+        # end back to the last step line only; none before the first stamp can be dated).
+        floor = max(series.last_step_line or 0, stamp_at or 0)
+        last_stamp = _last_stamp_line(fd, size, floor, clock) if stamp_at is not None else None
+        fc.tail_from = max(
+            (o for o in (last_stamp, series.last_step_line, stamp_at) if o is not None), default=None
+        )
     finally:
         os.close(fd)
     fc.auth_task = 0 if 0 in series.series else series.first_task
@@ -304,6 +329,33 @@ def survey(path: Path, order: int, ref_time: float, access: LogAccess = ANYWHERE
     return fc
 
 
+TAIL_BLOCK = 1 << 20  # the backward search for the last dated line reads this much at a time
+
+
+def _last_stamp_line(fd: int, size: int, floor: int, clock: StampClock) -> int | None:
+    """File offset of the last line starting at or after `floor` (a line start) that carries a
+    printed timestamp, read backwards from the end; None when there is none."""
+    finder, _ = _tools()
+    end, block = size, TAIL_BLOCK  # `end` is always a line start (or the file's end)
+    while end > floor:
+        start = max(floor, end - block)
+        data = os.pread(fd, end - start, start)
+        head = 0
+        if start > floor:  # begin at the first whole line of the block
+            nl = data.find(b"\n")
+            if nl == -1 or start + nl + 1 >= end:  # no line starts inside: read further back
+                block *= 2
+                continue
+            head = nl + 1
+        buf = b"\n" + data[head:]
+        starts = finder.line_starts(buf, 0, len(buf))
+        for p, when in zip(reversed(starts), reversed(_stamps(buf, starts, len(buf), clock)), strict=True):
+            if when is not None:
+                return start + head + p - 1
+        end, block = start + head, TAIL_BLOCK
+    return None
+
+
 class _SeriesScan:
     """The survey's step lines: those of task 0, of lines without a prefix and of the first task
     printing steps (needed when task 0 prints none); other tasks' copies are not parsed."""
@@ -313,6 +365,7 @@ class _SeriesScan:
         self.series: dict[int, FileClock] = {}
         self.first_task: int | None = None
         self._first_task_b = b""
+        self.last_step_line: int | None = None  # file offset of the last line holding a step needle
 
     def scan(self, buf: bytes | bytearray, n: int, offset: int) -> None:
         """The step lines of one chunk (`buf[1:1+n]`, read at `offset`)."""
@@ -321,6 +374,7 @@ class _SeriesScan:
             ls = buf.rfind(b"\n", 0, pos) + 1
             nl = buf.find(b"\n", pos, 1 + n)
             le = 1 + n if nl == -1 else nl
+            self.last_step_line = offset + ls - 1
             m = _SRUN_TASK.match(buf, ls, le)
             # Other tasks' copies (most step lines of a multi-node log) are not parsed.
             if m is None or self.first_task is None or m.group(1) in (b"0", self._first_task_b):
@@ -351,7 +405,9 @@ class _SeriesScan:
 
 def read_timed(fc: FileClock, start: float, ref_time: float, *, every_line: bool = False) -> Iterator[Event]:
     """Pass 2: the lines the daemon's tail reader would feed (every line with `every_line`), each
-    with its virtual time. Sets `fc.end` once exhausted."""
+    with its virtual time; a line of the undated tail (after `fc.tail_from`) with `UNDATED` instead,
+    its time unknown. Sets `fc.known_end` when the read reaches the tail (else at its end) and
+    `fc.end` once exhausted."""
     for batch in _read_batches(fc, start, ref_time, every_line=every_line):
         yield from batch
 
@@ -364,6 +420,7 @@ def _read_batches(
     clock = StampClock(ref_time)
     steps = _AuthCursor(fc, start)
     order = fc.order
+    tail_from = fc.tail_from if fc.tail_from is not None else math.inf
     rb = _ReadBuffer()
     fd = fc.access.open(fc.path)
     lineno = 1
@@ -393,7 +450,12 @@ def _read_batches(
                         steps.cur = own
                 elif _STEP_NEEDLE in raw:
                     steps.step_line(raw, offset + cs)
-                batch.append((steps.cur, order, lineno + ci, offset + cs, raw, head, cand))
+                t = steps.cur
+                if offset + cs > tail_from:
+                    t = UNDATED
+                    if fc.known_end is None:
+                        fc.known_end = steps.cur
+                batch.append((t, order, lineno + ci, offset + cs, raw, head, cand))
             while si < ns:
                 w = stamp_times[si]
                 if w is not None and w > steps.cur:
@@ -403,7 +465,7 @@ def _read_batches(
             yield batch
     finally:
         os.close(fd)
-    fc.end = steps.cur
+    fc.end = fc.known_end = steps.cur
 
 
 def _chunk_items(
@@ -478,8 +540,10 @@ def read_timed_forked(fc: FileClock, start: float, ref_time: float) -> Iterator[
             msg = recv.recv()
             if isinstance(msg, list):
                 yield from msg
+            elif isinstance(msg, tuple):  # the read reached the undated tail: the file's last known time
+                fc.known_end = msg[1]
             elif isinstance(msg, float):
-                fc.end = msg
+                fc.end = fc.known_end = msg
                 return
             else:
                 raise OSError(f"reading {fc.path}: {msg}")
@@ -492,7 +556,11 @@ def read_timed_forked(fc: FileClock, start: float, ref_time: float) -> Iterator[
 
 def _read_worker(fc: FileClock, start: float, ref_time: float, conn: Connection) -> None:
     try:
+        told = False
         for batch in _read_batches(fc, start, ref_time):
+            if not told and fc.known_end is not None:  # before the first undated line's batch
+                conn.send(("known_end", fc.known_end))
+                told = True
             conn.send(batch)
         conn.send(fc.end)
     except BaseException as exc:  # reported by the parent as one error
@@ -537,18 +605,31 @@ def _first_time_of_step(fc: FileClock, step: int, ref_time: float) -> float | No
 
 
 def timeline(
-    path: Path, order: int, ref_time: float, anchor: float | None = None, access: LogAccess = ANYWHERE
+    path: Path,
+    order: int,
+    ref_time: float,
+    anchor: float | None = None,
+    access: LogAccess = ANYWHERE,
+    *,
+    undated_at: float | None = None,
 ) -> list[Line]:
     """Every line of one file with its virtual time (see the module docstring).
 
-    `anchor`: where a file without any timestamp starts (the job's other files' start). The file
-    is opened through `access` (regular files only: a FIFO never blocks the replay)."""
+    `anchor`: where a file without any timestamp starts (the job's other files' start).
+    `undated_at`: where the file's undated tail goes (the job's end; default: the file's own last
+    known time). The file is opened through `access` (regular files only: a FIFO never blocks the
+    replay)."""
     fc = survey(path, order, ref_time, access)
     start = fc.start if fc.start is not None else (anchor or 0.0)
-    return [
-        Line(t, order, lineno, off, raw[:MAX_LINE].rstrip(b"\r").decode("utf-8", errors="replace"))
-        for t, _o, lineno, off, raw, _h, _c in read_timed(fc, start, ref_time, every_line=True)
-    ]
+    out: list[Line] = []
+    for t, _o, lineno, off, raw, _h, _c in read_timed(fc, start, ref_time, every_line=True):
+        if t == UNDATED:
+            own = fc.known_end if fc.known_end is not None else start
+            t = undated_at if undated_at is not None else own
+        out.append(
+            Line(t, order, lineno, off, raw[:MAX_LINE].rstrip(b"\r").decode("utf-8", errors="replace"))
+        )
+    return out
 
 
 @dataclass
@@ -594,6 +675,7 @@ class JobReplay:
     early_queries: int = 0  # early-page queries answered from the job's TSDB
     early_note: str | None = None  # why the early page could not be replayed, if it could not
     early_states: dict[str, int] = field(default_factory=dict)  # early verdicts by state
+    undated_lines: int = 0  # lines of an undated tail taken in at the job's end (their time is unknown)
     # What the replay fed, one state per file (main log first): the daemon's view at the end.
     states: list[LogState] = field(default_factory=list, repr=False)
 
@@ -612,6 +694,7 @@ class JobReplay:
             "early_queries": self.early_queries,
             "early_note": self.early_note,
             "early_states": dict(self.early_states),
+            "undated_lines": self.undated_lines,
         }
 
 
@@ -671,7 +754,7 @@ def replay(ref: JobRef, cfg: Config, *, tick: float, ref_time: float, workers: i
     if head is not None and len(states) > 1:
         view.head_host = head
         view.workers = {head: states[1:]}
-    run = _Run(ref, cfg, view, result, first + tick, tick, head)
+    run = _Run(ref, cfg, view, result, first + tick, tick, head, clocks)
     try:
         run.feed(events, states)
         end = max(first, *(fc.end for fc in clocks))
@@ -702,12 +785,24 @@ class _Run:
     run between them in time order, the job-end tick at the end."""
 
     def __init__(
-        self, ref: JobRef, cfg: Config, view: JobView, out: JobReplay, next_tick: float, tick: float, head: str | None
+        self,
+        ref: JobRef,
+        cfg: Config,
+        view: JobView,
+        out: JobReplay,
+        next_tick: float,
+        tick: float,
+        head: str | None,
+        clocks: Sequence[FileClock] = (),
     ) -> None:
         self.view, self.out, self.next_tick, self.tick = view, out, next_tick, tick
+        self.clocks = clocks
+        self.undated_at: float | None = None  # where the files' undated tails go: the job's end
         self.policy = view.policy
         self.detectors = build_detectors(cfg)
         hang = next((d for d in self.detectors if isinstance(d, HangDetector)), None)
+        # As the engine wires it (rule VIEW-1): the view's triage knows what the detector knows.
+        view.stall_source = hang.knowledge if hang is not None else None
         self.book = IncidentBook.from_config(cfg.incidents)
         self.ticks = 0
         self.t0: float | None = None
@@ -744,6 +839,8 @@ class _Run:
     def feed(self, events: Iterator[Event], states: list[LogState]) -> None:
         view = self.view
         for t, order, lineno, offset, raw, head_line, cand in events:
+            if t == UNDATED:
+                t = self._undated_line()
             self.until(t, inclusive=True)
             st = states[order]
             # What PrefilterTailReader feeds: the head in full until training starts, then candidates.
@@ -761,6 +858,15 @@ class _Run:
                 if self.t0 is None and view.last_step is not None:
                     self.t0 = t
                     self.out.first_step_at = t
+
+    def _undated_line(self) -> float:
+        """When a line of an undated tail is taken in: the job's end, the last time any of its files
+        shows (the merge yields these lines last, so every file's last known time is in)."""
+        if self.undated_at is None:
+            known = [fc.known_end for fc in self.clocks if fc.known_end is not None]
+            self.undated_at = max(known, default=self.view.first_seen)
+        self.out.undated_lines += 1
+        return self.undated_at
 
     def end(self, ref: JobRef, access: LogAccess, ref_time: float, end: float) -> None:
         """The job ends at its last line: the job-end report on a fresh read of its files."""
@@ -817,7 +923,7 @@ class ReplayTsdb:
 
 class _EarlyReplay:
     """The live `service.early_page` on the virtual clock: when a step is overdue, one query per
-    scrape interval against the job's TSDB, judged by `tsdb.early_hang.judge`."""
+    scrape interval against the job's TSDB, judged by `tsdb.gpu_hang.judge`."""
 
     def __init__(
         self, pdir: Path, settings: TsdbSettings, label: str, out: JobReplay, hang: HangDetector
@@ -830,7 +936,7 @@ class _EarlyReplay:
         self.next_at = float("-inf")
         self.tsdb: ReplayTsdb | None = None
         self.failed = False
-        self.verdicts: list[EarlyVerdict] = []
+        self.verdicts: list[GpuVerdict] = []
 
     @classmethod
     def for_job(cls, ref: JobRef, cfg: Config, out: JobReplay, hang: HangDetector) -> _EarlyReplay | None:
@@ -863,7 +969,7 @@ class _EarlyReplay:
         try:
             if self.tsdb is None:
                 self.tsdb = ReplayTsdb(self.pdir, self.settings, self.label)
-            series = self.tsdb.query_matrix(early_query(self.interval), at)
+            series = self.tsdb.query_matrix(gpu_query(self.interval), at)
         except (AccessError, PromError, OSError) as exc:
             self.failed = True
             self.out.early_note = f"early page not replayed: {exc}"
@@ -1013,4 +1119,9 @@ def main(args: argparse.Namespace) -> int:
             print(f"    early page: {r.early_queries} TSDB queries ({states})")
         elif r.early_note:
             print(f"    {r.early_note}")
+        if r.undated_lines:
+            print(
+                f"    {r.undated_lines} undated line(s) after the last dated line of their file: taken in at the "
+                "job's end (their time is unknown)"
+            )
     return 1 if failed else 0

@@ -8,6 +8,13 @@ which a pool cannot do to a running task. The router bounds how many run at once
 the event loop only waits on pipes, so ticks and alerts never wait on a command. Ids are
 located under the outputs roots (or the watched job's own files) here, never resolved
 against the daemon's working directory.
+
+A triage answers with the daemon's view of the job (rule VIEW-3), not the command's defaults:
+the daemon's stall policy and instant always; for a job it watches, Slurm's state only when
+squeue gave one (`--no-slurm` under outputs discovery: no Slurm to ask), and what the hang
+detector knows of its progress on the daemon's clock (`--daemon-*`: since when no step was read,
+the budget applied). The flags are made by `triage.cli.policy_argv`/`stall_argv` from typed
+values, never from chat text. `/job` shows the same triage's status line (rule VIEW-4).
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -27,14 +35,19 @@ from jobdiagd.chat.buttons import can_scancel
 from jobdiagd.chat.model import ChatMessage
 from jobdiagd.chat.router import TaskError, TaskResult
 from jobdiagd.config import Config
-from jobdiagd.durations import rounded_duration
+from jobdiagd.durations import exact_duration, rounded_duration
 from jobdiagd.model.alerts import Incident
-from jobdiagd.service.engine import Engine
+from jobdiagd.model.kinds import StallBasis
+from jobdiagd.service.engine import Engine, Watched
 from jobdiagd.service.plots_bridge import PlotBridge, chart_payload
-from jobdiagd.service.status_cli import format_status
+from jobdiagd.service.status_cli import PHONE_COLUMNS, format_status
+from jobdiagd.triage.cli import policy_argv, stall_argv
 from jobdiagd.tsdb.playbooks.registry import PLAYBOOKS
 
 MAX_OUTPUT = 32 * 1024 * 1024
+# A Slurm state word as the parser normalizes it (RUNNING, OUT_OF_MEMORY, ...): the only form
+# passed on to `jobdiagd triage --slurm-state`.
+_SLURM_STATE_RE = re.compile(r"[A-Z][A-Z_]{0,31}")
 
 
 async def run_tool(
@@ -104,7 +117,7 @@ class DaemonChatBackend:
         return sorted(PLAYBOOKS)
 
     def status(self, now: float) -> ChatMessage:
-        text = format_status(self._snapshot(), now)
+        text = format_status(self._snapshot(), now, width=PHONE_COLUMNS)
         return ChatMessage("jobdiagd status", text, preformatted=True)
 
     def _job_line(self, j: Mapping[str, Any], now: float) -> str:
@@ -149,6 +162,9 @@ class DaemonChatBackend:
             lines.append(f"- expected ≈ step {row['expected_step']} by now")
         if row.get("log"):
             lines.append(f"- log: `{row['log']}`")
+        triage = self._triage_line(job_id, now)
+        if triage:
+            lines.append(triage)
         for inc in self.open_incidents(job_id, None):
             snap = self.pipeline.book.snapshot(inc, now)
             state = f"open {rounded_duration(now - inc.opened_at)}"
@@ -219,13 +235,48 @@ class DaemonChatBackend:
         shown = ", ".join(str(r) for r in roots) or "(no outputs roots configured)"
         raise TaskError(f"job {target}: no {target}-* directory or log under {shown}")
 
-    def _state_args(self, target: str) -> list[str]:
+    def _triage_line(self, job_id: str, now: float) -> str | None:
+        """The status line of the job view's triage (rule VIEW-4): what the detectors and a Full
+        triage conclude, with the daemon's clock on the stall when it has one."""
+        w = self.engine.jobs.get(job_id)
+        if w is None or w.view.main is None:
+            return None
+        res = w.view.final or w.view.analysis(now)
+        line = f"- triage: {res.status}" + (f", primary {res.primary}" if res.primary else "")
+        st = res.cls.stall
+        if st is not None and st.basis == StallBasis.DAEMON and st.gap_s is not None:
+            line += (
+                f" — no step for {exact_duration(st.gap_s)} "
+                f"(budget {exact_duration(st.budget_s)}, phase {st.phase})"
+            )
+        return line
+
+    def _watched(self, target: str, path: str) -> Watched | None:
+        """The watched job a triage target names: by id, or by its job directory or log (a
+        `.log` names the directory beside it, rule RES-1)."""
         w = self.engine.jobs.get(target)
-        if w is not None and w.view.slurm is not None:
-            return ["--slurm-state", w.view.slurm.state]
-        if self.engine.discovery is not None and self.engine.discovery.name == "outputs":
-            return ["--no-slurm"]
-        return []
+        if w is not None:
+            return w
+        dirs = {path, path.removesuffix(".log")}
+        for cand in self.engine.jobs.values():
+            ref = cand.view.ref
+            if str(ref.job_dir) in dirs or str(ref.log) == path:
+                return cand
+        return None
+
+    def _daemon_view_args(self, target: str, path: str, now: float) -> list[str]:
+        """`jobdiagd triage` flags for the daemon's view of the job (rule VIEW-3)."""
+        argv = ["--now", repr(now), *policy_argv(self.engine.policy)]
+        w = self._watched(target, path)
+        slurm = w.view.slurm if w is not None else None
+        if slurm is not None and _SLURM_STATE_RE.fullmatch(slurm.state):
+            argv += ["--slurm-state", slurm.state]
+        elif slurm is not None or (
+            self.engine.discovery is not None and self.engine.discovery.name == "outputs"
+        ):
+            argv.append("--no-slurm")
+        known = self.engine.stall_knowledge(w.view.key, now) if w is not None else None
+        return argv + (stall_argv(known) if known is not None else [])
 
     async def _tool(self, argv: list[str], what: str) -> str:
         rc, out, err = await run_tool(argv, cwd=self.cfg.daemon.state_dir)
@@ -236,7 +287,8 @@ class DaemonChatBackend:
     async def run_task(self, name: str, args: tuple[str, ...]) -> TaskResult:
         if name == "triage":
             path = self._locate(args[0])
-            out = await self._tool(["triage", path, *self._state_args(args[0])], f"triage {args[0]}")
+            view = self._daemon_view_args(args[0], path, self._now())
+            out = await self._tool(["triage", path, *view], f"triage {args[0]}")
             return TaskResult(f"📋 triage: {args[0]}", out)
         if name == "diagnose":
             path = self._locate(args[0])

@@ -177,6 +177,10 @@ class OutputsDiscovery:
     def dirs(self) -> list[Path]:
         return list(self.roots)
 
+    def forget(self, dirname: str) -> None:
+        """A job dir that disappeared: one made again under its name is discovered anew."""
+        self.seen.discard(dirname)
+
 
 def _is_dir(entry: os.DirEntry[str]) -> bool:
     try:

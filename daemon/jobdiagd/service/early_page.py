@@ -6,10 +6,11 @@ overdue (`HangDetector.early_due_at`) and not yet confirmed for that step, it st
 query task per `early_scrape_interval_s` (a job with a query in flight is skipped, so a slow
 Prometheus costs one query at a time, never a queue), through the ssh tunnel pool the hang
 verdict uses (one connection per head node). At most `early_max_concurrent` queries run at
-once (a semaphore; the others wait their turn in it). The answer goes through the pure judge
-(`tsdb.early_hang.judge`) into the job's `EarlyMemo` (`view.gpu_check`); a confirmation sets `wake`, and the
-engine runs the hang detector for those jobs at once (`take_confirmed`), not at the next
-full tick. A failed query is `no-data` (never confirms); the step budget is untouched.
+once (a semaphore; the others wait their turn in it). The answer goes through the one GPU-hang
+judge (`tsdb.gpu_hang.judge`, rule HANG-GPU, the one the hang page's verdict uses) into the job's
+`EarlyMemo` (`view.gpu_check`); a confirmation sets `wake`, and the engine runs the hang
+detector for those jobs at once (`take_confirmed`), not at the next full tick. A failed query
+is `no-data` (never confirms); the step budget is untouched.
 """
 
 from __future__ import annotations
@@ -19,18 +20,18 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from jobdiagd import clock
 from jobdiagd.detectors import Detector, EarlyMemo, early_memo
 from jobdiagd.detectors.hang import EarlyRule, HangDetector
 from jobdiagd.logsetup import get_logger
+from jobdiagd.model.kinds import GpuHangState
 from jobdiagd.service.jobs import JobView
-from jobdiagd.tsdb.access import AccessError, NoTsdb, SshTunnelPool, open_tsdb
-from jobdiagd.tsdb.client import PromError
+from jobdiagd.tsdb.access import SshTunnelPool
 from jobdiagd.tsdb.context import DiagnosisContext, context_from_result
-from jobdiagd.tsdb.early_hang import EarlyVerdict, early_query, judge, profile_for
+from jobdiagd.tsdb.gpu_hang import GpuVerdict
+from jobdiagd.tsdb.hooks import hang_power_verdict
 from jobdiagd.tsdb.settings import TsdbSettings
 
-QueryFn = Callable[[DiagnosisContext, float], Coroutine[Any, Any, EarlyVerdict]]
+QueryFn = Callable[[DiagnosisContext, float], Coroutine[Any, Any, GpuVerdict]]
 
 
 @dataclass
@@ -39,30 +40,17 @@ class _Job:
     step_at: float | None
     ctx: DiagnosisContext | None
     next_at: float = float("-inf")
-    task: asyncio.Task[EarlyVerdict] | None = None
+    task: asyncio.Task[GpuVerdict] | None = None
 
 
 async def live_early_verdict(
     ctx: DiagnosisContext, now: float, *, settings: TsdbSettings, tunnels: SshTunnelPool, timeout_s: float
-) -> EarlyVerdict:
-    """One early query against the live job's Prometheus (ssh forward; never a block copy)."""
-    try:
-        async with asyncio.timeout(timeout_s):
-            async with open_tsdb(ctx, settings, now=now, tunnels=tunnels, allow_copy=False) as handle:
-                series = await handle.client.query_matrix(early_query(settings.early_scrape_interval_s), None)
-                at = clock.wall()  # the server's "now" the samples are judged against
-    except (NoTsdb, AccessError, PromError) as exc:
-        return EarlyVerdict("no-data", f"TSDB query failed: {exc}", now)
-    except TimeoutError:
-        return EarlyVerdict("no-data", f"TSDB query timed out after {timeout_s:g}s", now)
-    return judge(
-        series,
-        at=at,
-        nodes=ctx.nodes,
-        profile=profile_for(series, settings),
-        thresholds=settings.thresholds,
-        scrape_interval_s=settings.early_scrape_interval_s,
-    )
+) -> GpuVerdict:
+    """One early query against the live job's Prometheus (ssh forward; never a block copy), judged
+    by the one GPU-hang judge (the hang page's verdict asks the same)."""
+    if not ctx.live:
+        return GpuVerdict(GpuHangState.NO_DATA, "not a live job: no early query", now)
+    return await hang_power_verdict(ctx, now, settings=settings, tunnels=tunnels, timeout_s=timeout_s)
 
 
 class EarlyConfirmer:
@@ -130,14 +118,16 @@ class EarlyConfirmer:
             return None  # not armed, or past the step budget (which pages on its own)
         return window[0]
 
-    async def _ask(self, key: str, view: JobView, job: _Job, now: float) -> EarlyVerdict:
+    async def _ask(self, key: str, view: JobView, job: _Job, now: float) -> GpuVerdict:
         assert job.ctx is not None
         try:
             async with self._sem:
                 self.queries += 1
                 verdict = await self._query(job.ctx, now)
         except Exception as exc:  # a bug in one query must not stop the others
-            verdict = EarlyVerdict("no-data", f"early query failed: {type(exc).__name__}: {exc}", now)
+            verdict = GpuVerdict(
+                GpuHangState.NO_DATA, f"early query failed: {type(exc).__name__}: {exc}", now
+            )
         finally:
             job.task = None
         if (view.last_step, view.last_step_at) == (job.step, job.step_at):

@@ -44,7 +44,7 @@ from jobdiagd import clock
 from jobdiagd.alerts.pipeline import AlertPipeline
 from jobdiagd.config import Config
 from jobdiagd.detectors import CATALOG, Detector, Report, early_memo
-from jobdiagd.detectors.hang import policy_from_config
+from jobdiagd.detectors.hang import HangDetector, policy_from_config
 from jobdiagd.durations import rounded_duration
 from jobdiagd.edge_trigger import EdgeTrigger
 from jobdiagd.logs.job import load_job
@@ -52,10 +52,11 @@ from jobdiagd.logs.safeopen import ANYWHERE, LogAccess, RefusedFile
 from jobdiagd.logsetup import get_logger
 from jobdiagd.model.alerts import Finding, Severity
 from jobdiagd.model.jobref import JobRef
+from jobdiagd.model.triage import StallKnowledge
 from jobdiagd.rules.hostlist import expand_hostlist
 from jobdiagd.rules.slurm import FINISHED_STATES, end_state
 from jobdiagd.service.catchup import Pending, catch_up_order
-from jobdiagd.service.discovery import Discovered, Discovery, NewJob, SlurmDiscovery
+from jobdiagd.service.discovery import Discovered, Discovery, NewJob, OutputsDiscovery, SlurmDiscovery
 from jobdiagd.service.early_page import EarlyConfirmer
 from jobdiagd.service.health import Health
 from jobdiagd.service.jobs import JobView
@@ -116,6 +117,7 @@ class Watched:
     access: LogAccess = ANYWHERE  # which files of this job may be read (`job_access`)
     caught_up: bool = False  # its files were read (or tried) once: ticks read it from now on
     ended_at_first_read: bool = False  # its JOB SUMMARY was already there when first read
+    gone: bool = False  # without Slurm: its job dir disappeared; the tick drops it (`_drop_gone`)
 
     def tails(self) -> list[FileTail]:
         return ([self.main] if self.main is not None else []) + list(self.workers.values())
@@ -124,6 +126,11 @@ class Watched:
 def _followed(ref: JobRef) -> JobRef:
     """The ref with its `log` link resolved (triage wants the file, e.g. for the report title)."""
     return replace(ref, log=Path(os.path.realpath(ref.log))) if ref.log is not None else ref
+
+
+def _dir_gone(job_dir: Path | None) -> bool:
+    """The job's directory no longer exists (not even as a dangling link)."""
+    return job_dir is not None and not os.path.lexists(job_dir)
 
 
 def _summary_state(view: JobView) -> str:
@@ -194,6 +201,10 @@ class Engine:
         self.plot_inputs = plot_inputs
         self.pipeline = pipeline
         self.detectors = list(detectors)
+        # The stall policy, built once per config (rule VIEW-2): the views, the job-end triage and
+        # the chat's triage use this one; the hang detector is built from the same config.
+        self.policy = policy_from_config(cfg)
+        self._stall_source = _stall_source(self.detectors)
         self.discovery = discovery
         self.metrics = metrics if metrics is not None else DaemonMetrics()
         self.health = health
@@ -240,12 +251,20 @@ class Engine:
         """SIGHUP: new detector settings apply from the next tick, to jobs already watched too."""
         self.cfg = cfg
         self.detectors = list(detectors)
-        policy = policy_from_config(cfg)
+        self.policy = policy_from_config(cfg)
+        self._stall_source = _stall_source(self.detectors)
         for w in self.jobs.values():
             # The new detectors start with no state: nothing computed under the old settings
-            # survives; nor does the early page's GPU verdict (asked again if still overdue).
-            w.view.policy = policy
+            # survives (the view's analysis is keyed by the policy and the new detector's
+            # knowledge); nor does the early page's GPU verdict (asked again if still overdue).
+            w.view.policy = self.policy
+            w.view.stall_source = self._stall_source
             w.view.gpu_check = None
+
+    def stall_knowledge(self, key: str, now: float) -> StallKnowledge | None:
+        """What the daemon knows of a watched job's progress (rule VIEW-1), None if nothing."""
+        w = self.jobs.get(key)
+        return w.view.stall_knowledge(now) if w is not None else None
 
     # -- what findings carry for people ---------------------------------------
 
@@ -282,7 +301,12 @@ class Engine:
         """Watch a new job; the file watcher's dirs are set once per batch of new jobs (per job
         it is O(jobs): 500 at once took 15 s)."""
         view = JobView(
-            key=new.key, ref=new.ref, first_seen=now, slurm=new.slurm, policy=policy_from_config(self.cfg)
+            key=new.key,
+            ref=new.ref,
+            first_seen=now,
+            slurm=new.slurm,
+            policy=self.policy,
+            stall_source=self._stall_source,
         )
         link = new.ref.log
         access = self._access_for(new.ref, new.slurm)
@@ -345,6 +369,7 @@ class Engine:
             await self._discover(now)
         keys = self._tick_keys(only)
         await self._read_jobs(keys, full, now)
+        self._drop_gone(keys, now)
         ending = [k for k in keys if self.jobs[k].view.ended]
         self._drop_finished_before_watched(keys, ending, now)
         for key in ending:
@@ -403,6 +428,28 @@ class Engine:
         if stale:
             self._update_watch_dirs()
 
+    def _drop_gone(self, keys: list[str], now: float) -> None:
+        """Without Slurm the job dir is the job: once it is gone, the job leaves the watch, its
+        incidents are resolved, and a "monitoring blind" notice gets its follow-up (rule CHAT-6)."""
+        gone = [k for k, w in self.jobs.items() if w.gone]
+        for key in gone:
+            if key in keys:
+                keys.remove(key)
+            w = self._unwatch(key)
+            where = w.view.ref.job_dir
+            self._log.warning("job_dir_gone", job_id=key, path=str(where))
+            self._blind_follow_up(key, w, f"its directory `{where}` is gone", now)
+            try:
+                self.metrics.record_notifications(self.pipeline.job_ended(key, "job directory gone", now))
+            except Exception as exc:
+                self._log.error("incident_update_failed", error=f"{type(exc).__name__}: {exc}")
+            if self.offsets is not None:
+                self._forget([key], now)
+            if isinstance(self.discovery, OutputsDiscovery) and where is not None:
+                self.discovery.forget(where.name)  # a dir made again under that name is a job again
+        if gone:
+            self._update_watch_dirs()
+
     def _unwatch(self, key: str) -> Watched:
         """The job leaves the watch; the detectors forget it, and so do their per-job failure
         triggers (a check failing on this job is no longer news)."""
@@ -447,6 +494,7 @@ class Engine:
             for key in ending:
                 w = self._unwatch(key)
                 state = w.view.end_state or "UNKNOWN"
+                self._blind_follow_up(key, w, f"the job ended ({state})", now)
                 notes += self.pipeline.job_ended(key, state, now)
                 self._log.info("job_ended", job_id=key, state=state)
             for r in reports:
@@ -658,6 +706,9 @@ class Engine:
                 _, replaced = ft.poll()
         except OSError as exc:
             ft.error = f"{type(exc).__name__}: {exc.strerror or exc}"
+            if not w.slurm_mode and _dir_gone(view.ref.job_dir):
+                w.gone = True  # not blind: there is nothing left to watch (`_drop_gone`)
+                return
             # Unreadable is blind whether or not it was ever read; only a file that does not
             # exist yet (a job whose log Slurm has not created) is merely waiting.
             if ft.blind_since is None and (ft.ever_read or not isinstance(exc, FileNotFoundError)):
@@ -703,6 +754,27 @@ class Engine:
                 "paused until it is readable again; the daemon will say when it is.",
                 now,
                 severity="warning",
+            )
+            self.metrics.record_notifications(notes)
+        except Exception as exc:
+            self._log.error("notice_failed", error=f"{type(exc).__name__}: {exc}")
+
+    def _blind_follow_up(self, key: str, w: Watched, why: str, now: float) -> None:
+        """Close a "monitoring blind" notice of a job that leaves the watch still blind (its dir
+        gone, or its end confirmed): people were told "the daemon will say when it is"."""
+        blind = [ft for ft in w.tails() if ft.blind_since is not None]
+        if not blind:
+            return
+        ft = blind[0]
+        since = ft.blind_since if ft.blind_since is not None else now
+        self._log.info("monitoring_ended", job_id=key, path=ft.key, reason=why)
+        try:
+            notes = self.pipeline.notice(
+                f"blind-end:{key}:{ft.key}:{int(since)}",
+                f"monitoring ended: job {key}",
+                f"{why[:1].upper()}{why[1:]}: the job is no longer watched, and `{ft.key}` was "
+                f"never readable again (blind for {rounded_duration(now - since)}).",
+                now,
             )
             self.metrics.record_notifications(notes)
         except Exception as exc:
@@ -1107,3 +1179,9 @@ class Engine:
                 self.metrics.observe_tick(0.0, False, now)
         finally:
             self._between_ticks.set()
+
+
+def _stall_source(detectors: Sequence[Detector]) -> Callable[[JobView, float], StallKnowledge | None] | None:
+    """The hang detector's knowledge of a job's progress, the one source of it (None: disabled)."""
+    hang = next((d for d in detectors if isinstance(d, HangDetector)), None)
+    return hang.knowledge if hang is not None else None

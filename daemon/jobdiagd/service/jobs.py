@@ -2,10 +2,18 @@
 
 The engine (and the backtest replay) owns and updates it; detectors read it through
 `detectors.base.WatchedJob`, the part of it they may see.
+
+One view of a live job (rules VIEW-1, VIEW-2): the view's triage (`analysis`) is what every
+reader of the job gets — the hang and failure detectors, the early page, the TSDB enrichment,
+`/job`. It is `analyze()` given the daemon's stall policy (`policy`, set by the engine from the
+config) and the daemon's knowledge of the job's progress (`stall_source`: the hang detector's
+`knowledge`, wired by the engine), and the cache is keyed by both: a reload with a new policy,
+a new budget, or the stall crossing its budget never serves an analysis made before.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +24,7 @@ from jobdiagd.logs.steps import HistoryPoint
 from jobdiagd.model.jobref import JobRef
 from jobdiagd.model.records import StepRecord
 from jobdiagd.model.stepguard import StepGuard
-from jobdiagd.model.triage import CheckpointConfig, TriageResult
+from jobdiagd.model.triage import CheckpointConfig, StallKnowledge, TriageResult
 from jobdiagd.rules.maxtext import int_setting
 from jobdiagd.sources.slurm_parse import SlurmJob
 from jobdiagd.triage.engine import analyze
@@ -53,10 +61,12 @@ class JobView:
     # Bumped whenever new lines were folded into any state (caches key on it).
     version: int = 0
     policy: StallPolicy | None = None  # the daemon's stall policy (from [detectors.hang])
+    # What the daemon knows of the job's progress (the hang detector's `knowledge`), if anyone does.
+    stall_source: Callable[[JobView, float], StallKnowledge | None] | None = None
     _seen_step_lines: int = -1
     _seen_max_step: int = -1
     _auth_source: str | None = None
-    _analysis: tuple[int, str | None, float, TriageResult] | None = None
+    _analysis: tuple[tuple[Any, ...], float, TriageResult] | None = None
     final: TriageResult | None = None  # full re-read at job end (set by the engine)
     step_guard: StepGuard = field(default_factory=StepGuard)  # implausible steps kept out of progress
     # The early page's GPU verdict (`service.early_page`, or the backtest's); the hang detector reads it.
@@ -251,23 +261,28 @@ class JobView:
 
     # -- analysis ----------------------------------------------------------
 
-    def analysis(self, now: float, policy: StallPolicy | None = None) -> TriageResult:
-        """`analyze()` on the current states, cached while nothing new was read (bounded age)."""
+    def stall_knowledge(self, now: float) -> StallKnowledge | None:
+        """What the daemon knows of the job's progress now (None: no hang detector judges it)."""
+        return self.stall_source(self, now) if self.stall_source is not None else None
+
+    def analysis(self, now: float, stall: StallKnowledge | None = None) -> TriageResult:
+        """`analyze()` on the current states with the daemon's policy and knowledge (`stall`, else
+        the view's `stall_source`), cached while nothing it depends on changed (bounded age)."""
         state = self.presumed_state()
+        known = stall if stall is not None else self.stall_knowledge(now)
+        # The knowledge keys the cache with its verdict now: a stall crossing its budget is news.
+        verdict = None if known is None else (known, known.stalled(now))
+        key = (self.version, state, self.policy, verdict)
         cached = self._analysis
-        if (
-            cached is not None
-            and cached[0] == self.version
-            and cached[1] == state
-            and now - cached[2] < ANALYSIS_MAX_AGE_S
-        ):
-            return cached[3]
+        if cached is not None and cached[0] == key and now - cached[1] < ANALYSIS_MAX_AGE_S:
+            return cached[2]
         result = analyze(
             self.logs(),
             now=now,
             slurm_state=state,
-            policy=policy or self.policy,
+            policy=self.policy,
             ignore_steps=self.step_guard.suspects,
+            stall=known,
         )
-        self._analysis = (self.version, state, now, result)
+        self._analysis = (key, now, result)
         return result

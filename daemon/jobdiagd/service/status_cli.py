@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
+import textwrap
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -45,12 +47,29 @@ def _clock(t: float) -> str:
     return datetime.fromtimestamp(t, tz=UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
-def format_status(status: Mapping[str, Any], now: float) -> str:
-    """The human view of one status snapshot (pure; `now` is the daemon's clock from the reply)."""
+# `/status` in a chat: a monospace block no wider than this. A phone shows about 40 columns of
+# a code block in a chat bubble at the default font size (a 360-point-wide screen, ~8.5-point
+# characters); wider lines wrap mid-column there, and the table stops reading as one.
+PHONE_COLUMNS = 40
+
+
+def format_status(status: Mapping[str, Any], now: float, *, width: int | None = None) -> str:
+    """The human view of one status snapshot (pure; `now` is the daemon's clock from the reply).
+
+    `width`: at most this many columns a line (a chat on a phone, PHONE_COLUMNS, rule CHAT-5):
+    a job's columns go on lines of their own under its id, and long texts wrap, indented.
+    """
     lines = _head_lines(status, now)
+    if width is not None:  # the verdict on lines of its own, a problem a line
+        last_tick, _, verdict = lines[1].partition("  ")
+        state, _, problems = verdict.partition(": ")
+        lines[1:] = [last_tick, f"{state}:" if problems else state]
+        lines += [f"  {p}" for p in problems.split("; ") if p]
     jobs: Sequence[Mapping[str, Any]] = status.get("jobs") or []
     lines.append(f"jobs watched: {len(jobs)}")
-    lines += [_job_line(j, now) for j in jobs]
+    for j in jobs:
+        parts = _job_parts(j, now)
+        lines += [_job_line(j, now)] if width is None else _packed(parts[:3], parts[3:], width)
     lines += _incident_lines(status, now)
     mutes: Sequence[Mapping[str, Any]] = status.get("mutes") or []
     for m in mutes:
@@ -59,7 +78,50 @@ def format_status(status: Mapping[str, Any], now: float) -> str:
         )
     lines += _source_lines(status, now)
     lines += _notifier_lines(status, now)
+    if width is not None:
+        lines = [w for line in lines for w in _wrapped(line, width)]
     return "\n".join(lines) + "\n"
+
+
+def _packed(first: Sequence[str], rest: Sequence[str], width: int) -> list[str]:
+    """A job for a phone: its id, state and name on one line, its columns packed under it."""
+    out = ["  " + " ".join(p.strip() for p in first if p.strip())]
+    line = ""
+    for part in filter(None, rest):
+        if line and len(line) + 3 + len(part) > width:
+            out.append(line)
+            line = ""
+        line = f"{line} · {part}" if line else f"    {part}"
+    if line:
+        out.append(line)
+    return out
+
+
+def _wrapped(line: str, width: int) -> list[str]:
+    """`line` in lines of at most `width` columns, continuations indented: broken between its
+    columns (two spaces) or after a "," or ";" where it can, inside a text only when it must."""
+    if len(line) <= width:
+        return [line]
+    lead = line[: len(line) - len(line.lstrip())]
+    indent = lead + "  "
+    out: list[str] = []
+    cur = ""
+    for piece in _BREAKS.split(line.strip()):
+        room = width - len(indent if out or cur else lead)
+        if cur and len(cur) + 1 + len(piece) <= room:
+            cur += " " + piece
+            continue
+        if cur:
+            out.append(cur)
+        cur = piece
+        if len(cur) > width - len(indent):
+            *full, cur = textwrap.wrap(cur, width - len(indent), break_on_hyphens=False) or [cur]
+            out += full
+    out.append(cur)
+    return [(lead if i == 0 else indent) + text for i, text in enumerate(out)]
+
+
+_BREAKS = re.compile(r"(?<=[;,]) |  +")
 
 
 def _head_lines(status: Mapping[str, Any], now: float) -> list[str]:
@@ -85,6 +147,11 @@ def _head_lines(status: Mapping[str, Any], now: float) -> list[str]:
 
 def _job_line(j: Mapping[str, Any], now: float) -> str:
     """One watched job: its step, then the detectors' columns, open incidents and blind files."""
+    return "  ".join(p for p in _job_parts(j, now) if p).rstrip()
+
+
+def _job_parts(j: Mapping[str, Any], now: float) -> list[str]:
+    """A job's columns: id, state and name (padded for a terminal), then its facts."""
     parts = [
         f"  {j.get('job_id', '?'):<10}",
         f"{j.get('state', '') or '-':<10}",
@@ -104,7 +171,7 @@ def _job_line(j: Mapping[str, Any], now: float) -> str:
         parts.append("open: " + ", ".join(map(str, j["open_incidents"])))
     if j.get("blind"):
         parts.append("BLIND: " + ", ".join(map(str, j["blind"])))
-    return "  ".join(p for p in parts if p).rstrip()
+    return parts
 
 
 def _hang_parts(j: Mapping[str, Any]) -> list[str]:

@@ -1,13 +1,16 @@
-"""The daemon's edge to the per-job Prometheus: a GPU utilization/power verdict on hang alerts
-of live RAY=1 jobs (with the last hour of per-host GPU power/utilization for the alert's
-picture, fetched in the same session), and the class playbook in the job-end report of failed RAY=1 jobs.
+"""The daemon's edge to the per-job Prometheus: the GPU-hang judge's verdict on hang alerts
+of live RAY=1 jobs (`tsdb.hooks.hang_power_verdict`: the one judge of rule HANG-GPU, the one the
+early page asks; with the last hour of per-host GPU power/utilization for the alert's picture,
+fetched in the same session), and the class playbook in the job-end report of failed RAY=1 jobs.
 
 Queries run as tasks beside the tick, never inside it. A hang finding of a RAY=1 job is held
 until its verdict is in — at most one tick, because the verdict query's timeout is shorter
 than a tick — and then goes out carrying it. With `[tsdb] confirm_hang_with_power`, a verdict
-that shows working GPUs (training power) keeps the hang from paging; a verdict that could not
-be obtained (`unknown`: no Prometheus, ssh down) never suppresses a page — lack of data is not
-evidence of health. A failed RAY=1 job's end report is likewise held until its playbook ran
+that denies the hang (`training`, `not-a-hang`: the GPUs work or pause) keeps it from paging,
+and the verdict is asked again on the next tick (a denial is two scrapes' worth of evidence, not
+a lasting one); a verdict that cannot tell (`mixed`, `no-process`, `no-data`: no Prometheus, ssh
+down, stale metrics) never suppresses a page — lack of evidence is not health (rule HANG-9). A
+failed RAY=1 job's end report is likewise held until its playbook ran
 (bounded by `report_timeout_s`), then sent as one message.
 
 A hang finding that the early page already confirmed from the GPUs (`detectors.hang`
@@ -29,25 +32,27 @@ from jobdiagd.detectors import Report
 from jobdiagd.detectors.hang import EARLY_DETAIL
 from jobdiagd.logsetup import get_logger
 from jobdiagd.model.alerts import Finding
+from jobdiagd.model.kinds import GpuHangState
 from jobdiagd.service.early_page import EarlyConfirmer, QueryFn
 from jobdiagd.service.jobs import JobView
 from jobdiagd.service.plots_bridge import strip_payload
 from jobdiagd.tsdb.access import SshTunnelPool
 from jobdiagd.tsdb.context import DiagnosisContext, context_from_result
-from jobdiagd.tsdb.hooks import Verdict, hang_power_verdict, job_end_diagnosis, should_page
+from jobdiagd.tsdb.gpu_hang import GpuVerdict
+from jobdiagd.tsdb.hooks import hang_power_verdict, job_end_diagnosis, should_page
 from jobdiagd.tsdb.settings import TsdbSettings
 
 # The hang alert's power strip: the last hour of per-host GPU power and utilization.
 STRIP_S = 3600.0
 
-VerdictFn = Callable[[DiagnosisContext, float], Coroutine[Any, Any, Verdict]]
+VerdictFn = Callable[[DiagnosisContext, float], Coroutine[Any, Any, GpuVerdict]]
 DiagnosisFn = Callable[[DiagnosisContext, float], Coroutine[Any, Any, dict[str, Any] | None]]
 
 
 @dataclass
 class _Pending:
     at_step: int | None
-    task: asyncio.Task[Verdict]
+    task: asyncio.Task[GpuVerdict]
 
 
 @dataclass
@@ -110,22 +115,22 @@ class TsdbEnricher:
                 continue
             pending = self._verdicts.get(f.job_id)
             if pending is None or pending.at_step != f.at_step:
-                if pending is not None:
-                    pending.task.cancel()
-                ctx = context_from_result(res)
-                task: asyncio.Task[Verdict] = asyncio.get_running_loop().create_task(
-                    self._verdict_fn(ctx, now)
-                )
-                self._verdicts[f.job_id] = _Pending(f.at_step, task)
+                self._ask(f, context_from_result(res), now)
                 continue  # held: goes out with its verdict on the next tick
             if not pending.task.done():
                 continue
             verdict = _result(pending.task)
-            if not should_page(verdict, self.settings) and verdict.state != "unknown":
-                self._log.info("hang_not_confirmed", job_id=f.job_id, gpu_state=verdict.state)
+            if not should_page(verdict, self.settings):
+                self._log.info("hang_denied_by_gpus", job_id=f.job_id, gpu_state=verdict.state)
+                self._ask(f, context_from_result(res), now)  # held; the next tick judges newer samples
                 continue
             out.append(self._with_strip(_with_verdict(f, verdict), verdict, view))
         return out
+
+    def _ask(self, f: Finding, ctx: DiagnosisContext, now: float) -> None:
+        self._forget(f.job_id)
+        task: asyncio.Task[GpuVerdict] = asyncio.get_running_loop().create_task(self._verdict_fn(ctx, now))
+        self._verdicts[f.job_id] = _Pending(f.at_step, task)
 
     # -- job-end reports -------------------------------------------------------------------
     def hold_reports(
@@ -160,7 +165,7 @@ class TsdbEnricher:
             out.append(dataclasses.replace(held.report, body=held.report.body + _diagnosis_section(doc)))
         return out
 
-    def _with_strip(self, f: Finding, verdict: Verdict, view: JobView) -> Finding:
+    def _with_strip(self, f: Finding, verdict: GpuVerdict, view: JobView) -> Finding:
         """A page's picture inputs gain the hour of per-host GPU power/utilization the verdict fetched."""
         if f.plot is None or verdict.strip is None:
             return f
@@ -186,16 +191,16 @@ class TsdbEnricher:
         await self.tunnels.close()
 
 
-def _result(task: asyncio.Task[Verdict]) -> Verdict:
+def _result(task: asyncio.Task[GpuVerdict]) -> GpuVerdict:
     try:
         return task.result()
     except asyncio.CancelledError:
-        return Verdict("unknown", False, "verdict query cancelled")
+        return GpuVerdict(GpuHangState.NO_DATA, "verdict query cancelled")
     except Exception as exc:
-        return Verdict("unknown", False, f"verdict query failed: {type(exc).__name__}: {exc}")
+        return GpuVerdict(GpuHangState.NO_DATA, f"verdict query failed: {type(exc).__name__}: {exc}")
 
 
-def _with_verdict(f: Finding, v: Verdict) -> Finding:
+def _with_verdict(f: Finding, v: GpuVerdict) -> Finding:
     details = dict(f.details)
     details["GPU verdict"] = v.summary
     if v.per_host:

@@ -672,7 +672,11 @@ def write_job(
     """Write `<id>-<name>.log` and `<id>-<name>/` (log link, ray_logs, prometheus blocks).
 
     `hang_chatter_s`: during a hang (and a pause), the head's raylet prints a dated state dump this
-    often, as real hung RAY=1 jobs do; a replay's clock (`jobdiagd backtest`) then sees the hang last."""
+    often, as real hung RAY=1 jobs do; a replay's clock (`jobdiagd backtest`) then sees the hang last.
+    `extra["unforwarded_end"]` (RAY=1): Ray stopped forwarding the training processes' output
+    after the last step, so what they print at the end (the heartbeat error) is in the head's
+    worker log only, and the job log goes on with the job script's undated lines (each node's
+    "Training subprocess exited with code N", then the JOB SUMMARY)."""
     sc = sim.sc
     stem = f"{sc.job_id}-{job_name(sc)}"
     job_dir = outputs / stem
@@ -688,7 +692,15 @@ def write_job(
     if hang_chatter_s and ray:
         lines += _raylet_chatter(sim, hang_chatter_s)
         lines.sort(key=_line_time)
-    lines += _failure_lines(sim)
+    failure = _failure_lines(sim)
+    if ray and sc.extra.get("unforwarded_end"):
+        worker += [ln.split(": ", 1)[1] for ln in failure if ln.startswith("0: ")]  # the head's task
+        rc = 1 if failure else 0
+        failure = [
+            f"{i}: [Node {i} @ {host}] Training subprocess exited with code {rc}"
+            for i, host in enumerate(sc.nodes)
+        ]
+    lines += failure
     if finished:
         lines += _job_summary(sim)
     log_path.write_text("\n".join(lines) + "\n")

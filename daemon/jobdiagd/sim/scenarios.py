@@ -1155,6 +1155,66 @@ def sc_restored(root: Path, seed: int) -> Expectation:
     )
 
 
+def _saves_on_a_slow_filesystem(name: str, root: Path, seed: int, *, asynchronous: bool) -> Expectation:
+    """A healthy run whose periodic saves block the step after them for 5-20 steps' worth of time
+    (a busy shared filesystem), while the initial save at step 0 barely slowed step 1."""
+    period = 15
+    # Steps' worth of time each periodic save blocks the step after it (runbook: post-checkpoint
+    # steps of 300-500 s for ~30 s steps are normal), the first ones cheap for the sync run.
+    blocks = (
+        {15: 5, 30: 12, 45: 20, 60: 8, 75: 17, 90: 6, 105: 19}
+        if asynchronous
+        else {15: 1, 30: 1, 45: 10, 60: 16, 75: 20, 90: 13, 105: 5}
+    )
+    sim = _sim(
+        name,
+        seed,
+        nnodes=4,
+        steps=120,
+        checkpointing=True,
+        checkpoint_period=period,
+        model="llama3.1-70b",
+        step_time=30.0,
+        save_form="async" if asynchronous else "new",
+        extra_args={"async_checkpointing": True} if asynchronous else {},
+    )
+    _start(sim)
+    base = sim.spec.step_time
+
+    def seconds(step: int) -> float:
+        if step == 1:
+            return base * sim.rng.uniform(1.02, 1.08)  # the step-0 save cost step 1 almost nothing
+        return sim.default_seconds(step, 0) + blocks.get(step - 1, 0) * base * sim.rng.uniform(0.97, 1.03)
+
+    sim.steps(0, 119, seconds)
+    sim.train_end_ok()
+    sim.summary(0)
+    kind = "asynchronous (the commit blocks the step beside it)" if asynchronous else "synchronous"
+    return _expect(
+        name,
+        sim,
+        root,
+        status="completed",
+        primary=None,
+        slurm_state="COMPLETED",
+        absent=["hang", "tgs-degradation", "unknown-death"],
+        notes=f"Healthy, 30 s steps, {kind} saves every {period} steps on a busy filesystem: the "
+        "step after each periodic save takes 5-20 steps' worth of time (the first two cheap in the "
+        "sync run), while step 1 after the initial step-0 save is barely slower than a normal step. "
+        "Normal checkpoint behaviour (rule HANG-4): no hang page.",
+    )
+
+
+@scenario(48153)
+def sc_async_saves_slow_fs(root: Path, seed: int) -> Expectation:
+    return _saves_on_a_slow_filesystem("async-saves-slow-fs", root, seed, asynchronous=True)
+
+
+@scenario(48154)
+def sc_sync_saves_slow_fs(root: Path, seed: int) -> Expectation:
+    return _saves_on_a_slow_filesystem("sync-saves-slow-fs", root, seed, asynchronous=False)
+
+
 def _tgs_job(
     name: str,
     root: Path,

@@ -1,5 +1,5 @@
 """Slurm accounting for the goodput ledger: when each job was submitted, started and ended, where it
-ran, and its comment (the restart marker, `rules.restart`).
+ran, and its comment (the restart marker, rule REC-11).
 
 `sacct` answers from slurmdbd when the site runs one; with `AccountingStorageType=none` it
 refuses, and `sacct -c` reads the job completion file (`JobCompType=jobcomp/filetxt`) on the

@@ -8,6 +8,7 @@ Primary-failure rules, in order (rules CL-1 to CL-9 of docs/rules.md; decisions 
    root-cause failure logged by several ranks (e.g. the final checkpoint) -> a failure.
 3. Infrastructure / stage-timeout signatures (the job never trained) -> the earliest one.
    `ray-start-fail` is advisory only (Ray falls back to non-Ray mode).
+3b. Slurm reports a node failure -> `node-fail`, before rules 5-9 (*rule NF-3, below).
 4. Candidates are signature hits *not followed by training progress* (*: more than 2
    distinct steps completed after a hit in the same file means the job survived it — it is
    reported, never primary; this drops e.g. autotuner OOM probes and transient NCCL warns).
@@ -39,8 +40,19 @@ reads those lines as evidence of an external kill, not a node failure of its own
 quoted as the unknown-death evidence (with a preemption cancel line, checklist item 3). With
 an OOM report (cgroup / kernel / Ray) they are the OOM kill itself, quoted as oom-host
 evidence. Otherwise, with a JOB SUMMARY, they are node-fail evidence (exit 137 = SIGKILL).
-*Slurm's `CANCELLED AT ... DUE TO TIME LIMIT` is a train-timeout (rule CL-TRAIN-TIMEOUT, signature
-family TT-slurm); after a stall it is a hang killed by the time limit (rule 6).
+*Slurm's `CANCELLED AT ... DUE TO TIME LIMIT` (--time) is the scheduler cancelling the job: the
+`cancelled` class with stage "Slurm time limit (--time)", never train-timeout, which is the job
+script's own `== Training TIMEOUT` stage (rule CL-SLURM-TIME-LIMIT); after a stall it is a hang
+(rule 9), after the final step soft-success (c).
+*Slurm's own node-failure report (`Node failure on <host>`, `CANCELLED ... DUE TO NODE FAILURE`)
+is primary node-fail before the heartbeat checklist, the stall and the cancel: the survivors
+stalled waiting for the dead node until Slurm noticed, then the step was cancelled (rule NF-3).
+Only a root cause logged before it outranks it.
+*A JAX distributed-initialization deadline at start-up (registration deadline, connect barrier,
+any coordination barrier / DEADLINE_EXCEEDED before training) is no heartbeat timeout: it names
+tasks that never joined, node-fail evidence (rule CL-INIT). A traceback whose exception line is
+such a carrier is that carrier's, not a python-exception of its own (rule PY-CARRIER); then the
+job-level rows decide in table order, node-fail before stage-fail (rule NF-4).
 *The primary's description follows the wording family of its earliest evidence
 (`signatures.describe`): an NCCL error is described as an error, not a collective timeout.
 *Every primary has its evidence in `evidence` (and so in the JSON failures list): the
@@ -65,6 +77,7 @@ from jobdiagd.model.triage import (
     HeartbeatInfo,
     Progress,
     Stall,
+    StallKnowledge,
     TgsAnalysis,
 )
 from jobdiagd.rules.signatures import BY_CLASS, EVIDENCE_CLASSES, SIGNATURES, Tier
@@ -76,6 +89,8 @@ from jobdiagd.triage.stall import StallPolicy, stall_budget
 # middle of that range (rule PRJ-7).
 SETUP_BUDGET_S = 1200.0
 PROGRESS_SLACK = 2
+# node-fail families that say which node failed and why (rules NF-3, CL-INIT): quoted first.
+NODE_FAIL_CAUSE_RULES = frozenset({"NODE-slurm-node-failure", "NODE-jax-init", "NODE-jax-init-deadline"})
 DEFAULT_HEARTBEAT_TIMEOUT_S = 100.0
 _EXIT_RE = re.compile(r"exit(?:=| code |ed with exit code )(\d+)")
 _ORDER = {s.cls: i for i, s in enumerate(SIGNATURES)}
@@ -180,6 +195,7 @@ class _Job:
     now: float
     slurm_state: str | None
     nodes: list[str]
+    known: StallKnowledge | None = None  # the daemon's clock on a job it watches (rule VIEW-1)
 
     @property
     def slurm_word(self) -> str:
@@ -188,7 +204,18 @@ class _Job:
 
     @property
     def alive(self) -> bool:
+        """Alive in Slurm; without a Slurm answer, watched live by the daemon (rule VIEW-1)."""
+        if not self.slurm_word:
+            return self.known is not None
         return self.slurm_word in ALIVE_STATES
+
+    def stall_now(self, setup_s: float | None) -> Stall:
+        """The stall of the job as it is now: on the daemon's clock when the daemon says what it
+        knows of a live job (rule VIEW-1), else from the log (rules HANG-1, HANG-2, HANG-5)."""
+        k = self.known
+        if k is not None and self.alive:
+            return Stall(k.stalled(self.now), k.gap(self.now), k.budget_s, k.phase, StallBasis.DAEMON)
+        return self.stall_at(self.now, setup_s)
 
     def stall_at(self, at: float | None, setup_s: float | None) -> Stall:
         """The stall measured to `at` (rules HANG-1, HANG-2, HANG-5)."""
@@ -223,13 +250,17 @@ def classify(
     slurm_state: str | None,
     nodes: list[str],
     policy: StallPolicy | None = None,
+    known: StallKnowledge | None = None,
 ) -> Classification:
     """Status, primary failure, evidence and notes of one job: the rules of docs/rules.md
-    §§ 2-8, in order (status, harmless drops and cascades, stall, candidates, primary, evidence)."""
+    §§ 2-8, in order (status, harmless drops and cascades, stall, candidates, primary, evidence).
+    `known`: what the daemon knows of the job's progress, which times a live job's stall (rule VIEW-1)."""
     if logs.ref.problem == "prolog-kill-no-log" or logs.main is None:
         return _no_log(logs)
     main = logs.main
-    job = _Job(logs, main, steps, progress, ckpt, tgs, policy or StallPolicy(), now, slurm_state, nodes)
+    job = _Job(
+        logs, main, steps, progress, ckpt, tgs, policy or StallPolicy(), now, slurm_state, nodes, known
+    )
     notes: list[str] = list(logs.errors)
 
     # Harmless lines and cascades (rules HL-3, CAS-5, CAS-6).
@@ -251,28 +282,31 @@ def classify(
     status, soft = _status(job, hits, infra, setup_s)
     notes += _finished_without_summary_note(job, status)
     if soft == "c":
-        hits, derived, classes = _time_limit_as_soft_success(hits, derived, classes)
+        derived = _time_limit_as_soft_success(main, derived)
     hits, derived, classes = _route_srun_killed(hits, derived, classes, status, main)
     derived = _status_evidence(derived, status, main)
 
     # Stall before the end (rules CAS-4, CAS-8, HANG-5).
     at = _stall_instant(job, status)
-    stall = job.stall_at(at, setup_s)
+    live = status in (JobStatus.RUNNING, JobStatus.HANGING)
+    stall = job.stall_now(setup_s) if live else job.stall_at(at, setup_s)
     if status is JobStatus.HANGING:
         stall = replace(stall, stalled=True)
 
     # Primary failure (rules CL-2 to CL-9) and its notes (CAS-7, UD-3).
     primary, hb_info = _primary(job, status, soft, hits, classes, infra, advisory, stall)
     notes += _hung_waiting_note(status, primary)
+    notes += _node_failure_stall_note(primary, hits, stall)
     if status is JobStatus.UNKNOWN_DEATH:
         notes += _unknown_death_notes(job)
 
     # Evidence (rules CL-10, CL-11).
     evidence = _evidence_order(primary, hits, classes, derived)
+    primary_rule = next((e.rule for e in evidence if e.cls == primary), None)
     return Classification(
         status=status,
         primary=primary,
-        stage=_stage(primary, main, steps),
+        stage=_stage(primary, main, steps, primary_rule),
         evidence=evidence,
         classes=_reported_classes(primary, classes, tgs, status),
         notes=notes,
@@ -280,7 +314,7 @@ def classify(
         stall=stall,
         soft_success_variant=soft,
         end_time=at,
-        primary_rule=next((e.rule for e in evidence if e.cls == primary), None),
+        primary_rule=primary_rule,
         cancel_reason=_cancel_reason(main) if status is JobStatus.CANCELLED else None,
     )
 
@@ -426,7 +460,7 @@ def _finished_without_summary_note(job: _Job, status: JobStatus) -> list[str]:
 
 def _status_without_summary(job: _Job, infra: list[Evidence], setup_s: float | None) -> JobStatus:
     """Rules ST-4, ST-5, ST-8: no JOB SUMMARY; Slurm's state and the step progress decide."""
-    recent = job.stall_at(job.now, setup_s)
+    recent = job.stall_now(setup_s)
     advancing = recent.basis is StallBasis.TIMESTAMPS and not recent.stalled
     if infra and not job.steps and not job.alive:
         return JobStatus.FAILED  # an infrastructure failure before training; the summary may be missing
@@ -437,21 +471,12 @@ def _status_without_summary(job: _Job, infra: list[Evidence], setup_s: float | N
     return JobStatus.UNKNOWN_DEATH
 
 
-def _time_limit_as_soft_success(
-    hits: Hits, derived: Hits, classes: list[str]
-) -> tuple[Hits, Hits, list[str]]:
+def _time_limit_as_soft_success(main: LogState, derived: Hits) -> Hits:
     """Rule SOFT-2: soft-success (c) *is* the walltime cancel after the last step: Slurm's
-    time-limit line is its evidence, not a train-timeout of its own."""
-    if "train-timeout" not in hits:
-        return hits, derived, classes
-    derived = {
-        **derived,
-        "soft-success": [
-            replace(e, cls="soft-success") for e in hits["train-timeout"] if e.rule == "TT-slurm"
-        ],
-    }
-    hits = _keep(hits, "train-timeout", lambda e: e.rule != "TT-slurm")
-    return hits, derived, [c for c in classes if c in hits]
+    time-limit line is its evidence."""
+    if main.cancel_evidence is None:
+        return derived
+    return {**derived, "soft-success": [replace(main.cancel_evidence, cls="soft-success")]}
 
 
 def _route_srun_killed(
@@ -514,7 +539,8 @@ def _primary(
     cands = _candidates(job, hits, classes)
     hb_info = _heartbeat_info(job, hits, cands)
     primary = (
-        _heartbeat_verdict_primary(hb_info, cands)
+        _slurm_node_failure_primary(cands)
+        or _heartbeat_verdict_primary(hb_info, cands)
         or _root_cause_primary(cands)
         or _heartbeat_false_positive_primary(hb_info)
         or _train_timeout_primary(hits, stall)
@@ -543,13 +569,33 @@ def _candidates(job: _Job, hits: Hits, classes: list[str]) -> _Candidates:
             if sig is None or sig.tier is not tier:
                 continue
             for e in hits[cls]:
+                if _carried_by_other_carrier(e, hits):
+                    continue
                 if not _survived(e, states, last_step_time):
                     out.append(e)
                     break
         return out
 
     roots = [e for e in live_hits(Tier.ROOT) if e.cls not in ("heartbeat-timeout", "train-timeout")]
-    return _Candidates(roots, live_hits(Tier.SYMPTOM), live_hits(Tier.CARRIER))
+    carriers = live_hits(Tier.CARRIER)
+    # Rule NF-3 looks for Slurm's node-failure line among node-fail's hits, not only the first.
+    nf = next(
+        (e for e in hits.get("node-fail", []) if e.rule == "NODE-slurm-node-failure"),
+        None,
+    )
+    if nf is not None and nf not in carriers and not _survived(nf, states, last_step_time):
+        carriers.append(nf)
+    return _Candidates(roots, live_hits(Tier.SYMPTOM), carriers)
+
+
+def _carried_by_other_carrier(e: Evidence, hits: Hits) -> bool:
+    """Rule PY-CARRIER: a traceback whose exception line is another carrier's signature (a JAX
+    start-up deadline raised as XlaRuntimeError, node-fail) is that signature's carrier, not a
+    python-exception candidate of its own."""
+    if e.cls != "python-exception" or not e.carries or e.carries not in hits:
+        return False
+    sig = BY_CLASS.get(e.carries)
+    return sig is not None and sig.tier is Tier.CARRIER
 
 
 def _heartbeat_info(job: _Job, hits: Hits, cands: _Candidates) -> HeartbeatInfo | None:
@@ -558,6 +604,26 @@ def _heartbeat_info(job: _Job, hits: Hits, cands: _Candidates) -> HeartbeatInfo 
     if hb is None:
         return None
     return _heartbeat_checklist(hb, cands.roots + cands.symptoms + cands.carriers, job)
+
+
+def _slurm_node_failure_primary(cands: _Candidates) -> FailureClass | None:
+    """Rule NF-3: Slurm's own report that a node of the job failed (`Node failure on <host>`,
+    `CANCELLED ... DUE TO NODE FAILURE`) is the cause of what followed it — the survivors' stall in
+    the next collective until Slurm noticed (SlurmdTimeout), the heartbeat timeout that accused the
+    dead task, the step's cancel. It is primary over a stall, a cancel and later symptoms; only a
+    root cause logged before it (e.g. an OOM report on that node) outranks it."""
+    nf = next((e for e in cands.carriers if e.rule == "NODE-slurm-node-failure"), None)
+    if nf is None:
+        return None
+    earlier = [e for e in cands.roots if _before(e, nf)]
+    return _pick(earlier, [], []) if earlier else FailureClass.NODE_FAIL
+
+
+def _before(a: Evidence, b: Evidence) -> bool:
+    """`a` was logged before `b`: by timestamp when both have one, else by line in one file."""
+    if a.time is not None and b.time is not None:
+        return a.time < b.time
+    return a.source == b.source and a.line < b.line
 
 
 def _heartbeat_verdict_primary(hb_info: HeartbeatInfo | None, cands: _Candidates) -> FailureClass | None:
@@ -601,8 +667,15 @@ def _stalled_primary(status: JobStatus, stall: Stall) -> FailureClass | None:
 
 
 def _carrier_primary(cands: _Candidates, status: JobStatus) -> FailureClass | None:
-    """Rule CL-8: carriers, by table order, never on a completed job."""
-    return _pick([], [], cands.carriers) if cands.carriers and status is not JobStatus.COMPLETED else None
+    """Rule CL-8: carriers, by table order, never on a completed job. Rule NF-4: of the job-level
+    rows, node-fail comes before stage-fail whatever their line order (the Training stage's FAILED
+    marker only says the stage failed; the NODE_EXIT lines say which nodes)."""
+    if not cands.carriers or status is JobStatus.COMPLETED:
+        return None
+    carriers = cands.carriers
+    if any(e.cls == "node-fail" for e in carriers):
+        carriers = [e for e in carriers if e.cls != "stage-fail"]
+    return _pick([], [], carriers)
 
 
 def _job_state_primary(status: JobStatus) -> FailureClass | None:
@@ -643,6 +716,19 @@ def _hung_waiting_note(status: JobStatus, primary: FailureClass | None) -> list[
     ):
         return ["Training stopped after the error above; the remaining tasks are hung waiting for it."]
     return []
+
+
+def _node_failure_stall_note(primary: FailureClass | None, hits: Hits, stall: Stall) -> list[str]:
+    """Rule NF-3: a stall before Slurm's node-failure report is the survivors waiting for the dead node."""
+    if primary is not FailureClass.NODE_FAIL or not stall.stalled or stall.gap_s is None:
+        return []
+    if not any(e.rule == "NODE-slurm-node-failure" for e in hits.get("node-fail", [])):
+        return []
+    return [
+        f"Training had stopped advancing {stall.gap_s:.0f}s before the job ended: the remaining tasks were "
+        "waiting for the failed node in a collective until Slurm noticed it — a consequence of the node "
+        "failure, not a hang of its own."
+    ]
 
 
 def _unknown_death_notes(job: _Job) -> list[str]:
@@ -935,18 +1021,29 @@ def _evidence_order(
                 n -= 1
 
     if primary is not None:
-        take(derived.get(primary, []) if primary in derived else hits.get(primary, []), 6)
+        own = derived.get(primary, []) if primary in derived else hits.get(primary, [])
+        if primary == "node-fail":
+            # Rules NF-3, CL-INIT: the line that says which node failed (Slurm's, the JAX
+            # coordinator's) first; the NODE_EXIT carriers after it.
+            own = sorted(own, key=lambda e: e.rule not in NODE_FAIL_CAUSE_RULES)
+        take(own, 6)
     for cls in classes:
         if cls != primary:
             take(hits[cls], 3)
     if primary != "cancelled" and "cancelled" in derived:
-        take(derived["cancelled"], 1)
+        # Not twice: Slurm's cancel line may already be the primary's evidence (rule NF-3).
+        quoted = {(e.source, e.line) for e in out}
+        take([e for e in derived["cancelled"] if (e.source, e.line) not in quoted], 1)
     return out
 
 
-def _stage(primary: str | None, main: LogState, steps: list[StepRecord]) -> str | None:
+def _stage(
+    primary: str | None, main: LogState, steps: list[StepRecord], rule: str | None = None
+) -> str | None:
     if primary is None or primary == "soft-success":
         return None
+    if primary == "node-fail" and rule in ("NODE-jax-init", "NODE-jax-init-deadline"):
+        return "Job start (JAX distributed initialization)"  # rule CL-INIT
     sig = BY_CLASS.get(primary)
     if primary == "stage-fail":
         failed = [s for s in main.stages if s.kind == "FAILED"]
@@ -963,6 +1060,8 @@ def _stage(primary: str | None, main: LogState, steps: list[StepRecord]) -> str 
                 else "Training (startup)"
             )
         return "Training"
+    if primary == "cancelled" and main.cancel is not None and "TIME LIMIT" in main.cancel.reason.upper():
+        return "Slurm time limit (--time)"  # rule CL-SLURM-TIME-LIMIT
     if primary in ("unknown-death", "cancelled", "tgs-degradation"):
         return "Training" if steps else None
     # A carrier without a stage of its own (node-fail, ...): the stage the job script says failed.

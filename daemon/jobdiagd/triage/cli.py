@@ -1,8 +1,21 @@
-"""`jobdiagd triage`: one-off triage of job directories, logs or ids (runbook job-log-triage)."""
+"""`jobdiagd triage`: one-off triage of job directories, logs or ids (runbook job-log-triage).
+
+The daemon's view (rules VIEW-1, VIEW-3): `jobdiagd run` answers a chat's Full triage / `/triage`
+with this command in a worker process, and passes what it knows that the log cannot say: its
+stall policy (`--stall-factor`, `--min-stall-seconds`, `--startup-grace-seconds`,
+`--checkpoint-budget-seconds`, the keys of `[detectors.hang]`), its instant (`--now`), Slurm's
+state when squeue gave one, and for a live job it watches its own clock on the job's progress
+(`--daemon-since`, `--daemon-budget`, `--daemon-phase`, `--daemon-gpu-confirmed`). Without them
+the command judges from the log with the built-in policy, as before. *Decision: flags, not
+`--config`: this command sits below the config schema (docs/architecture.md floors), and the
+flags say exactly which values the answer used (the daemon formats them with `policy_argv` and
+`stall_argv` below, beside the parser that reads them back).
+"""
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from datetime import datetime
@@ -10,10 +23,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jobdiagd import clock, jsonsafe
+from jobdiagd.model.kinds import StallPhase
 
 if TYPE_CHECKING:
     from jobdiagd.model.jobref import JobRef
-    from jobdiagd.model.triage import TriageResult
+    from jobdiagd.model.triage import StallKnowledge, TriageResult
+    from jobdiagd.triage.stall import StallPolicy
 
 # The parser, engine and report are imported when `triage` runs (`run`), not when it is
 # registered: `jobdiagd --help` and the other subcommands load this module for its arguments.
@@ -32,6 +47,61 @@ def parse_now(text: str) -> float:
     if dt.tzinfo is None:
         dt = dt.astimezone()
     return dt.timestamp()
+
+
+def _finite(text: str, what: str, low: float) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{what}: expected a number, got {text!r}") from None
+    if not math.isfinite(value) or value < low:
+        raise argparse.ArgumentTypeError(f"{what}: expected a finite number >= {low:g}, got {text!r}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    return _finite(text, "seconds", 0.0)
+
+
+def _factor(text: str) -> float:
+    return _finite(text, "factor", 1.0)
+
+
+def _instant(text: str) -> float:
+    t = parse_now(text)
+    if not math.isfinite(t):
+        raise argparse.ArgumentTypeError(f"expected a finite time, got {text!r}")
+    return t
+
+
+# `jobdiagd triage` flag -> StallPolicy field; the flags are the `[detectors.hang]` keys.
+POLICY_FLAGS: dict[str, str] = {
+    "--stall-factor": "stall_factor",
+    "--min-stall-seconds": "min_stall_s",
+    "--startup-grace-seconds": "startup_s",
+    "--checkpoint-budget-seconds": "checkpoint_s",
+}
+
+
+def policy_argv(policy: StallPolicy) -> list[str]:
+    """The flags that give `jobdiagd triage` this stall policy (exact: `repr` of each float)."""
+    out: list[str] = []
+    for flag, name in POLICY_FLAGS.items():
+        out += [flag, repr(float(getattr(policy, name)))]
+    return out
+
+
+def stall_argv(known: StallKnowledge) -> list[str]:
+    """The flags that give `jobdiagd triage` the daemon's knowledge of a live job's progress."""
+    out = [
+        "--daemon-since",
+        repr(float(known.since)),
+        "--daemon-budget",
+        repr(float(known.budget_s)),
+        "--daemon-phase",
+        StallPhase(known.phase).value,
+    ]
+    return [*out, "--daemon-gpu-confirmed"] if known.gpu_confirmed else out
 
 
 MAX_AUTO_WORKERS = 2
@@ -94,7 +164,41 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="processes that pre-filter the body of a log over 128 MiB (default: up to 2, one per "
         "CPU no other process is running on; 1 on a busy machine)",
     )
+    _register_daemon_view(p)
     p.set_defaults(func=run)
+
+
+def _register_daemon_view(p: argparse.ArgumentParser) -> None:
+    pol = p.add_argument_group(
+        "stall policy", "the daemon's [detectors.hang] values (unset: the built-in policy's)"
+    )
+    pol.add_argument(
+        "--stall-factor", type=_factor, metavar="F", help="steady budget: F x the steady step time"
+    )
+    pol.add_argument("--min-stall-seconds", type=_seconds, metavar="S", help="the least budget once steps come")
+    pol.add_argument(
+        "--startup-grace-seconds", type=_seconds, metavar="S", help="budget before the first step"
+    )
+    pol.add_argument(
+        "--checkpoint-budget-seconds", type=_seconds, metavar="S", help="budget of a checkpoint-adjacent step"
+    )
+    known = p.add_argument_group(
+        "the daemon's clock",
+        "a live job the daemon watches (one PATH): its status is judged on these, not on the log's stamps",
+    )
+    known.add_argument(
+        "--daemon-since",
+        type=_instant,
+        metavar="TIME",
+        help="when the daemon read the last step (or the barrier)",
+    )
+    known.add_argument(
+        "--daemon-budget", type=_seconds, metavar="S", help="the budget its hang detector applies"
+    )
+    known.add_argument("--daemon-phase", choices=[ph.value for ph in StallPhase], help="that budget's phase")
+    known.add_argument(
+        "--daemon-gpu-confirmed", action="store_true", help="a GPU-confirmed early page holds the job hung"
+    )
 
 
 def _roots(args: argparse.Namespace, *, implicit: bool = True) -> list[Path]:
@@ -122,7 +226,40 @@ def _slurm(ref: JobRef, args: argparse.Namespace, now: float) -> tuple[str | Non
     return job.state, slurm_wall_s(job, now), job.user
 
 
-def _one(ref: JobRef, args: argparse.Namespace, now: float) -> TriageResult:
+def _policy(args: argparse.Namespace) -> StallPolicy | None:
+    """The stall policy the flags give (unset ones keep the built-in value); None: no flag."""
+    from jobdiagd.triage.stall import StallPolicy
+
+    given = {name: getattr(args, flag[2:].replace("-", "_")) for flag, name in POLICY_FLAGS.items()}
+    given = {k: v for k, v in given.items() if v is not None}
+    return StallPolicy(**given) if given else None
+
+
+def _knowledge(args: argparse.Namespace) -> StallKnowledge | str | None:
+    """The daemon's knowledge the flags give, None without them, or what is wrong with them."""
+    from jobdiagd.model.triage import StallKnowledge
+
+    parts = (args.daemon_since, args.daemon_budget, args.daemon_phase)
+    if all(v is None for v in parts):
+        if args.daemon_gpu_confirmed:
+            return "--daemon-gpu-confirmed needs --daemon-since, --daemon-budget and --daemon-phase"
+        return None
+    if any(v is None for v in parts):
+        return "--daemon-since, --daemon-budget and --daemon-phase go together"
+    if args.all or len(args.paths) != 1:
+        return "the daemon's clock (--daemon-*) describes one job: give exactly one PATH"
+    return StallKnowledge(
+        args.daemon_since, args.daemon_budget, StallPhase(args.daemon_phase), args.daemon_gpu_confirmed
+    )
+
+
+def _one(
+    ref: JobRef,
+    args: argparse.Namespace,
+    now: float,
+    policy: StallPolicy | None = None,
+    known: StallKnowledge | None = None,
+) -> TriageResult:
     from jobdiagd.triage.engine import triage_ref
     from jobdiagd.triage.resolve import job_access
 
@@ -130,7 +267,9 @@ def _one(ref: JobRef, args: argparse.Namespace, now: float) -> TriageResult:
     # Only files inside the job's outputs root (or a root named by --outputs/$JOBDIAGD_OUTPUTS)
     # and owned by the job's user are read.
     access = job_access(ref, _roots(args, implicit=False), user)
-    return triage_ref(ref, now=now, slurm_state=state, slurm_wall_s=wall, access=access)
+    return triage_ref(
+        ref, now=now, slurm_state=state, slurm_wall_s=wall, access=access, policy=policy, stall=known
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -142,6 +281,10 @@ def run(args: argparse.Namespace) -> int:
     now = args.now if args.now is not None else clock.wall()
     if args.workers is not None and args.workers < 1:
         print("jobdiagd triage: --workers must be at least 1", file=sys.stderr)
+        return 2
+    policy, known = _policy(args), _knowledge(args)
+    if isinstance(known, str):
+        print(f"jobdiagd triage: {known}", file=sys.stderr)
         return 2
     workers = args.workers
     if workers is None:
@@ -167,7 +310,7 @@ def run(args: argparse.Namespace) -> int:
     results: list[TriageResult] = []
     for ref in refs:
         try:
-            results.append(_one(ref, args, now))
+            results.append(_one(ref, args, now, policy, known))
         except RefusedFile as exc:
             print(f"jobdiagd triage: {ref.job_dir or ref.log}: log refused: {exc.strerror}", file=sys.stderr)
             bad += 1

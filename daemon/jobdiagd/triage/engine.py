@@ -3,6 +3,11 @@
 `analyze()` is pure (plain `JobLogs` + `now` in, `TriageResult` out) and is what the
 daemon and backtest call on their incrementally-built states; `triage()` adds the I/O
 edge (resolution and reading files).
+
+What the daemon knows and a log cannot say comes in as inputs, never as a patch on the result:
+its stall policy (`policy`, from `[detectors.hang]`), its Slurm state, and its own clock on a
+live job's progress (`stall`, a `StallKnowledge`: since when no step was read, with which
+budget; rule VIEW-1). Given those, the triage of a watched job concludes what the daemon pages.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from jobdiagd.logs.state import LogState
 from jobdiagd.model.jobref import JobRef
 from jobdiagd.model.records import Restart, RestoreLine, StepRecord
 from jobdiagd.model.stepguard import implausible_top
-from jobdiagd.model.triage import Live, TriageResult
+from jobdiagd.model.triage import Live, StallKnowledge, TriageResult
 from jobdiagd.rules.hostlist import expand_hostlist, valid_host
 from jobdiagd.triage.classify import classify
 from jobdiagd.triage.nextsteps import next_steps
@@ -152,12 +157,14 @@ def analyze(
     policy: StallPolicy | None = None,
     slurm_wall_s: float | None = None,
     ignore_steps: Mapping[int, str] | None = None,
+    stall: StallKnowledge | None = None,
 ) -> TriageResult:
     """`slurm_wall_s` (start to end, or to `now`, per Slurm) stands in for the JOB SUMMARY's
     Wall when the log has no summary: a live or truncated job still gets rule PRJ-7's
     "total training time vs wall time" check. Implausible step lines (`model.stepguard`: past
     the configured total, or far ahead of the step before) are left out of progress and named
-    in the notes; `ignore_steps` adds those the daemon judged on its own clock."""
+    in the notes; `ignore_steps` adds those the daemon judged on its own clock. `stall` is the
+    daemon's knowledge of a live job's progress: it decides running or hanging (rule VIEW-1)."""
     main = logs.main
     auth = logs.authoritative()
     steps, ignored, restart = _run_steps(main, auth, ignore_steps)
@@ -192,7 +199,16 @@ def analyze(
     )
     tgs = analyze_tgs(steps, ckpt)
     cls = classify(
-        logs, steps, progress, ckpt, tgs, now=now, slurm_state=slurm_state, nodes=nodes, policy=policy
+        logs,
+        steps,
+        progress,
+        ckpt,
+        tgs,
+        now=now,
+        slurm_state=slurm_state,
+        nodes=nodes,
+        policy=policy,
+        known=stall,
     )
     cls.notes.extend(_run_notes(main, restart, ignored))
     if cls.status == "completed" and progress.progress_lost_steps not in (0, None):
@@ -230,11 +246,14 @@ def triage(
     slurm_state: str | None = None,
     outputs_root: Path | list[Path] | None = None,
     policy: StallPolicy | None = None,
+    stall: StallKnowledge | None = None,
 ) -> TriageResult:
     """Resolve `path` (job dir, .log, Slurm/k8s id) and triage it. Raises ResolveError."""
     roots = [outputs_root] if isinstance(outputs_root, Path) else list(outputs_root or [])
     ref = resolve(str(path), roots)
-    return triage_ref(ref, now=now, slurm_state=slurm_state, policy=policy, access=job_access(ref, roots))
+    return triage_ref(
+        ref, now=now, slurm_state=slurm_state, policy=policy, access=job_access(ref, roots), stall=stall
+    )
 
 
 def triage_ref(
@@ -245,8 +264,11 @@ def triage_ref(
     policy: StallPolicy | None = None,
     slurm_wall_s: float | None = None,
     access: LogAccess | None = None,
+    stall: StallKnowledge | None = None,
 ) -> TriageResult:
     """Triage one resolved job. `access` (default: `job_access(ref)`) says which of its files
     may be read; a refused main log raises RefusedFile."""
     logs = load_job(ref, ref_time=now, access=access if access is not None else job_access(ref))
-    return analyze(logs, now=now, slurm_state=slurm_state, policy=policy, slurm_wall_s=slurm_wall_s)
+    return analyze(
+        logs, now=now, slurm_state=slurm_state, policy=policy, slurm_wall_s=slurm_wall_s, stall=stall
+    )

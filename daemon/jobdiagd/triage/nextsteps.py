@@ -52,11 +52,6 @@ TEMPLATES: dict[str, list[str]] = {
         'Increase timeout: STAGE_TIMEOUTS="train:<seconds>".',
         "Verify it's not a hang (check if training was progressing).",
     ],
-    # train-timeout from Slurm's own time-limit cancel (family TT-slurm), not the stage timeout.
-    "train-timeout/slurm": [
-        "Increase the job's Slurm time limit (sbatch --time=...) or resume from the last checkpoint in a new job.",
-        "Verify it's not a hang (check if training was progressing).",
-    ],
     "hang": [
         "If RAY=1 and job is still live: check Ray Dashboard (port 8265) for actor status and stack traces to confirm RCCL hang and identify the stuck collective.",
         "Query Prometheus TSDB at hang time for GPU util (check per-GPU per-node for partial utilization patterns), power watts, TCP retransmits (both rate and absolute totals across nodes), RDMA counters (`jobdiagd diagnose {target} --playbook hang`).",
@@ -113,10 +108,27 @@ TEMPLATES: dict[str, list[str]] = {
     "cancelled": [
         "Cancellation is the mechanism, not the root cause; no underlying hang or failure was found, so no action is needed."
     ],
+    # Slurm's own time-limit cancel (rule CL-SLURM-TIME-LIMIT), not the job script's train stage timeout.
+    "cancelled/time-limit": [
+        "Slurm's time limit (--time) ended a job that was still training: increase it (sbatch --time=...) or resume from the last checkpoint in a new job.",
+        "Verify it's not a hang (training was progressing until the cancel).",
+    ],
     "node-fail": [
         "Identify which nodes failed: {failed_nodes}.",
         "Read their task output.",
         "For exit 137: likely OOM. For exit 134/139: check core dumps.",
+    ],
+    # A Slurm node failure (rule NF-3): the node itself went down.
+    "node-fail/slurm": [
+        "Slurm marked a node of the job failed: check `sinfo -R` / the slurmctld log for that node's reason and `scontrol show node <host>`.",
+        "Resubmit excluding that node (--exclude=<host>) and restore from the last checkpoint.",
+        "If the same node fails again, report it to the cluster admins (hardware fault).",
+    ],
+    # A JAX distributed-initialization deadline (rule CL-INIT): tasks that never joined.
+    "node-fail/init": [
+        "Read the output of the tasks the coordinator names as never registered (or not at the barrier): they crashed, never started, or cannot reach the coordinator at JAX_COORDINATOR_PORT.",
+        "Identify which nodes failed: {failed_nodes}.",
+        "If they only started late (slow image pull, setup, model loading), raise the distributed initialization timeout; otherwise exclude the node that never joined.",
     ],
     "stage-fail": [
         "Read the failing stage's output above its FAILED marker.",
@@ -178,6 +190,18 @@ def _fit(template: str, r: TriageResult) -> str:
     return template
 
 
+def _template_key(r: TriageResult, primary: str) -> str:
+    """The template of the primary class, or of the wording family that decided it."""
+    rule = r.cls.primary_rule
+    if primary == "cancelled" and "TIME LIMIT" in (r.cls.cancel_reason or ""):
+        return "cancelled/time-limit"
+    if primary == "node-fail" and rule == "NODE-slurm-node-failure":
+        return "node-fail/slurm"
+    if primary == "node-fail" and rule in ("NODE-jax-init", "NODE-jax-init-deadline"):
+        return "node-fail/init"
+    return primary
+
+
 def next_steps(r: TriageResult) -> list[str]:
     primary = r.cls.primary
     steps: list[str] = []
@@ -197,11 +221,7 @@ def next_steps(r: TriageResult) -> list[str]:
         or "see NODE_EXIT lines",
     }
     if primary is not None:
-        key = (
-            "train-timeout/slurm"
-            if primary == "train-timeout" and r.cls.primary_rule == "TT-slurm"
-            else primary
-        )
+        key = _template_key(r, primary)
         steps.extend(_fit(t, r).format(**fill) for t in TEMPLATES.get(key, []) if _applies(t, r))
     hb = r.cls.heartbeat
     if hb is not None and primary != "heartbeat-timeout":

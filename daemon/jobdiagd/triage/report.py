@@ -83,12 +83,13 @@ def _hang_text(r: TriageResult, at: str) -> str:
             "an RCCL/NCCL collective hang. The heartbeat timeout that ended the job was the kill mechanism "
             "(gRPC channel deadlock after a prolonged hang), not the root cause."
         )
+    daemon = _daemon_clock(r)
     if not r.steps:
         return (
-            "No training step completed after the pre-training barrier: the first RCCL collective deadlocked "
-            "(init-phase hang, often a transient race)."
+            f"No training step completed after the pre-training barrier{daemon}: the first RCCL collective "
+            "deadlocked (init-phase hang, often a transient race)."
         )
-    tail = f" for {exact_duration(gap)}" if gap is not None else ""
+    tail = f" for {exact_duration(gap)}{daemon}" if gap is not None else ""
     if r.status == "cancelled":
         return f"Training stopped advancing{at}{tail} and the job was then cancelled: the cancellation killed a hung job (RCCL/NCCL collective deadlock)."
     if "train-timeout" in c.classes:
@@ -96,6 +97,34 @@ def _hang_text(r: TriageResult, at: str) -> str:
             f"Training stopped advancing{at}{tail} until the training timeout killed it: a collective hang."
         )
     return f"Training stopped advancing{at}{tail} while the job is still running: an RCCL/NCCL collective hang (all nodes waiting on each other)."
+
+
+def _daemon_clock(r: TriageResult) -> str:
+    """How the daemon timed a live job's stall (rule VIEW-1), worded as its hang page words it."""
+    stall = r.cls.stall
+    if stall is None or stall.basis != "daemon-clock":
+        return ""
+    early = (
+        "; GPU-confirmed before it ran out"
+        if stall.gap_s is not None and stall.gap_s <= stall.budget_s
+        else ""
+    )
+    return f" (the daemon's clock: budget {exact_duration(stall.budget_s)}, phase {stall.phase}{early})"
+
+
+def _daemon_stall_row(r: TriageResult) -> tuple[str, str] | None:
+    """A live job the daemon watches: the time since it read the last step, against its budget."""
+    stall = r.cls.stall
+    if stall is None or stall.basis != "daemon-clock" or stall.gap_s is None:
+        return None
+    last = r.progress.last_step
+    since = f"step {last} was read" if last is not None else "the barrier was read (or watching began)"
+    verdict = "stalled" if stall.stalled else "within budget"
+    return (
+        "No step for (daemon's clock)",
+        f"{exact_duration(stall.gap_s)} since {since} — budget {exact_duration(stall.budget_s)}, "
+        f"phase {stall.phase}: {verdict}",
+    )
 
 
 def _heartbeat_text(r: TriageResult, at: str) -> str:
@@ -160,7 +189,7 @@ def _silence_row(r: TriageResult) -> tuple[str, str] | None:
 
 def _progress_rows(r: TriageResult) -> list[tuple[str, str]]:
     """The rows of the report's progress projection table (rules PRJ-1 to PRJ-8)."""
-    silence = _silence_row(r)
+    silence = _silence_row(r) or _daemon_stall_row(r)
     return [
         *_step_rows(r),
         _expected_step_row(r),

@@ -296,7 +296,7 @@ def _home(path: str) -> str:
 @dataclass
 class _Forward:
     conn: Any
-    listeners: dict[int, Any] = field(default_factory=dict)
+    listeners: dict[tuple[str, int], Any] = field(default_factory=dict)
 
 
 class SshTunnelPool:
@@ -330,8 +330,9 @@ class SshTunnelPool:
     def _alive(fwd: _Forward | None) -> bool:
         return fwd is not None and not fwd.conn.is_closed()
 
-    async def forward(self, host: str, remote_port: int) -> int:
-        """Local port that reaches 127.0.0.1:remote_port on `host`; reconnects with backoff when needed."""
+    async def forward(self, host: str, remote_port: int, remote_host: str = "127.0.0.1") -> int:
+        """Local port that reaches remote_host:remote_port as seen from `host` (its loopback by
+        default; the site Prometheus may be another machine behind it); reconnects with backoff."""
         lock = self._locks.setdefault(host, asyncio.Lock())
         async with lock:
             fwd = self._conns.get(host)
@@ -341,10 +342,11 @@ class SshTunnelPool:
                 fwd = _Forward(await self._connect_with_backoff(host))
                 self._conns[host] = fwd
             assert fwd is not None
-            if remote_port not in fwd.listeners:
-                listener = await fwd.conn.forward_local_port("127.0.0.1", 0, "127.0.0.1", remote_port)
-                fwd.listeners[remote_port] = listener
-            return int(fwd.listeners[remote_port].get_port())
+            key = (remote_host, remote_port)
+            if key not in fwd.listeners:
+                listener = await fwd.conn.forward_local_port("127.0.0.1", 0, remote_host, remote_port)
+                fwd.listeners[key] = listener
+            return int(fwd.listeners[key].get_port())
 
     async def _connect_with_backoff(self, host: str) -> Any:
         delay = self.settings.backoff_initial_s

@@ -136,8 +136,11 @@ class PromClient:
         label: str | None = None,
         timeout_s: float = 30.0,
         session: aiohttp.ClientSession | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        # Sent with every request (a site Prometheus's Authorization); never part of an error.
+        self._headers = dict(headers or {})
         # `label` names the server in errors (e.g. "node001:9190 via ssh"), not the forwarded loopback port.
         self.label = label or self.base_url
         self.timeout_s = timeout_s
@@ -173,7 +176,7 @@ class PromClient:
         self.query_count += 1
         try:
             async with asyncio.timeout(self.timeout_s):
-                async with session.get(self.url(endpoint, params)) as resp:
+                async with session.get(self.url(endpoint, params), headers=self._headers) as resp:
                     body = await resp.text()
                     if resp.status >= 400:
                         raise PromError(self.label, endpoint, query, f"HTTP {resp.status}: {body[:300]}")

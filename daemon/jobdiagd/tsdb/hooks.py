@@ -1,99 +1,51 @@
-"""What the daemon calls: the GPU utilization/power verdict for a hang alert, and the playbook for a triage class."""
+"""What the daemon calls: the GPU-hang judge's verdict on a job now (`gpu_hang.judge` over the newest
+samples; the early page and the hang page alike), whether a hang page goes out, and the playbook
+for a triage class (the job-end report)."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
+from jobdiagd import clock
+from jobdiagd.model.kinds import GpuHangState
 from jobdiagd.tsdb.access import AccessError, NoTsdb, SshTunnelPool, TsdbHandle, open_tsdb
-from jobdiagd.tsdb.client import PromError, multi_arm, split_arms
+from jobdiagd.tsdb.client import PromError
 from jobdiagd.tsdb.context import DiagnosisContext
 from jobdiagd.tsdb.discovery import WrongDatabase, time_range
-from jobdiagd.tsdb.gpu_strip import GpuStrip, fetch_gpu_strip
+from jobdiagd.tsdb.gpu_hang import GpuVerdict, gpu_query, judge, profile_for
+from jobdiagd.tsdb.gpu_strip import fetch_gpu_strip
 from jobdiagd.tsdb.playbooks import playbook_name_for_class
-from jobdiagd.tsdb.playbooks.base import by_gpu, gpu_state, host_of, short_host
-from jobdiagd.tsdb.settings import TsdbSettings, model_from_vram
+from jobdiagd.tsdb.settings import TsdbSettings
 
 
-@dataclass(frozen=True)
-class Verdict:
-    """GPU evidence for a hang alert. `state`: busy-wait | training | idle | dead-node | mixed | unknown."""
+def should_page(verdict: GpuVerdict, settings: TsdbSettings) -> bool:
+    """Whether a step-budget hang page goes out (rule HANG-9): always, unless `confirm_hang_with_power`
+    is on and the GPUs deny the hang (working, or in a known pause: `GpuHangState.denies`).
 
-    state: str
-    confirmed_hang: bool
-    summary: str
-    per_host: dict[str, str] = field(default_factory=dict)
-    mean_util_pct: float | None = None
-    mean_power_w: float | None = None
-    at: float | None = None
-    gpu_model: str | None = None
-    # Per-host GPU power/utilization over the last hour (the alert's power strip), when asked for.
-    strip: GpuStrip | None = None
-
-
-def should_page(verdict: Verdict, settings: TsdbSettings) -> bool:
-    """With `confirm_hang_with_power`, a hang pages only once the power signature confirms it."""
+    A verdict that confirms pages; one that cannot tell (`mixed`, `no-process`, `no-data`: no
+    Prometheus, ssh down, stale metrics) never holds a page -- lack of evidence is not health."""
     if not settings.confirm_hang_with_power:
         return True
-    return verdict.confirmed_hang
+    return not verdict.denies
 
 
-async def _power_verdict(
-    handle: TsdbHandle, ctx: DiagnosisContext, settings: TsdbSettings, now: float, window_s: float
-) -> Verdict:
-    at: float | None = None if handle.mode == "live-ssh" else (await time_range(handle))[1]
-    w = f"{int(window_s)}s"
-    arms = {
-        "util": f"avg_over_time(ray_node_gpus_utilization[{w}])",
-        "power": f"avg_over_time(hw_gpu_power_watts[{w}])",
-        "vram": f"max(max_over_time(hw_gpu_vram_total_bytes[{w}]))",
-        "seen": "max by (host) (timestamp(hw_procs_running))",
-    }
-    res = split_arms(await handle.client.query_vector(multi_arm(arms), at))
-    util, power = by_gpu(res.get("util", [])), by_gpu(res.get("power", []))
-    model = settings.gpu_model or (model_from_vram(res["vram"][0].v) if res.get("vram") else None)
-    prof, th = settings.profile(model), settings.thresholds
-    states = {k: gpu_state(util.get(k), power.get(k), prof, th) for k in set(util) | set(power)}
-    t_eval = at if at is not None else now
-    seen = {host_of(s.labels): s.v for s in res.get("seen", [])}
-    stale = sorted(h for h, t in seen.items() if t_eval - t > 60)
-    missing = sorted({short_host(n) for n in ctx.nodes} - set(seen)) if ctx.nodes and seen else []
-    per_host: dict[str, str] = {}
-    for h in sorted({h for h, _ in states} | set(seen)):
-        c = Counter(s for (hh, _), s in states.items() if hh == h)
-        per_host[h] = (
-            "stale metrics"
-            if h in stale
-            else (", ".join(f"{n} {s}" for s, n in c.most_common()) or "no GPU data")
-        )
-    counts = Counter(states.values())
-    total = max(1, len(states))
-    mu = sum(util.values()) / len(util) if util else None
-    mp = sum(power.values()) / len(power) if power else None
-    dead = stale + missing
-    if dead:
-        state, confirmed = "dead-node", True
-        summary = f"{', '.join(dead)} stopped reporting; the others: {counts.get('busy-wait', 0)}/{total} GPUs in busy-wait"
-    elif counts.get("busy-wait", 0) / total >= 0.5:
-        state, confirmed = "busy-wait", True
-        summary = f"{counts['busy-wait']}/{total} GPUs at high utilization and busy-wait power ({mp or 0:.0f} W avg, {prof.name}): RCCL busy-wait hang confirmed"
-    elif counts.get("training", 0) / total >= 0.5:
-        state, confirmed = "training", False
-        summary = f"{counts['training']}/{total} GPUs at training power ({mp or 0:.0f} W avg): GPUs are working -- not a hang (log output may lag)"
-    elif counts.get("idle", 0) == total and total > 0:
-        state, confirmed = "idle", True
-        summary = f"all {total} GPUs idle ({mp or 0:.0f} W avg): the training processes are not running"
-    elif states:
-        state, confirmed = "mixed", False
-        summary = "mixed GPU states: " + ", ".join(f"{n} {s}" for s, n in counts.most_common())
-    else:
-        state, confirmed = "unknown", False
-        summary = "no GPU utilization/power samples in the last window"
-    return Verdict(state, confirmed, summary, per_host, mu, mp, t_eval, prof.name)
+async def _judge_now(handle: TsdbHandle, ctx: DiagnosisContext, settings: TsdbSettings) -> GpuVerdict:
+    """`gpu_hang.judge` over the newest samples: the server's "now" for a live job, the end of the data of
+    a finished one (a copied TSDB)."""
+    finished_at: float | None = None if handle.mode == "live-ssh" else (await time_range(handle))[1]
+    series = await handle.client.query_matrix(gpu_query(settings.early_scrape_interval_s), finished_at)
+    at = finished_at if finished_at is not None else clock.wall()
+    return judge(
+        series,
+        at=at,
+        nodes=ctx.nodes,
+        profile=profile_for(series, settings),
+        thresholds=settings.thresholds,
+        scrape_interval_s=settings.early_scrape_interval_s,
+    )
 
 
 async def hang_power_verdict(
@@ -102,23 +54,23 @@ async def hang_power_verdict(
     *,
     settings: TsdbSettings | None = None,
     tunnels: SshTunnelPool | None = None,
-    window_s: float = 300.0,
     timeout_s: float = 20.0,
     strip_s: float | None = None,
-) -> Verdict:
-    """GPU utilization/power verdict for a hang alert, within one daemon tick.
+) -> GpuVerdict:
+    """The GPU-hang judge's verdict on a job now (rule HANG-GPU), within one daemon tick: the early
+    page's question and the step-budget page's verdict alike.
 
-    Live jobs are queried through the (persistent, caller-owned) ssh tunnel pool; a live job whose
-    Prometheus is unreachable yields `unknown` rather than a slow block copy. `strip_s`: also
-    fetch the per-host power/utilization of that many seconds before the verdict's time (the
-    alert's picture), in the same session; a failed strip leaves the verdict intact.
+    Live jobs are queried through the (persistent, caller-owned) ssh tunnel pool, never by a block
+    copy (it would be slow and miss the newest samples, which are the point); a live job whose
+    Prometheus is unreachable is `no-data`. `strip_s`: also fetch the per-host power/utilization of
+    that many seconds before the verdict's time (the alert's picture), in the same session; a
+    failed strip leaves the verdict intact.
     """
     settings = settings or TsdbSettings()
     try:
         async with asyncio.timeout(timeout_s):
-            # A block copy would be slow and miss the last 2 h -- exactly the hang window -- so live only.
             async with open_tsdb(ctx, settings, now=now, tunnels=tunnels, allow_copy=not ctx.live) as handle:
-                verdict = await _power_verdict(handle, ctx, settings, now, window_s)
+                verdict = await _judge_now(handle, ctx, settings)
                 if strip_s:
                     end = verdict.at if verdict.at is not None else now
                     try:
@@ -130,11 +82,11 @@ async def hang_power_verdict(
                     verdict = dataclasses.replace(verdict, strip=strip)
                 return verdict
     except NoTsdb as exc:
-        return Verdict("unknown", False, str(exc))
+        return GpuVerdict(GpuHangState.NO_DATA, str(exc), now)
     except (AccessError, PromError) as exc:
-        return Verdict("unknown", False, f"TSDB query failed: {exc}")
+        return GpuVerdict(GpuHangState.NO_DATA, f"TSDB query failed: {exc}", now)
     except TimeoutError:
-        return Verdict("unknown", False, f"TSDB verdict timed out after {timeout_s:g}s")
+        return GpuVerdict(GpuHangState.NO_DATA, f"TSDB query timed out after {timeout_s:g}s", now)
 
 
 async def playbook_for_class(class_name: str | None) -> str:

@@ -101,6 +101,9 @@ class Expect:
     reason: str = ""
     absent: tuple[str, ...] = ()
     report_must_not: tuple[str, ...] = ()
+    # Held-out only: a measured miss the patterns were not tuned to fix (held-out text is never
+    # used to tune them); the test expects it to fail until a development excerpt covers the wording.
+    known_miss: str = ""
 
 
 @dataclass(frozen=True)
@@ -236,6 +239,7 @@ def _excerpt(eid: str, e: Mapping[str, Any], by_id: Mapping[str, Mapping[str, An
         reason=str(exp_t.get("reason", "")),
         absent=tuple(exp_t.get("absent", ())),
         report_must_not=tuple(exp_t.get("report_must_not", ())),
+        known_miss=str(exp_t.get("known_miss", "")),
     )
     ex = Excerpt(
         id=eid,

@@ -21,8 +21,12 @@ CORPUS = load_all()
 
 
 @pytest.mark.parametrize("eid", list(CORPUS))
-def test_excerpt_gets_the_runbook_class(tmp_path: Path, eid: str) -> None:
+def test_excerpt_gets_the_runbook_class(tmp_path: Path, eid: str, request: pytest.FixtureRequest) -> None:
     ex = CORPUS[eid]
+    if ex.expect.known_miss:
+        # A held-out miss left as measured (its wording is in no development excerpt): strict, so
+        # the day it passes the marker has to go.
+        request.applymarker(pytest.mark.xfail(reason=ex.expect.known_miss, strict=True))
     res = evaluate(build_case(ex, CORPUS, tmp_path / "outputs"))
     assert (res.got_status, res.got_primary) == (ex.expect.status, ex.expect.primary), (
         f"{eid} ({ex.group}): {ex.expect.reason or 'see corpus'}; matched {res.matched}"
@@ -32,6 +36,10 @@ def test_excerpt_gets_the_runbook_class(tmp_path: Path, eid: str) -> None:
         assert res.evidence_ok, f"{eid}: the Evidence section does not quote {ex.key!r}"
     if ex.expect.report_must_not:
         assert res.desc_ok, f"{eid}: 'What happened' uses one of {ex.expect.report_must_not}"
+
+
+def test_only_held_out_excerpts_may_be_known_misses() -> None:
+    assert all(e.group == "heldout" for e in CORPUS.values() if e.expect.known_miss)
 
 
 def test_both_groups_are_scored() -> None:

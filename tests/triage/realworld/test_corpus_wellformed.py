@@ -45,9 +45,20 @@ NAMED_FAMILIES = (
     "python-traceback",
     "signal-kill",
     "kernel-oom",
+    # Issue 16's families that still misread.
+    "slurm-node-fail",
+    "jax-init-timeout",
+    "compiler-check-abort",
+    "python-traceback-lost-header",
+    "checkpoint-async-timeout",
 )
 
-SOURCE_URL = re.compile(r"^https://(github\.com/[\w.-]+/[\w.-]+/(issues|pull)/\d+|docs\.jax\.dev/\S+)$")
+# An issue / PR, a doc page, or a file of a public repository pinned to a commit (a training
+# logbook, a cluster's documentation).
+SOURCE_URL = re.compile(
+    r"^https://(github\.com/[\w.-]+/[\w.-]+/(issues|pull)/\d+|docs\.jax\.dev/\S+"
+    r"|github\.com/[\w.-]+/[\w.-]+/blob/[0-9a-f]{40}/\S+)$"
+)
 
 
 def _originals() -> list[Excerpt]:

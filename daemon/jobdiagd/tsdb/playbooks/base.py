@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
+from jobdiagd.model.kinds import GpuState
 from jobdiagd.tsdb.client import PromClient, Sample, multi_arm, regex_union, split_arms
 from jobdiagd.tsdb.context import DiagnosisContext
 from jobdiagd.tsdb.context import short_host as short_host  # re-exported for playbooks and hooks
@@ -203,23 +204,23 @@ def fmt(v: float | None, unit: str = "", digits: int = 1) -> str:
     return f"{v:.{digits}f}{unit}"
 
 
-def gpu_state(util: float | None, power: float | None, prof: GpuProfile, th: Thresholds) -> str:
+def gpu_state(util: float | None, power: float | None, prof: GpuProfile, th: Thresholds) -> GpuState:
     """Classify one GPU from mean utilization and power (Playbook 1's signature table)."""
     if power is None and util is None:
-        return "absent"
+        return GpuState.ABSENT
     p = power if power is not None else float("nan")
     u = util if util is not None else float("nan")
     if not math.isnan(p) and p >= prof.train_power_min_w * 0.9:
-        return "training"
+        return GpuState.TRAINING
     if not math.isnan(u) and u >= th.busy_util_pct:
         if not math.isnan(p) and p <= prof.busy_wait_power_max_w * 1.15:
-            return "busy-wait"
-        return "busy"
+            return GpuState.BUSY_WAIT
+        return GpuState.BUSY
     if not math.isnan(p) and p <= prof.idle_power_max_w and (math.isnan(u) or u <= th.idle_util_pct):
-        return "idle"
+        return GpuState.IDLE
     if not math.isnan(p) and prof.busy_wait_power_min_w * 0.85 <= p <= prof.busy_wait_power_max_w * 1.15:
-        return "busy-wait" if math.isnan(u) else "low-util"
-    return "partial"
+        return GpuState.BUSY_WAIT if math.isnan(u) else GpuState.LOW_UTIL
+    return GpuState.PARTIAL
 
 
 def linear_fit(points: Sequence[tuple[float, float]]) -> tuple[float, float]:

@@ -540,7 +540,7 @@ def judge_hang(data: HangSeries, facts: HangFacts, prof: GpuProfile, th: Thresho
         | {h for h, _ in data.power}
         | {h for h, _ in data.power_before}
     )
-    states = {
+    states: dict[tuple[str, str], str] = {
         k: gpu_state(data.util.get(k), data.power.get(k), prof, th) for k in set(data.util) | set(data.power)
     }
     host_gpus: dict[str, dict[str, str]] = {}
