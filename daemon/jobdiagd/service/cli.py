@@ -50,7 +50,7 @@ def _detectors(args: argparse.Namespace) -> int:
 
 
 def _notify_test(args: argparse.Namespace) -> int:
-    from jobdiagd.service.notify_test import run_notify_test
+    from jobdiagd.service.notifier_check import run_notify_test
 
     cfg = load_for_command(args.config, "notify-test")
     if cfg is None:
