@@ -94,7 +94,7 @@ from jobdiagd.logs.job import load_job
 from jobdiagd.logs.prefixes import strip
 from jobdiagd.logs.reader import HEAD_FULL, MAX_LINE, _ReadBuffer, prefilter, set_default_workers
 from jobdiagd.logs.safeopen import ANYWHERE, LogAccess
-from jobdiagd.logs.scan import LineScanner, default_scanner
+from jobdiagd.logs.scan import LineFinder, LineScanner, default_scanner
 from jobdiagd.logs.state import LogState, StampClock, parse_fast_step
 from jobdiagd.logs.steps import TAIL
 from jobdiagd.model.alerts import Finding
@@ -139,70 +139,15 @@ class Line:
     text: str
 
 
-class StampFinder:
-    """Start offsets of the lines that may carry a printed timestamp, without decoding the rest.
-
-    Hyperscan when importable (one SIMD pass), else one `re` search per such line."""
-
-    def __init__(self) -> None:
-        self._hs: Any = None
-        try:
-            import hyperscan
-
-            db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-            db.compile(
-                expressions=list(_STAMP_PATTERNS),
-                ids=list(range(len(_STAMP_PATTERNS))),
-                elements=len(_STAMP_PATTERNS),
-            )
-            self._hs = (db, hyperscan.Scratch(db))
-        except Exception:  # ImportError, or a CPU without the SIMD hyperscan needs
-            self._hs = None
-        self._re = re.compile(b"|".join(_STAMP_PATTERNS))
-
-    def line_starts(self, buf: bytes | bytearray, start: int, end: int) -> list[int]:
-        """Sorted starts of the matching lines in `buf[start+1:end]`; `buf[start]` is a newline."""
-        starts: list[int] = []
-        rfind, find = buf.rfind, buf.find
-        if self._hs is None:
-            search = self._re.search
-            pos = start + 1
-            while pos < end:
-                m = search(buf, pos, end)
-                if m is None:
-                    break
-                starts.append(rfind(b"\n", start, m.start()) + 1)
-                nl = find(b"\n", m.end(), end)
-                if nl == -1:
-                    break
-                pos = nl + 1
-            return starts
-        db, scratch = self._hs
-        line_end = -1
-
-        def on_match(_id: int, _frm: int, to: int, _flags: int, _ctx: object) -> int | None:
-            nonlocal line_end
-            to += start
-            if to <= line_end:
-                return None
-            starts.append(rfind(b"\n", start, to) + 1)
-            nl = find(b"\n", to, end)
-            line_end = end if nl == -1 else nl
-            return None
-
-        with memoryview(buf) as view, view[start:end] as region:
-            db.scan(region, match_event_handler=on_match, scratch=scratch)
-        return starts
-
-
-_finder: StampFinder | None = None
+_finder: LineFinder | None = None
 _scan: LineScanner | None = None
 
 
-def _tools() -> tuple[StampFinder, LineScanner]:
+def _tools() -> tuple[LineFinder, LineScanner]:
+    """The finder of the lines that may carry a printed timestamp, and the pre-filter's scanner."""
     global _finder, _scan
     if _finder is None:
-        _finder = StampFinder()
+        _finder = LineFinder(_STAMP_PATTERNS)
     if _scan is None:
         _scan = default_scanner()
     return _finder, _scan
