@@ -23,12 +23,12 @@ from jobdiagd.logs.state import LogState
 from jobdiagd.model.jobref import JobRef
 from jobdiagd.service import backtest
 from jobdiagd.service.backtest import replay
-from jobdiagd.sim import lines as L
-from jobdiagd.sim import metrics, multitask
-from jobdiagd.sim.biglog import write_biglog
-from jobdiagd.sim.scenarios import build
 from jobdiagd.sources.tail import PrefilterTailReader
 from jobdiagd.triage.resolve import resolve
+from jobdiagd_sim import lines as L
+from jobdiagd_sim import metrics, multitask
+from jobdiagd_sim.biglog import write_biglog
+from jobdiagd_sim.scenarios import build
 from tests.helpers.joblog import JobLog
 
 NOW = 1_800_000_000.0

@@ -1,4 +1,4 @@
-"""The live demo (`scripts/demo.sh`, `python -m jobdiagd.sim.demo`): a simulated MaxText job trains then
+"""The live demo (`scripts/demo.sh`, `python -m jobdiagd_sim.demo`): a simulated MaxText job trains then
 hangs; the daemon pages with triage, then reports the end.
 
 No Slurm needed: the daemon runs in outputs-root discovery mode on a fresh work dir, with
@@ -24,8 +24,8 @@ from jobdiagd import clock
 from jobdiagd.service.engine import Engine
 from jobdiagd.service.lifecycle import Lifecycle
 from jobdiagd.service.runner import run_daemon
-from jobdiagd.sim.live import LiveConfig
-from jobdiagd.sim.live import run as run_sim
+from jobdiagd_sim.live import LiveConfig
+from jobdiagd_sim.live import run as run_sim
 
 JOB_ID = "4242"
 JOB_NAME = "JAX-llama3.1-8b-demo"
@@ -134,7 +134,7 @@ def main(args: argparse.Namespace) -> int:
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python -m jobdiagd.sim.demo",
+        prog="python -m jobdiagd_sim.demo",
         description="live demo: a simulated job trains, hangs; the daemon pages with triage, then reports the job end",
     )
     p.add_argument("--dir", type=Path, default=None, help="work dir (default: a fresh temp dir)")
