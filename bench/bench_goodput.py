@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_goodput.py [--jobs 10000] [--json] [--keep DIR]
 
-Builds `jobdiagd.sim.archive` with cheap jobs (`small=True`: 1-2 nodes, tens of steps; chains
+Builds `jobdiagd_sim.archive` with cheap jobs (`small=True`: 1-2 nodes, tens of steps; chains
 that hang, crash, are requeued or resubmitted) until the archive holds `--jobs` job logs, then
 runs, each in this process with its output discarded:
 - `jobdiagd triage --all` of the archive (the baseline: one triage per job);
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from jobdiagd.cli import main as cli
-from jobdiagd.sim.archive import build_archive
+from jobdiagd_sim.archive import build_archive
 
 
 def _timed(fn: Callable[[], int]) -> dict[str, float]:

@@ -41,7 +41,7 @@ from jobdiagd.config import RecoveryConfig  # noqa: E402
 from jobdiagd.recovery.manager import RecoveryManager  # noqa: E402
 from jobdiagd.recovery.policy import Case  # noqa: E402
 from jobdiagd.recovery.slurm_ops import SlurmOps  # noqa: E402
-from jobdiagd.sim import live  # noqa: E402
+from jobdiagd_sim import live  # noqa: E402
 
 STEP = re.compile(rb"^(?:\d+: )?I(\d{4} \d\d:\d\d:\d\d\.\d+) .*completed step: (\d+)", re.M)
 

@@ -7,7 +7,7 @@ The hang and the power strip come from one simulated RAY=1 job (8 nodes x 8 MI30
 collective hangs at step 737 while node005 dies, seen 10 minutes later; the strip is read
 from a real Prometheus serving the job's promtool-built TSDB. The TGS slide is the
 simulator's I/O-contention job (steps 20 % slower in the last 40 % of the run). The goodput
-picture is `jobdiagd goodput` of the simulated archive (`jobdiagd.sim.archive`, 30 chains,
+picture is `jobdiagd goodput` of the simulated archive (`jobdiagd_sim.archive`, 30 chains,
 seed 0) without Slurm, on a fixed clock.
 Needs prometheus and promtool (scripts/setup.sh installs them). Prints time and size per picture.
 """
@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "daemon"))
+sys.path[:0] = [str(ROOT / "daemon"), str(ROOT / "sim")]
 
 from jobdiagd.chat.plot_inputs import (  # noqa: E402
     chart_title,
@@ -37,13 +37,13 @@ from jobdiagd.chat.plot_inputs import (  # noqa: E402
 from jobdiagd.chat.plots import PowerStrip, StepChart, render  # noqa: E402
 from jobdiagd.model.records import StepRecord  # noqa: E402
 from jobdiagd.model.triage import CheckpointConfig  # noqa: E402
-from jobdiagd.sim.metrics import JobSim, scenario, write_job  # noqa: E402
 from jobdiagd.triage.progress import checkpoint_config, steady_step_time  # noqa: E402
 from jobdiagd.triage.tgs import analyze_tgs  # noqa: E402
 from jobdiagd.tsdb.access import LocalPrometheus  # noqa: E402
 from jobdiagd.tsdb.client import PromClient  # noqa: E402
 from jobdiagd.tsdb.gpu_strip import WINDOW_S, fetch_gpu_strip  # noqa: E402
 from jobdiagd.tsdb.settings import TsdbSettings  # noqa: E402
+from jobdiagd_sim.metrics import JobSim, scenario, write_job  # noqa: E402
 
 NODES = tuple(f"node{i:03d}" for i in range(1, 9))
 SEEN_AFTER_S = 600.0  # the picture as /plot would draw it 10 minutes into the stall
@@ -97,7 +97,7 @@ async def strip_png(sim: JobSim, out: Path, now: float, work: Path) -> None:
 
 def goodput_png(out: Path) -> None:
     from jobdiagd.cli import main as cli
-    from jobdiagd.sim.archive import build_archive
+    from jobdiagd_sim.archive import build_archive
 
     with tempfile.TemporaryDirectory(prefix="jobdiagd-examples-") as tmp:
         root = Path(tmp) / "outputs"

@@ -32,7 +32,6 @@ COMMAND_MODULE: dict[str, str] = {
     "notify-test": "jobdiagd.service.cli",
     "detectors": "jobdiagd.service.cli",
     "backtest": "jobdiagd.service.cli",
-    "demo": "jobdiagd.service.cli",
     "goodput": "jobdiagd.service.goodput_cli",
     "calibrate": "jobdiagd.service.goodput_cli",
     "nodes": "jobdiagd.recovery.cli",

@@ -9,10 +9,10 @@ from jobdiagd.detectors import NoData
 from jobdiagd.detectors.jobend import JobEndDetector
 from jobdiagd.goodput.fleet import FLEET_NAME, Fleet, write_fleet
 from jobdiagd.service.jobs import JobView
-from jobdiagd.sim.job import SIM_EPOCH, JobSim, JobSpec
 from jobdiagd.triage.engine import triage
 from jobdiagd.triage.resolve import resolve
 from jobdiagd.triage.stall import StallPolicy
+from jobdiagd_sim.job import SIM_EPOCH, JobSim, JobSpec
 
 
 def _ended_view(tmp_path: Path) -> JobView:

@@ -11,8 +11,8 @@ import pytest
 from jobdiagd.goodput.collect import ProgressLine, collect_job, job_refs
 from jobdiagd.goodput.facts import gpus_per_node
 from jobdiagd.logs.safeopen import ANYWHERE
-from jobdiagd.sim.job import SIM_EPOCH, JobSim, JobSpec, encode_lines
 from jobdiagd.triage.resolve import resolve
+from jobdiagd_sim.job import SIM_EPOCH, JobSim, JobSpec, encode_lines
 
 SAVE_S = 7.0
 

@@ -11,8 +11,8 @@ import pytest
 from jobdiagd.goodput.fleet import FLEET_NAME, Fleet, advice_section, job_advice, read_fleet, write_fleet
 from jobdiagd.goodput.live import live_numbers
 from jobdiagd.model.triage import TriageResult
-from jobdiagd.sim.job import SIM_EPOCH, JobSim, JobSpec
 from jobdiagd.triage.engine import triage
+from jobdiagd_sim.job import SIM_EPOCH, JobSim, JobSpec
 
 SAVE_S = 30.0
 

@@ -15,11 +15,11 @@ from jobdiagd.alerts.store import AlertStore
 from jobdiagd.model.alerts import Finding
 from jobdiagd.model.kinds import GpuHangState
 from jobdiagd.recovery.nodes import NodeEvidence, NodeMemory, render_suspects, suspects_from
-from jobdiagd.sim import scenarios
 from jobdiagd.triage.engine import triage
 from jobdiagd.tsdb.gpu_hang import GpuVerdict
 from jobdiagd.tsdb.playbooks.base import Finding as PbFinding
 from jobdiagd.tsdb.playbooks.base import PlaybookResult
+from jobdiagd_sim import scenarios
 
 T0 = 1_800_000_000.0
 DAY = 86400.0

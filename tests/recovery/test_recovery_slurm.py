@@ -27,8 +27,8 @@ from jobdiagd.recovery.nodes import DrainRefused, suspects_from
 from jobdiagd.recovery.policy import Case
 from jobdiagd.recovery.slurm_ops import SlurmOps
 from jobdiagd.rules.recovery import parse_restart_marker
-from jobdiagd.sim import live
 from jobdiagd.tsdb.gpu_hang import GpuVerdict
+from jobdiagd_sim import live
 from tests.helpers.slurm_cluster import SlurmCluster
 
 SCRIPT = Path(live.__file__).with_name("slurm_job.sh")

@@ -10,8 +10,8 @@ import pytest
 
 from jobdiagd.cli import main
 from jobdiagd.goodput.ledger import BUCKETS
-from jobdiagd.sim.archive import build_archive
-from jobdiagd.sim.job import SIM_EPOCH, JobSim, JobSpec
+from jobdiagd_sim.archive import build_archive
+from jobdiagd_sim.job import SIM_EPOCH, JobSim, JobSpec
 
 NOW = "2026-09-01T00:00:00"
 

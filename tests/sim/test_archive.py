@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from jobdiagd.sim.archive import build_archive
+from jobdiagd_sim.archive import build_archive
 
 
 def test_the_truth_matches_the_files_and_the_seed_repeats(tmp_path: Path) -> None:

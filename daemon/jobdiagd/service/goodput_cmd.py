@@ -137,7 +137,8 @@ def replay_pages(ref: JobRef, cfg: Config, *, now: float) -> list[float]:
 
 def log_writes(ref: JobRef, access: LogAccess, now: float) -> list[float]:
     """The time of every line of the main log on the replay's clock (what the mtime monitor sees)."""
-    from jobdiagd.service.backtest import read_timed, survey
+    from jobdiagd.logs.file_clock import survey
+    from jobdiagd.logs.replay_read import read_timed
 
     assert ref.log is not None
     fc = survey(ref.log, 0, now, access)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from jobdiagd import clock
-from jobdiagd.sim import lines as L
+from jobdiagd_sim import lines as L
 
 JAX_PORT = 12321
 
@@ -315,7 +315,7 @@ class _Job:
 
 
 def parse_args(argv: Sequence[str] | None) -> LiveConfig:
-    p = argparse.ArgumentParser(prog="python -m jobdiagd.sim.live", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m jobdiagd_sim.live", description=__doc__)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--step-time", type=float, default=1.0)
     p.add_argument("--hang-after", type=int, default=None, metavar="N", help="no steps after step N")

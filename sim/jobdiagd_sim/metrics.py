@@ -837,7 +837,7 @@ def _failure_lines(sim: JobSim) -> list[str]:
         )
         lines.append(f"NODE_EXIT host={sc.bad_host} exit=137")
     if sc.extra.get("heartbeat_kill") and (sim.hang or sim.crash):
-        from jobdiagd.sim.lines import heartbeat_block
+        from jobdiagd_sim.lines import heartbeat_block
 
         crash = sim.train_end + sc.hang_s
         width = len(str(len(sc.nodes) - 1))
@@ -937,7 +937,7 @@ class LiveExporter:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m jobdiagd.sim.metrics SCENARIO OUTPUTS` writes a job log + TSDB fixture."""
+    """`python -m jobdiagd_sim.metrics SCENARIO OUTPUTS` writes a job log + TSDB fixture."""
     import argparse
 
     p = argparse.ArgumentParser(description=__doc__)

@@ -1,23 +1,20 @@
-"""What the daemon calls: the GPU-hang judge's verdict on a job now (`gpu_hang.judge` over the newest
-samples; the early page and the hang page alike), whether a hang page goes out, and the playbook
-for a triage class (the job-end report)."""
+"""The hang page's GPU verdict, as the daemon asks it: the GPU-hang judge's verdict on a job now
+(`gpu_hang.judge` over the newest samples of its TSDB; the early page and the hang page alike), and
+whether a hang page goes out (rule HANG-9). A failed job's end-of-job playbook is `tsdb.job_end`."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Mapping
-from typing import Any
 
 from jobdiagd import clock
 from jobdiagd.model.kinds import GpuHangState
 from jobdiagd.tsdb.access import AccessError, NoTsdb, SshTunnelPool, TsdbHandle, open_tsdb
 from jobdiagd.tsdb.client import PromError
 from jobdiagd.tsdb.context import DiagnosisContext
-from jobdiagd.tsdb.discovery import WrongDatabase, time_range
+from jobdiagd.tsdb.discovery import time_range
 from jobdiagd.tsdb.gpu_hang import GpuVerdict, gpu_query, judge, profile_for
 from jobdiagd.tsdb.gpu_strip import fetch_gpu_strip
-from jobdiagd.tsdb.playbooks import playbook_name_for_class
 from jobdiagd.tsdb.settings import TsdbSettings
 
 
@@ -87,38 +84,3 @@ async def hang_power_verdict(
         return GpuVerdict(GpuHangState.NO_DATA, f"TSDB query failed: {exc}", now)
     except TimeoutError:
         return GpuVerdict(GpuHangState.NO_DATA, f"TSDB query timed out after {timeout_s:g}s", now)
-
-
-async def playbook_for_class(class_name: str | None) -> str:
-    """Playbook name that matches a triage class (for the job-end report of a failed RAY=1 job)."""
-    return playbook_name_for_class(class_name)
-
-
-async def job_end_diagnosis(
-    triage: DiagnosisContext | Mapping[str, Any],
-    now: float,
-    *,
-    settings: TsdbSettings | None = None,
-    timeout_s: float = 120.0,
-) -> dict[str, Any] | None:
-    """For the job-end report of a failed RAY=1 job: run the playbook matching its class, return the JSON report.
-
-    None for RAY=0 jobs or jobs without a failure class; errors are returned as {"error": ...} so the
-    job-end report still goes out. `triage`: the job's context (the daemon builds it from its triage
-    result), or a triage document as `TriageResult.to_dict()` writes it.
-    """
-    from jobdiagd.tsdb.context import context_from_triage
-    from jobdiagd.tsdb.engine import diagnose
-    from jobdiagd.tsdb.report import to_json
-
-    ctx = triage if isinstance(triage, DiagnosisContext) else context_from_triage(triage)
-    if ctx.ray is False or not ctx.primary_class:
-        return None
-    name = await playbook_for_class(ctx.primary_class)
-    try:
-        async with asyncio.timeout(timeout_s):
-            # playbook=None: diagnose picks the same class playbook, and may refine it (a cancel without a stall).
-            d = await diagnose(ctx, settings or TsdbSettings(), now=now, playbook=None)
-    except (AccessError, PromError, WrongDatabase, TimeoutError) as exc:
-        return {"playbook": name, "error": str(exc) or type(exc).__name__}
-    return to_json(d)

@@ -17,7 +17,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from jobdiagd.sim.job import SIM_EPOCH, JobSim, JobSpec
+from jobdiagd_sim.job import SIM_EPOCH, JobSim, JobSpec
 
 
 @dataclass(frozen=True)

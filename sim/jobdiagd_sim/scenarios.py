@@ -12,8 +12,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from jobdiagd.sim import lines as L
-from jobdiagd.sim.job import SIM_EPOCH, JobSim, JobSpec
+import jobdiagd
+from jobdiagd_sim import lines as L
+from jobdiagd_sim.job import SIM_EPOCH, JobSim, JobSpec
 
 # ---------------------------------------------------------------------------------------------
 # Ground truth
@@ -1972,7 +1973,8 @@ def build_all(outputs_root: Path, *, seed: int = 0, names: Sequence[str] | None 
 
 
 def examples_dir() -> Path:
-    return Path(__file__).resolve().parent.parent / "examples" / "outputs"
+    """The sample jobs the `jobdiagd` package carries (package data: daemon/jobdiagd/examples/outputs)."""
+    return Path(jobdiagd.__file__).resolve().parent / "examples" / "outputs"
 
 
 def write_examples(dest: Path | None = None) -> list[Expectation]:
@@ -1985,7 +1987,7 @@ def write_examples(dest: Path | None = None) -> list[Expectation]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m jobdiagd.sim.scenarios", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m jobdiagd_sim.scenarios", description=__doc__)
     p.add_argument("outputs", nargs="?", type=Path, help="outputs root to write the corpus into")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--only", action="append", metavar="NAME", help="build only these scenarios (repeatable)")

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from jobdiagd.sim import lines as L
-from jobdiagd.sim.job import SIM_EPOCH
+from jobdiagd_sim import lines as L
+from jobdiagd_sim.job import SIM_EPOCH
 
 CHUNK = 8 << 20  # bytes per write
 REFRESH = 200  # steps between noise-pool re-renders
@@ -235,7 +235,7 @@ class _Chunks:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m jobdiagd.sim.biglog", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m jobdiagd_sim.biglog", description=__doc__)
     p.add_argument("out", type=Path)
     p.add_argument("--size-gb", type=float, default=1.0)
     p.add_argument("--size-mb", type=float, default=None, help="overrides --size-gb")

@@ -1,9 +1,13 @@
-"""`jobdiagd demo`: a simulated MaxText job trains then hangs; the daemon pages with triage, then reports the end.
+"""The live demo (`scripts/demo.sh`, `python -m jobdiagd_sim.demo`): a simulated MaxText job trains then
+hangs; the daemon pages with triage, then reports the end.
 
 No Slurm needed: the daemon runs in outputs-root discovery mode on a fresh work dir, with
 the console notifier on stdout. Once the hang incident is open the demo "scancels" the job
 (the simulator writes the cancellation cascade and JOB SUMMARY), the daemon sends the
 job-end report, and the demo stops the daemon.
+
+The demo is the simulator's front end, so it lives with the simulator, outside what the
+`jobdiagd` package imports (it was the `jobdiagd demo` subcommand).
 """
 
 from __future__ import annotations
@@ -13,14 +17,15 @@ import asyncio
 import sys
 import tempfile
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 from jobdiagd import clock
 from jobdiagd.service.engine import Engine
 from jobdiagd.service.lifecycle import Lifecycle
 from jobdiagd.service.runner import run_daemon
-from jobdiagd.sim.live import LiveConfig
-from jobdiagd.sim.live import run as run_sim
+from jobdiagd_sim.live import LiveConfig
+from jobdiagd_sim.live import run as run_sim
 
 JOB_ID = "4242"
 JOB_NAME = "JAX-llama3.1-8b-demo"
@@ -28,7 +33,7 @@ JOB_NAME = "JAX-llama3.1-8b-demo"
 
 def demo_config(work: Path, step_time: float) -> str:
     # Short budgets so the demo fits in a minute; production defaults are 120 s / 30 min.
-    return f"""# written by `jobdiagd demo`
+    return f"""# written by the jobdiagd demo (scripts/demo.sh)
 [daemon]
 state_dir = "{work}/state"
 socket_path = "{work}/jobdiagd.sock"
@@ -116,7 +121,7 @@ def main(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         rc = 130
     except Exception as exc:
-        print(f"jobdiagd demo: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"demo: {type(exc).__name__}: {exc}", file=sys.stderr)
         rc = 1
     finally:
         stop_sim.set()
@@ -125,3 +130,19 @@ def main(args: argparse.Namespace) -> int:
         if tmp is not None:
             tmp.cleanup()
     return rc
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m jobdiagd_sim.demo",
+        description="live demo: a simulated job trains, hangs; the daemon pages with triage, then reports the job end",
+    )
+    p.add_argument("--dir", type=Path, default=None, help="work dir (default: a fresh temp dir)")
+    p.add_argument("--step-time", type=float, default=1.0)
+    p.add_argument("--hang-after", type=int, default=25, metavar="N")
+    p.add_argument("--timeout", type=float, default=240.0, help="give up after this many seconds")
+    return p.parse_args(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main(parse_args()))

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jobdiagd.sim import lines as L
+from jobdiagd_sim import lines as L
 
 # A fixed simulated epoch so every scenario is reproducible: 2026-06-12 08:00:00 UTC.
 SIM_EPOCH = 1781251200.0

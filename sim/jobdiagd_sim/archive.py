@@ -11,7 +11,7 @@ id, restoring the last checkpoint, after a gap. Users and partitions are in each
 environment dump (`SLURM_JOB_USER`, `SLURM_JOB_PARTITION`, as `printenv` under srun shows
 them). `small=True` makes cheap jobs (2 nodes, tens of steps, little chatter) for benchmarks.
 
-    python -m jobdiagd.sim.archive OUT [--chains 40] [--seed 0] [--small]
+    python -m jobdiagd_sim.archive OUT [--chains 40] [--seed 0] [--small]
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from jobdiagd.sim import lines as L
-from jobdiagd.sim.job import SIM_EPOCH, JobSim, JobSpec, encode_lines
-from jobdiagd.sim.scenarios import _fail_exits, _heartbeat, _traceback
+from jobdiagd_sim import lines as L
+from jobdiagd_sim.job import SIM_EPOCH, JobSim, JobSpec, encode_lines
+from jobdiagd_sim.scenarios import _fail_exits, _heartbeat, _traceback
 
 OUTCOMES = ("completed", "hang", "node-fail", "heartbeat", "python-exception")
 USERS = ("alice", "bob", "carol", "dave")
@@ -246,7 +246,7 @@ def build_archive(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m jobdiagd.sim.archive", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m jobdiagd_sim.archive", description=__doc__)
     p.add_argument("outputs", type=Path)
     p.add_argument("--chains", type=int, default=30)
     p.add_argument("--seed", type=int, default=0)

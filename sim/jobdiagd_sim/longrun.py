@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from jobdiagd.sim import lines as L
-from jobdiagd.sim.job import SIM_EPOCH
+from jobdiagd_sim import lines as L
+from jobdiagd_sim.job import SIM_EPOCH
 
 StepShape = Callable[[int], float]
 

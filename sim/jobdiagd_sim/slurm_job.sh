@@ -2,14 +2,15 @@
 # Simulated MaxText job for a real Slurm cluster (integration tests and demos).
 #
 #   sbatch --job-name=JAX-llama3.1-8b-live --output=<outputs>/%j-%x.log \
-#          [--nodes=1 --ntasks=2 --overcommit] jobdiagd/sim/slurm_job.sh <outputs> [live args...]
+#          [--nodes=1 --ntasks=2 --overcommit] sim/jobdiagd_sim/slurm_job.sh <outputs> [live args...]
 #
 # Prints the header like _job.sbatch, creates <outputs>/<id>-<name>/ with its `log` link, runs
-# `srun -l` over the tasks (each task is `python -m jobdiagd.sim.live --rank`, so srun adds the real
+# `srun -l` over the tasks (each task is `python -m jobdiagd_sim.live --rank`, so srun adds the real
 # task prefixes), reports non-zero task exits as NODE_EXIT, and prints the JOB SUMMARY from an
 # EXIT trap; scancel (SIGTERM) gives `FAILED (exit 143) — CANCELLED (scancel / SIGTERM)`.
 # Live args are passed through, e.g. --steps 50 --step-time 2 --hang-after 20.
-# SIM_PYTHON selects the interpreter (it must be able to import jobdiagd); default python3.
+# SIM_PYTHON selects the interpreter (it must be able to import jobdiagd and jobdiagd_sim: the
+# dev virtualenv's, .venv/bin/python); default python3.
 #SBATCH --overcommit
 
 OUTPUTS="${1:?usage: slurm_job.sh <outputs-dir> [live args...]}"
@@ -95,7 +96,7 @@ _T0=$SECONDS
 echo "== Training BEGIN (timeout=none) =="
 # Background + wait so the TERM trap runs while srun is still alive.
 srun -l --kill-on-bad-exit=1 --overcommit -n "$NTASKS" bash -c "$NODE_REPORT" _ \
-    "$PY" -u -m jobdiagd.sim.live --rank --nnodes "$NTASKS" --model "$MODEL_NAME" "$@" &
+    "$PY" -u -m jobdiagd_sim.live --rank --nnodes "$NTASKS" --model "$MODEL_NAME" "$@" &
 _SRUN_PID=$!
 wait "$_SRUN_PID"
 rc=$?
