@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from jobdiagd.triage.classes import CLASSES
+
 # The playbooks by name, sorted (`jobdiagd diagnose --playbook`). The registry itself,
 # `playbooks.registry.PLAYBOOKS`, imports every playbook (and the TSDB client): this list lets
 # the CLI name them without that (tests/tsdb check the two agree).
@@ -15,23 +17,8 @@ PLAYBOOK_NAMES: tuple[str, ...] = (
     "training-stability",
 )
 
-# Runbook "Integration with Triage" and the triage next-step templates.
-CLASS_TO_PLAYBOOK: dict[str, str] = {
-    "hang": "hang",
-    "cancelled": "hang",  # cancellation is the mechanism; the usual underlying cause is a hang
-    "train-timeout": "hang",
-    "heartbeat-timeout": "heartbeat",
-    "oom-host": "oom",
-    "node-fail": "hardware",
-    "signal-kill": "hardware",
-    "unknown-death": "hardware",
-    "nccl-timeout": "network-health",
-    "tgs-degradation": "training-stability",
-    "checkpoint-fs-error": "training-stability",
-    "oom-gpu": "gpu-health",
-    "no-gpu": "gpu-health",
-    "ecc-timeout": "gpu-health",
-}
+# Rule PB-MAP-1: each class's `playbook` in its row of the failure-class table.
+CLASS_TO_PLAYBOOK: dict[str, str] = {c: row.playbook for c, row in CLASSES.items() if row.playbook}
 DEFAULT_PLAYBOOK = "training-stability"
 
 
