@@ -1,4 +1,4 @@
-"""The notifiers as a table of specs (console, JSONL, Telegram, Slack, Alertmanager) and `build_notifiers`, which builds the enabled ones with their secrets.
+"""The notifiers as a table of specs (console, JSONL, Telegram, Slack, Alertmanager), built with their secrets.
 
 Adding a notifier (say `matrix`): write `notifiers/matrix.py` (the `notifiers.base.Notifier`
 protocol; a chat transport also implements `ChatTransport`, see `jobdiagd.chat`), add its
