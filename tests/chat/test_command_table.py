@@ -141,6 +141,9 @@ def test_help_is_built_from_the_table() -> None:
     listed = lines[1 : lines.index("")]
     assert listed == [f"- `{s.usage}` — {s.help}" for s in C.COMMANDS.values() if s.listed]
     assert [s.name for s in C.COMMANDS.values() if not s.listed] == ["start"]
+    named = [b.help for b in BUTTONS.values() if b.help]
+    assert lines[-1] == f"Buttons on alerts: {', '.join(n for n in named if 'scancel' not in n)}."
+    assert C.help_text(120.0, scancel=True).split("\n")[-1] == f"Buttons on alerts: {', '.join(named)}."
 
 
 async def test_each_long_command_runs_its_worker_capability_through_the_table() -> None:
@@ -216,7 +219,8 @@ async def test_a_new_button_is_one_table_row(monkeypatch: pytest.MonkeyPatch) ->
         b.drained.append(p.incident.job_id)
         await p.conv.toast(f"draining the nodes of job {p.incident.job_id}")
 
-    monkeypatch.setitem(BUTTONS, "drain", ButtonSpec("drain", drain))
+    monkeypatch.setitem(BUTTONS, "drain", ButtonSpec("drain", drain, help="Drain"))
     conv = Conv()
     await _router(b).on_press("drain:1", conv)
     assert b.drained == ["7"] and conv.toasts == ["draining the nodes of job 7"]
+    assert C.help_text(120.0).endswith(", Drain.")

@@ -204,20 +204,32 @@ class ButtonSpec:
     action: str  # the token's first part: [a-z_0-9], at most 16 characters
     on_press: Callable[[Pressed], Awaitable[None]]
     after_resolve: bool = False  # still does something once the incident resolved (it only reads)
+    help: str = ""  # how /help names it ("": named with another, or a confirmation)
+    only_with_scancel: bool = False  # named in /help only where [chat] scancel_button is on
 
 
 BUTTONS: dict[str, ButtonSpec] = {
     b.action: b
     for b in (
-        ButtonSpec("ack", _ack),
-        ButtonSpec("m1h", _mute),
+        ButtonSpec("ack", _ack, help="Ack"),
+        ButtonSpec("m1h", _mute, help="Mute 1 h / 24 h"),
         ButtonSpec("m24h", _mute),
         ButtonSpec("unmute", _unmute),
-        ButtonSpec("triage", _long_command, after_resolve=True),
-        ButtonSpec("diagnose", _long_command, after_resolve=True),
-        ButtonSpec("scancel", _scancel_ask),
+        ButtonSpec("triage", _long_command, after_resolve=True, help="Full triage"),
+        ButtonSpec("diagnose", _long_command, after_resolve=True, help="Diagnose (RAY=1 jobs)"),
+        ButtonSpec(
+            "scancel",
+            _scancel_ask,
+            help="⛔ scancel… (operators only, Slurm jobs, asks to confirm)",
+            only_with_scancel=True,
+        ),
         ButtonSpec("scancel_yes", _scancel_yes),
         ButtonSpec("scancel_no", _scancel_no),
     )
 }
 ACTIONS: tuple[str, ...] = tuple(BUTTONS)
+
+
+def help_names(*, scancel: bool) -> list[str]:
+    """The buttons as /help names them, in the table's order."""
+    return [b.help for b in BUTTONS.values() if b.help and (scancel or not b.only_with_scancel)]

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from jobdiagd.chat.auth import Sender
+from jobdiagd.chat.buttons import help_names
 from jobdiagd.chat.model import ChatMessage
 from jobdiagd.chat.ports import ChatBackend, TaskError, TaskResult, Worker
 from jobdiagd.durations import rounded_duration
@@ -338,14 +339,12 @@ async def run_long(worker: Worker, name: str, args: Args) -> TaskResult:
 
 
 def help_text(long_timeout_s: float, *, scancel: bool = False) -> str:
+    """/help: the commands and buttons of their tables."""
     lines = ["**Commands**"]
     lines += [f"- `{spec.usage}` — {spec.help}" for spec in COMMANDS.values() if spec.listed]
-    buttons = "Ack, Mute 1 h / 24 h, Full triage, Diagnose (RAY=1 jobs)"
-    if scancel:
-        buttons += ", ⛔ scancel… (operators only, Slurm jobs, asks to confirm)"
     lines += [
         "",
         f"Long commands answer “working…” at once and edit in the result (at most {long_timeout_s:g} s).",
-        f"Buttons on alerts: {buttons}.",
+        f"Buttons on alerts: {', '.join(help_names(scancel=scancel))}.",
     ]
     return "\n".join(lines)
