@@ -55,6 +55,8 @@ class JobSpec:
     heartbeat_timeout: int | None = None
     compile_time: float = 180.0
     timeouts: dict[str, int | None] = field(default_factory=lambda: dict(L.DEFAULT_STAGE_TIMEOUTS))
+    # More variables of the per-node environment dump (e.g. SLURM_JOB_USER under srun).
+    env_extra: dict[str, str] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -297,6 +299,7 @@ class JobSim:
                 jax_port=s.jax_port,
                 ray=s.ray,
                 mem_fraction=s.mem_fraction,
+                extra=s.env_extra or None,
             )
             dumps.append(L.env_dump(env))
         # srun interleaves the tasks' output line by line: the dumps are not contiguous blocks.
