@@ -17,8 +17,8 @@ from jobdiagd.logs.state import LogState
 from jobdiagd.model.jobref import JobRef
 from jobdiagd.model.kinds import StallPhase
 from jobdiagd.model.triage import StallKnowledge, TriageResult
+from jobdiagd.triage.classes import NEXT_STEPS as TEMPLATES
 from jobdiagd.triage.engine import analyze
-from jobdiagd.triage.nextsteps import TEMPLATES
 from jobdiagd.triage.report import render_markdown, what_happened
 from jobdiagd.triage.stall import StallPolicy
 from jobdiagd_sim import lines as L
