@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/backtest_corpus.py [--json] [--tick 15]
 
-Builds `jobdiagd.sim.scenarios.build_all` into a temp dir, replays every job with
+Builds `jobdiagd_sim.scenarios.build_all` into a temp dir, replays every job with
 `jobdiagd.service.backtest.replay`, and compares the alerts with each scenario's ground truth.
 Latency = alert time - (last step read + steady step time) for hangs after the first step
 (target: max(3 x step time, 120 s) + one tick; for a hang paged in the checkpoint phase --
@@ -23,8 +23,8 @@ from typing import Any
 from jobdiagd import clock
 from jobdiagd.config import default_config
 from jobdiagd.service.backtest import replay
-from jobdiagd.sim.scenarios import build_all
 from jobdiagd.triage.resolve import resolve
+from jobdiagd_sim.scenarios import build_all
 
 
 def evaluate(root: Path, tick: float) -> dict[str, Any]:

@@ -3,14 +3,14 @@
     .venv/bin/python bench/bench_backtest.py [--size-mb 150] [--nodes 24] [--tick 15] [--json]
                                              [--only speed|corpus] [--keep DIR]
 
-speed: writes a completed RAY=0 job log with `jobdiagd.sim.biglog` (every task prints its own
+speed: writes a completed RAY=0 job log with `jobdiagd_sim.biglog` (every task prints its own
 undated step line, XLA/NCCL chatter dated), then times `jobdiagd backtest` of it (default
 workers, and --workers 1) against two baselines measured in the same run on the same file:
 `jobdiagd triage` of the job (the one-shot reader) and `grep -c 'completed step'` (reading the
 bytes). Figures are ratios; the absolute seconds are printed too (the target is < 30 s for
 150 MB / 24 tasks on the shared 2-core box).
 
-corpus: builds `jobdiagd.sim.multitask` (healthy 8-24 task jobs with checkpoints and evals,
+corpus: builds `jobdiagd_sim.multitask` (healthy 8-24 task jobs with checkpoints and evals,
 hangs mid-training, right after a checkpoint, in warmup and before step 0, some RAY=1) and
 replays each job. Healthy jobs: every opened alert is false (target 0). Hung jobs: page latency
 relative to the due step -- alert time minus (last step + steady step time), or minus the
@@ -41,10 +41,10 @@ from jobdiagd.logs.prefixes import strip
 from jobdiagd.logs.state import StampClock
 from jobdiagd.service import backtest
 from jobdiagd.service.jobs import JobView
-from jobdiagd.sim.biglog import write_biglog
-from jobdiagd.sim.multitask import Case, build_all
 from jobdiagd.triage.resolve import resolve
 from jobdiagd.triage.stall import stall_budget
+from jobdiagd_sim.biglog import write_biglog
+from jobdiagd_sim.multitask import Case, build_all
 
 
 def _timed(fn: Any) -> tuple[float, Any]:

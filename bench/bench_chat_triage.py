@@ -44,7 +44,7 @@ def make_log(out_dir: Path, size_gb: float, nodes: int) -> Path:
         cmd = [
             sys.executable,
             "-m",
-            "jobdiagd.sim.biglog",
+            "jobdiagd_sim.biglog",
             str(log),
             "--size-gb",
             str(size_gb),

@@ -44,7 +44,7 @@ TARGETS = {"cpu_pct": 10.0, "rss_mb": 400.0, "tick_p99_ms": 250.0, "first_tick_m
 WRITER = r"""
 import os, sys, time, random
 sys.path.insert(0, {pkg!r})
-from jobdiagd.sim import lines as L
+from jobdiagd_sim import lines as L
 root, n, lps, step_time, count_path = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
 files, steps = [], [0] * n
 for i in range(n):

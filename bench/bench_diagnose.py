@@ -16,12 +16,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from jobdiagd.sim.metrics import JobSim, scenario, write_job
 from jobdiagd.tsdb import access
 from jobdiagd.tsdb.context import DiagnosisContext, LogStep
 from jobdiagd.tsdb.engine import diagnose
 from jobdiagd.tsdb.playbooks.registry import PLAYBOOKS
 from jobdiagd.tsdb.settings import TsdbSettings
+from jobdiagd_sim.metrics import JobSim, scenario, write_job
 
 _prom_hwm_kb: list[int] = []
 _orig_terminate = access.LocalPrometheus._terminate

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_early_page.py [--step-times 6,20] [--tick 15] [--json] [--keep DIR]
 
-Builds each scenario with `jobdiagd.sim.metrics` (job log with dated chatter during the hang,
+Builds each scenario with `jobdiagd_sim.metrics` (job log with dated chatter during the hang,
 head worker log, TSDB blocks written by promtool), then replays it twice through
 `service.backtest.replay`: with the early page (the job's TSDB answers the early query at each
 virtual poll, through a read-only Prometheus over a copy) and without it (the step budget
@@ -40,8 +40,8 @@ from typing import Any
 
 from jobdiagd.config import Config, default_config
 from jobdiagd.service.backtest import Alert, JobReplay, replay
-from jobdiagd.sim.metrics import JobSim, scenario, write_job
 from jobdiagd.triage.resolve import resolve
+from jobdiagd_sim.metrics import JobSim, scenario, write_job
 
 # (label, sim scenario, expected early mechanism: busy-wait | dead-node | None = no early page)
 SCENARIOS: tuple[tuple[str, str, str | None], ...] = (

@@ -3,7 +3,7 @@
     .venv/bin/python bench/bench_memory.py [--steps 1000000] [--baseline-steps 10000]
                                            [--tasks 4] [--steps-per-tick 1000] [--tracemalloc]
 
-One simulated job (`jobdiagd.sim.longrun`) writes real-format step lines (`srun -l` + absl
+One simulated job (`jobdiagd_sim.longrun`) writes real-format step lines (`srun -l` + absl
 prefixes, every task printing its copy of each step, NCCL chatter between steps, a
 checkpoint save every `--checkpoint-period` steps) into a log file; the daemon's own path
 reads it: a `FileTail`
@@ -38,9 +38,9 @@ from jobdiagd.detectors import build
 from jobdiagd.detectors.base import NoData
 from jobdiagd.model.jobref import JobRef
 from jobdiagd.service.jobs import JobView
-from jobdiagd.sim.job import SIM_EPOCH
-from jobdiagd.sim.longrun import LongRun
 from jobdiagd.sources.tail import FileTail
+from jobdiagd_sim.job import SIM_EPOCH
+from jobdiagd_sim.longrun import LongRun
 
 STEP_S = 2.0
 

@@ -31,10 +31,10 @@ from jobdiagd.chat.plots import (
 )
 from jobdiagd.chat.renderer import PlotRenderer
 from jobdiagd.model.records import StepRecord
-from jobdiagd.sim.metrics import JobSim, scenario
 from jobdiagd.triage.progress import checkpoint_config, steady_step_time
 from jobdiagd.triage.tgs import analyze_tgs
 from jobdiagd.tsdb.settings import DEFAULT_PROFILES
+from jobdiagd_sim.metrics import JobSim, scenario
 
 Spec = StepChart | PowerStrip
 

@@ -7,7 +7,7 @@ Slack's limit is 3 s), the "working…" latency (-> chat.postMessage received; t
 the result latency (-> chat.update with the report; target < 60 s), both against `jobdiagd
 triage` run directly on the same file in the same run (the baseline), and the event loop's
 worst lateness while the command ran (ticks and alerts must not wait on it). The log is the
-one bench_chat_triage.py builds (jobdiagd.sim.biglog).
+one bench_chat_triage.py builds (jobdiagd_sim.biglog).
 Usage: .venv/bin/python bench/bench_slack_triage.py [--size-gb 1] [--repeat 2] [--keep]
 """
 

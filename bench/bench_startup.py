@@ -141,7 +141,7 @@ def main() -> int:
     print(f"PYTHONDONTWRITEBYTECODE={ENV.get('PYTHONDONTWRITEBYTECODE', '(unset)')}")
     py = sys.executable
     with tempfile.TemporaryDirectory(prefix="jobdiagd-startup-") as tmp:
-        from jobdiagd.sim import scenarios
+        from jobdiagd_sim import scenarios
 
         root = Path(tmp) / "outputs"
         root.mkdir()

@@ -22,9 +22,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from jobdiagd.logs.safeopen import LogAccess
-from jobdiagd.sim import lines as L
 from jobdiagd.sources.tail import FileTail
 from jobdiagd.triage.resolve import job_access, resolve
+from jobdiagd_sim import lines as L
 
 
 def make_job(root: Path) -> Path:

@@ -164,7 +164,7 @@ def make_log(out_dir: Path, size_mb: int, nodes: int, env: dict[str, str]) -> tu
     want = size_mb << 20
     if not log.exists() or log.stat().st_size < want:
         t0 = time.perf_counter()
-        cmd = [sys.executable, "-m", "jobdiagd.sim.biglog", str(log), "--size-mb", str(size_mb)]
+        cmd = [sys.executable, "-m", "jobdiagd_sim.biglog", str(log), "--size-mb", str(size_mb)]
         subprocess.run([*cmd, "--nodes", str(nodes)], check=True, env=env, stdout=subprocess.DEVNULL)
         print(f"generated {log.stat().st_size / 2**20:.0f} MiB in {time.perf_counter() - t0:.1f}s")
     return job_dir, log

@@ -36,10 +36,10 @@ from pathlib import Path
 from typing import Any, TextIO
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "daemon"))
+sys.path[:0] = [str(REPO / "daemon"), str(REPO / "sim")]
 
 from jobdiagd.service.status_socket import request  # noqa: E402
-from jobdiagd.sim import lines as L  # noqa: E402
+from jobdiagd_sim import lines as L  # noqa: E402
 
 NO_DAC_BYPASS = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--"]
 NAME = "JAX-llama3.1-8b-soak"

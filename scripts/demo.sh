@@ -6,4 +6,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh >/dev/null
-exec .venv/bin/jobdiagd demo "$@"
+exec .venv/bin/python -m jobdiagd_sim.demo "$@"

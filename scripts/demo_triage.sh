@@ -8,7 +8,7 @@ bash scripts/setup.sh >/dev/null
 OUT=${JOBDIAGD_DEMO_OUTPUTS:-.demo/outputs}
 if [ ! -f "$OUT/manifest.json" ]; then
   mkdir -p "$OUT"
-  .venv/bin/python -m jobdiagd.sim.scenarios "$OUT" \
+  .venv/bin/python -m jobdiagd_sim.scenarios "$OUT" \
     --only completed-ray0 --only completed-ray1-truncated --only hanging --only heartbeat-after-stall \
     --only oom-cascade --only tgs-constant-drop --only soft-success-b --only cancelled-after-hang >/dev/null
 fi

@@ -28,9 +28,11 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 stamp=.venv/.jobdiagd-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  .venv/bin/pip install -q --disable-pip-version-check -e '.[dev]' 2>&1 | grep -v '^WARNING: Location' || true
-  .venv/bin/python -c 'import jobdiagd' 
+# The package and, beside it, the simulator (sim/: tests, demo and bench import jobdiagd_sim;
+# a wheel of jobdiagd does not carry it), both editable.
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ sim/pyproject.toml -nt "$stamp" ]; then
+  .venv/bin/pip install -q --disable-pip-version-check -e '.[dev]' -e ./sim 2>&1 | grep -v '^WARNING: Location' || true
+  .venv/bin/python -c 'import jobdiagd, jobdiagd_sim'
   touch "$stamp"
 fi
 echo "setup: ok ($(.venv/bin/python --version))"

@@ -11,10 +11,10 @@ each step; `diff -r` of the two directories is the proof. What it renders:
   golden inputs: `golden/` renders those exactly as tests/triage/test_report.py compares them),
   and the real-world excerpt corpus (tests/triage/realworld); plus `triage --all` of each root;
 - `jobdiagd diagnose` markdown and `--json` on promtool-built TSDBs of every scenario of
-  `jobdiagd.sim.metrics` (each run on a fresh copy: Prometheus writes into what it opens);
+  `jobdiagd_sim.metrics` (each run on a fresh copy: Prometheus writes into what it opens);
 - `jobdiagd compare` markdown and `--json` on one pair (restore-fresh vs restore-leak);
 - `jobdiagd backtest` text and `--json` on the scenario corpus and the multi-task undated corpus
-  (`jobdiagd.sim.multitask`).
+  (`jobdiagd_sim.multitask`).
 
 Determinism: PYTHONHASHSEED=0 and TZ=UTC (the script re-executes itself to set them), the real
 clock replaced by a constant for the commands that take no `--now`, inputs built with fixed seeds
@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO / "daemon"), str(REPO)]
+sys.path[:0] = [str(REPO / "daemon"), str(REPO / "sim"), str(REPO)]
 
 # The fixed clock of the commands without `--now` (diagnose, compare, backtest): 2026-06-15.
 FIXED_NOW = 1781481600.0
@@ -119,7 +119,7 @@ def examples(snap: Snapshot) -> None:
 
 
 def scenario_corpus(snap: Snapshot) -> Path:
-    from jobdiagd.sim import scenarios
+    from jobdiagd_sim import scenarios
 
     root = snap.work / "scenarios" / "outputs"
     root.mkdir(parents=True)
@@ -160,7 +160,7 @@ def realworld(snap: Snapshot) -> None:
 
 
 def backtests(snap: Snapshot, scenario_root: Path) -> None:
-    from jobdiagd.sim import multitask
+    from jobdiagd_sim import multitask
 
     mt_root = snap.work / "multitask" / "outputs"
     mt_root.mkdir(parents=True)
@@ -171,7 +171,7 @@ def backtests(snap: Snapshot, scenario_root: Path) -> None:
 
 
 def tsdb(snap: Snapshot) -> None:
-    from jobdiagd.sim.metrics import SCENARIOS, JobSim, scenario, write_job
+    from jobdiagd_sim.metrics import SCENARIOS, JobSim, scenario, write_job
 
     built = snap.work / "tsdb-built"
     files = {}

@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-.venv/bin/ruff check daemon tests bench
+.venv/bin/ruff check daemon sim tests bench
 .venv/bin/mypy
 .venv/bin/lint-imports --no-logo
 # --unit runs on two pytest-xdist workers (JOBDIAGD_TEST_WORKERS to change it): the no-service

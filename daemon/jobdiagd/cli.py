@@ -14,6 +14,8 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "jobdiagd.triage.cli",
     "jobdiagd.tsdb.cli",
     "jobdiagd.service.cli",
+    "jobdiagd.service.goodput_cli",
+    "jobdiagd.recovery.cli",
 )
 
 
@@ -30,7 +32,10 @@ COMMAND_MODULE: dict[str, str] = {
     "notify-test": "jobdiagd.service.cli",
     "detectors": "jobdiagd.service.cli",
     "backtest": "jobdiagd.service.cli",
-    "demo": "jobdiagd.service.cli",
+    "goodput": "jobdiagd.service.goodput_cli",
+    "calibrate": "jobdiagd.service.goodput_cli",
+    "nodes": "jobdiagd.recovery.cli",
+    "recovery-log": "jobdiagd.recovery.cli",
 }
 
 

@@ -511,6 +511,81 @@ class ChatConfig:
     scancel_button: bool = False
 
 
+_RECOVERY_MODES = ("off", "suggest", "auto", "dry-run")
+RecoveryMode = Literal["off", "suggest", "auto", "dry-run"]
+_ENV_ASSIGN_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}=[^\x00\n]{0,1024}$")
+
+
+def _owners(value: Any) -> str | None:
+    return _names([v for v in value if v != "*"])
+
+
+def _env_assignments(value: Any) -> str | None:
+    bad = [v for v in value if not _ENV_ASSIGN_RE.match(v)]
+    return f"not KEY=VALUE assignments: {bad!r}" if bad else None
+
+
+@dataclass(frozen=True)
+class RecoveryOverrideConfig:
+    """[[recovery.overrides]]: a job whose owner is in `users` (or any owner, when empty) and whose
+    partition is in `partitions` (or any) gets `mode`; the first matching override wins."""
+
+    users: tuple[str, ...] = field(default=(), metadata=_v(_names))
+    partitions: tuple[str, ...] = field(default=(), metadata=_v(_names))
+    mode: RecoveryMode = "off"
+
+
+@dataclass(frozen=True)
+class RecoveryConfig:
+    """[recovery]: restart hung or failed jobs under guardrails (docs/recovery.md). Off by default.
+
+    A job is acted on only when its owner opted in: listed in `users`, or matched by an override
+    naming them (rule REC-3). `mode` is the site's mode for opted-in owners on `partitions` (empty:
+    any partition); `dry_run = true` turns every `auto` into `dry-run` (log and post, never act)."""
+
+    mode: RecoveryMode = "off"
+    users: tuple[str, ...] = field(default=(), metadata=_v(_owners))  # "*": every owner
+    partitions: tuple[str, ...] = field(default=(), metadata=_v(_names))
+    overrides: tuple[RecoveryOverrideConfig, ...] = ()
+    dry_run: bool = False
+    # How a job is restarted: a new job from its own batch script (default), or `scontrol requeue`.
+    method: Literal["resubmit", "requeue"] = "resubmit"
+    countdown_seconds: float = field(
+        default=300.0, metadata=_v(Bounded(0, _DAY, "people need time to press Keep the job; at most a day"))
+    )
+    # A hang within this long of the chain's previous hang restart is a recurrence (rule REC-5).
+    recurrence_window_seconds: float = field(
+        default=6 * 3600.0, metadata=_v(Bounded(60, _WEEK, "a recurrence is within a week"))
+    )
+    max_no_progress_restarts: int = field(
+        default=3, metadata=_v(Bounded(1, 100, "restarts of a chain that gained no step (NVRx: 3)"))
+    )
+    min_progress_steps: int = field(
+        default=1, metadata=_v(Bounded(1, 10_000_000, "steps a restart must gain to count as progress"))
+    )
+    max_actions_per_hour: int = field(
+        default=10, metadata=_v(Bounded(1, 10_000, "site-wide restarts per rolling hour"))
+    )
+    # The first retry of a hang asks for the same nodes (minus suspects) with --nodelist.
+    retry_same_nodes: bool = True
+    # Added to every resubmitted job's environment (site-specific, e.g. a container image).
+    resubmit_env: tuple[str, ...] = field(default=(), metadata=_v(_env_assignments))
+    # Suspect-node memory (rule REC-20 to REC-23).
+    # Defaults: three hang suspicions within two days (0.63 + 0.79 + 1 = 2.42) or a node-fail and a
+    # hang reach the notice; two hang suspicions or one node-fail exclude the node from retries.
+    node_half_life_days: float = field(
+        default=3.0, metadata=_v(Bounded(0.01, 365, "how fast a node's record fades"))
+    )
+    node_notice_score: float = field(
+        default=2.4, metadata=_v(Bounded(0.1, 1000, "score at which operators are told about a node"))
+    )
+    node_exclude_score: float = field(
+        default=1.5, metadata=_v(Bounded(0.1, 1000, "score at which a node is excluded from retries"))
+    )
+    # Who may press Drain and Restart as an operator (chat user ids/names, as the transports give them).
+    operators: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True)
 class SlackRouteConfig:
     """[[notifiers.slack.routes]]: notifications matching every listed field go to `channel`."""
@@ -664,6 +739,7 @@ class Config:
     delivery: DeliveryConfig = field(default_factory=DeliveryConfig)
     notifiers: NotifiersConfig = field(default_factory=NotifiersConfig)
     chat: ChatConfig = field(default_factory=ChatConfig)
+    recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
     # One schema for [tsdb], shared with `jobdiagd diagnose --config` (jobdiagd.tsdb.settings).
     tsdb: TsdbSettings = field(default_factory=TsdbSettings, metadata={"table_parser": settings_from_mapping})
     site_prometheus: SitePrometheusConfig = field(default_factory=SitePrometheusConfig)

@@ -1,23 +1,32 @@
 #!/usr/bin/env bash
-# A one-node Slurm cluster (munge + slurmctld + slurmd) for jobdiagd's tests and demos.
+# A Slurm cluster (munge + slurmctld + one slurmd) for jobdiagd's tests and demos: node001 runs
+# jobs; node002..node004 are defined but DOWN (no slurmd: one machine), so --exclude / ExcNodeList
+# and a node drain can be tested for real without ever being scheduled on.
 #
 #   scripts/services/slurm.sh start    start it, or reuse a healthy one already running here
 #   scripts/services/slurm.sh stop     scancel every job, then stop the daemons by recorded PID
 #   scripts/services/slurm.sh status   exit 0 when healthy, 1 otherwise (prints the node state)
 #   scripts/services/slurm.sh env      print `export SLURM_CONF=...` for client commands
 #
-# State lives under $JOBDIAGD_SLURM_DIR (default: ${JOBDIAGD_SVC_DIR:-/tmp/jobdiagd-svc}/slurm).
-# Ports: $JOBDIAGD_SLURMCTLD_PORT (16817) and $JOBDIAGD_SLURMD_PORT (16818).
+# State lives under $JOBDIAGD_SLURM_DIR (default: ${JOBDIAGD_SVC_DIR:-/tmp/jobdiagd-svc}/slurm-v$CONF_VERSION).
+# Ports: $JOBDIAGD_SLURMCTLD_PORT (16827) and $JOBDIAGD_SLURMD_PORT (16828); the DOWN nodes' port
+# $JOBDIAGD_SLURM_SPARE_PORT (16829) has no listener.
+# CONF_VERSION keys the default state dir and ports: a session running an older checkout keeps its
+# cluster (shared by leases) untouched while a newer one starts its own beside it. Bump it (and
+# the ports) whenever the generated slurm.conf changes.
 # Nothing here depends on systemd: apt never starts these daemons on the machines we run on,
 # so every daemon is started in the foreground in its own session and stopped by its PID.
 set -euo pipefail
 
+CONF_VERSION=2
 SVC_ROOT=${JOBDIAGD_SVC_DIR:-/tmp/jobdiagd-svc}
-DIR=${JOBDIAGD_SLURM_DIR:-$SVC_ROOT/slurm}
-CTLD_PORT=${JOBDIAGD_SLURMCTLD_PORT:-16817}
-SLURMD_PORT=${JOBDIAGD_SLURMD_PORT:-16818}
+DIR=${JOBDIAGD_SLURM_DIR:-$SVC_ROOT/slurm-v$CONF_VERSION}
+CTLD_PORT=${JOBDIAGD_SLURMCTLD_PORT:-16827}
+SLURMD_PORT=${JOBDIAGD_SLURMD_PORT:-16828}
 START_DEADLINE_S=${JOBDIAGD_SLURM_START_DEADLINE:-60}
 NODE_NAME=node001
+SPARE_NODES=node[002-004]
+SPARE_PORT=${JOBDIAGD_SLURM_SPARE_PORT:-16829}
 PARTITION=debug
 
 CONF=$DIR/etc/slurm.conf
@@ -149,6 +158,8 @@ InactiveLimit=0
 # The node is whatever slurm.conf says, whatever the CI machine's CPU count or memory.
 SlurmdParameters=config_overrides
 NodeName=$NODE_NAME NodeHostname=$host NodeAddr=127.0.0.1 CPUs=2 RealMemory=1000 State=UNKNOWN
+# Defined, never started: DOWN until a slurmd registers (none will); nothing listens on their port.
+NodeName=$SPARE_NODES NodeHostname=$host NodeAddr=127.0.0.1 Port=$SPARE_PORT CPUs=2 RealMemory=1000 State=DOWN
 PartitionName=$PARTITION Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOF
 }

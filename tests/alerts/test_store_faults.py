@@ -261,8 +261,10 @@ def test_a_damaged_store_is_moved_aside_and_a_clean_one_started_with_a_notice(
 def test_schema_migrations_run_once_and_a_newer_store_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    released = list(store_mod.MIGRATIONS)
+    base = len(released) + 1
     AlertStore.in_state_dir(tmp_path).close()
-    assert stored(tmp_path, "SELECT value FROM meta") == [("1",)]
+    assert stored(tmp_path, "SELECT value FROM meta") == [(str(base),)]
 
     calls: list[int] = []
 
@@ -270,15 +272,17 @@ def test_schema_migrations_run_once_and_a_newer_store_is_refused(
         calls.append(1)
         conn.execute("CREATE TABLE message_refs (incident_id TEXT, notifier TEXT, ref TEXT)")
 
-    monkeypatch.setattr(store_mod, "MIGRATIONS", [add_message_refs])
+    monkeypatch.setattr(store_mod, "MIGRATIONS", [*released, add_message_refs])
     AlertStore.in_state_dir(tmp_path).close()
     AlertStore.in_state_dir(tmp_path).close()
     assert calls == [1]
-    assert stored(tmp_path, "SELECT value FROM meta") == [("2",)]
+    assert stored(tmp_path, "SELECT value FROM meta") == [(str(base + 1),)]
 
-    monkeypatch.setattr(store_mod, "MIGRATIONS", [])
+    monkeypatch.setattr(store_mod, "MIGRATIONS", released)
     before = (tmp_path / DB_NAME).read_bytes()
-    with pytest.raises(StoreError, match="schema version 2, newer than this jobdiagd understands"):
+    with pytest.raises(
+        StoreError, match=f"schema version {base + 1}, newer than this jobdiagd understands"
+    ):
         AlertStore.in_state_dir(tmp_path)
     assert (tmp_path / DB_NAME).read_bytes() == before  # refused, not "repaired"
 
@@ -293,3 +297,25 @@ async def test_jsonl_with_random_bytes_still_takes_new_records(tmp_path: Path) -
     await j.send(Notification("new", "42", "hang", "open", "t", "b", T0))
     lines = path.read_bytes().split(b"\n")
     assert [json.loads(x)["id"] for x in lines[2:] if x] == ["old", "new"]
+
+
+def test_a_version_1_store_gets_the_recovery_tables_and_keeps_its_incidents(tmp_path: Path) -> None:
+    """Migration 1 -> 2 (recovery, docs/recovery.md) runs on a store made before it existed."""
+    path = tmp_path / DB_NAME
+    conn = sqlite3.connect(path)
+    conn.executescript(store_mod._SCHEMA_V1)
+    conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', '1')")
+    conn.execute(
+        "INSERT INTO mutes (job_id, kind, until, created_at, by) VALUES ('42', 'hang', 9e9, 1.0, 'ops')"
+    )
+    conn.commit()
+    conn.close()
+    os.chmod(path, 0o600)
+    store = AlertStore.in_state_dir(tmp_path)
+    try:
+        assert [m.job_id for m in store.load_mutes()] == ["42"]
+        names = {r[0] for r in store.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        assert {"recovery_intents", "recovery_runs", "recovery_log", "node_evidence", "node_notices"} <= names
+    finally:
+        store.close()
+    assert stored(tmp_path, "SELECT value FROM meta") == [("2",)]

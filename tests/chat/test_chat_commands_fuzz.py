@@ -25,7 +25,8 @@ from jobdiagd.chat import commands as C
 from jobdiagd.chat.auth import Authorizer, Sender
 from jobdiagd.chat.buttons import ACTIONS, can_scancel, decode, encode
 from jobdiagd.chat.model import Button, ChatMessage
-from jobdiagd.chat.router import ChatRouter, TaskResult
+from jobdiagd.chat.ports import TaskResult
+from jobdiagd.chat.router import ChatRouter
 from jobdiagd.model.alerts import Incident
 from tests.helpers.fuzz import fuzz_settings
 

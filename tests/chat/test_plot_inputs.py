@@ -28,11 +28,11 @@ from jobdiagd.model.jobref import JobRef
 from jobdiagd.model.records import StepRecord
 from jobdiagd.service.jobs import JobView
 from jobdiagd.service.plots_bridge import chart_for_view
-from jobdiagd.sim import lines as L
 from jobdiagd.triage.progress import checkpoint_config
 from jobdiagd.triage.stall import StallPolicy
 from jobdiagd.triage.tgs import analyze_tgs
 from jobdiagd.tsdb.settings import DEFAULT_PROFILES, Thresholds
+from jobdiagd_sim import lines as L
 
 T0 = 1_780_000_000.0
 POLICY = StallPolicy(stall_factor=3.0, min_stall_s=120.0, startup_s=1800.0, checkpoint_s=600.0)

@@ -12,7 +12,8 @@ from structlog.testing import capture_logs
 
 from jobdiagd.chat.auth import Authorizer, Sender
 from jobdiagd.chat.model import Button, ChatMessage
-from jobdiagd.chat.router import WORKING, ChatRouter, TaskError, TaskResult
+from jobdiagd.chat.ports import TaskError, TaskResult
+from jobdiagd.chat.router import WORKING, ChatRouter
 from jobdiagd.model.alerts import Incident
 
 NOW = 1_000_000.0

@@ -14,9 +14,9 @@ from jobdiagd.logs.state import LogState
 from jobdiagd.model.alerts import Finding
 from jobdiagd.model.jobref import JobRef
 from jobdiagd.service.jobs import JobView
-from jobdiagd.sim import lines as L
 from jobdiagd.triage.progress import checkpoint_config
 from jobdiagd.triage.stall import StallPolicy
+from jobdiagd_sim import lines as L
 
 POLICY = StallPolicy(stall_factor=3.0, min_stall_s=120.0, startup_s=1800.0, checkpoint_s=600.0)
 T0 = 1_780_000_000.0

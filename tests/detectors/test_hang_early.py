@@ -15,9 +15,9 @@ from jobdiagd.model.alerts import Finding
 from jobdiagd.model.jobref import JobRef
 from jobdiagd.model.kinds import GpuHangState
 from jobdiagd.service.jobs import JobView
-from jobdiagd.sim import lines as L
 from jobdiagd.triage.stall import StallPolicy
 from jobdiagd.tsdb.gpu_hang import GpuVerdict
+from jobdiagd_sim import lines as L
 
 POLICY = StallPolicy(stall_factor=3.0, min_stall_s=120.0, startup_s=1800.0, checkpoint_s=600.0)
 RULE = EarlyRule(factor=1.5, slack_s=20.0)

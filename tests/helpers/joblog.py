@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jobdiagd.sim import lines as L
+from jobdiagd_sim import lines as L
 
 
 class JobLog:

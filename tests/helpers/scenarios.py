@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from jobdiagd.sim import scenarios
+from jobdiagd_sim import scenarios
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,5 @@
-"""A real one-node Slurm cluster for tests, started through scripts/services/slurm.sh.
+"""A real Slurm cluster for tests, started through scripts/services/slurm.sh: node001 runs jobs,
+node002..node004 are defined but DOWN (no slurmd), for --exclude / ExcNodeList / drain tests.
 
 The fixtures are registered for every test by tests/conftest.py (`pytest_plugins`), and a test
 using one is marked `slurm` automatically (tests/helpers/services.py):
@@ -42,6 +43,8 @@ class SlurmCluster:
     env: dict[str, str]  # os.environ plus SLURM_CONF: pass as env= to subprocesses
     node: str = "node001"
     partition: str = "debug"
+    # Defined in slurm.conf, DOWN: never scheduled on. Drain only these (others share node001).
+    spare_nodes: tuple[str, ...] = ("node002", "node003", "node004")
     started_here: bool = False
 
     @property

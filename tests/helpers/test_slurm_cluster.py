@@ -22,8 +22,13 @@ def test_dead_leases_are_pruned(tmp_path: Path) -> None:
 
 def test_fixture_cluster_is_usable(slurm_cluster: SlurmCluster) -> None:
     proc = slurm_cluster.run("sinfo", "-h", "-N", "-o", "%N %P %T")
-    node, partition, state = proc.stdout.split()
-    assert (node, partition.rstrip("*")) == (slurm_cluster.node, slurm_cluster.partition)
+    rows = {line.split()[0]: line.split()[1:] for line in proc.stdout.splitlines()}
+    assert sorted(rows) == sorted([slurm_cluster.node, *slurm_cluster.spare_nodes])
+    partition, state = rows[slurm_cluster.node]
+    assert partition.rstrip("*") == slurm_cluster.partition
     assert state in {"idle", "mixed", "allocated", "completing"}
+    # The spare nodes have no slurmd: DOWN (a drain test may have left one DOWN+DRAIN: "drained*").
+    for node in slurm_cluster.spare_nodes:
+        assert rows[node][1].rstrip("*") in {"down", "drained", "draining"}, rows[node]
     assert slurm_cluster.conf.is_file()
     assert slurm_cluster.env["SLURM_CONF"] == str(slurm_cluster.conf)

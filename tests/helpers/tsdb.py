@@ -9,13 +9,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jobdiagd.sim.metrics import JobFiles, JobSim, scenario, write_job
 from jobdiagd.tsdb.access import open_tsdb
 from jobdiagd.tsdb.context import DiagnosisContext, HeartbeatInfo, LogStep
 from jobdiagd.tsdb.discovery import discover
 from jobdiagd.tsdb.playbooks.base import PlaybookEnv, PlaybookResult
 from jobdiagd.tsdb.playbooks.registry import PLAYBOOKS
 from jobdiagd.tsdb.settings import TsdbSettings
+from jobdiagd_sim.metrics import JobFiles, JobSim, scenario, write_job
 
 PRIMARY = {
     "rccl-hang": "hang",

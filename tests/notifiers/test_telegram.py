@@ -19,7 +19,8 @@ from telegram.warnings import PTBDeprecationWarning
 from jobdiagd.alerts.messages import MessageStore
 from jobdiagd.alerts.pipeline import AlertPipeline
 from jobdiagd.chat.model import ChatMessage
-from jobdiagd.chat.router import ChatRouter, TaskResult
+from jobdiagd.chat.ports import TaskResult
+from jobdiagd.chat.router import ChatRouter
 from jobdiagd.chat.routes import Route, parse_quiet_hours
 from jobdiagd.config import IncidentsConfig
 from jobdiagd.model.alerts import Finding

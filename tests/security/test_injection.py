@@ -23,10 +23,10 @@ from hypothesis import strategies as st
 from jobdiagd.chat.auth import Authorizer, Sender
 from jobdiagd.chat.router import ChatRouter
 from jobdiagd.rules.hostlist import expand_hostlist, valid_host
-from jobdiagd.sim import lines as L
 from jobdiagd.triage.engine import triage
 from jobdiagd.tsdb.access import AccessError, validate_host
 from jobdiagd.tsdb.client import regex_union
+from jobdiagd_sim import lines as L
 from tests.chat.test_chat_commands_fuzz import NOW, Conv, RecordingBackend
 from tests.helpers.fuzz import fuzz_settings
 

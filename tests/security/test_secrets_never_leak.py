@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from jobdiagd.sim import lines as L
+from jobdiagd_sim import lines as L
 from tests.helpers.emulators.telegram import TelegramEmulator
 
 TG_TOKEN = "7012345678:AAH-planted-SECRET-tg-0123456789abcd"

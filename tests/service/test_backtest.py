@@ -16,16 +16,19 @@ from typing import Any
 import pytest
 
 from jobdiagd.config import default_config
+from jobdiagd.logs import file_clock
+from jobdiagd.logs.file_clock import survey
+from jobdiagd.logs.replay_read import FORK_MIN, place_unstamped, timeline
 from jobdiagd.logs.state import LogState
 from jobdiagd.model.jobref import JobRef
 from jobdiagd.service import backtest
-from jobdiagd.service.backtest import FORK_MIN, place_unstamped, replay, survey, timeline
-from jobdiagd.sim import lines as L
-from jobdiagd.sim import metrics, multitask
-from jobdiagd.sim.biglog import write_biglog
-from jobdiagd.sim.scenarios import build
+from jobdiagd.service.backtest import replay
 from jobdiagd.sources.tail import PrefilterTailReader
 from jobdiagd.triage.resolve import resolve
+from jobdiagd_sim import lines as L
+from jobdiagd_sim import metrics, multitask
+from jobdiagd_sim.biglog import write_biglog
+from jobdiagd_sim.scenarios import build
 from tests.helpers.joblog import JobLog
 
 NOW = 1_800_000_000.0
@@ -202,7 +205,7 @@ def test_the_undated_tail_of_a_file_is_found_and_placed_where_asked(tmp_path: Pa
 def test_the_last_dated_line_is_found_backwards_across_blocks(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int
 ) -> None:
-    monkeypatch.setattr(backtest, "TAIL_BLOCK", block)
+    monkeypatch.setattr(file_clock, "TAIL_BLOCK", block)
     job = JobLog(tmp_path, "9202", nnodes=1)
     base = NOW - 7200.0
     job.task(0, L.absl_prefix(base, 1, "metric_logger.py:232") + L.step_line(_fields(0, 10.0)))

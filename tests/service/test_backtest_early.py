@@ -15,8 +15,8 @@ import pytest
 from jobdiagd.config import Config, default_config
 from jobdiagd.model.kinds import GpuHangState
 from jobdiagd.service.backtest import JobReplay, replay
-from jobdiagd.sim.metrics import JobFiles, JobSim, scenario, write_job
 from jobdiagd.triage.resolve import resolve
+from jobdiagd_sim.metrics import JobFiles, JobSim, scenario, write_job
 
 pytestmark = pytest.mark.prometheus
 

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from jobdiagd.sim import live
+from jobdiagd_sim import live
 from tests.helpers.alertmanager import Alertmanager, Webhook, epoch, wait_until
 from tests.helpers.daemon import notes, stop
 from tests.helpers.slurm_cluster import SlurmCluster

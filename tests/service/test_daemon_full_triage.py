@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from jobdiagd import clock
-from jobdiagd.sim import lines as L
-from jobdiagd.sim import live
+from jobdiagd_sim import lines as L
+from jobdiagd_sim import live
 from tests.helpers.chat import ALICE, CHAT, daemon_config, start_daemon, until
 from tests.helpers.emulators.telegram import StoredMessage, TelegramEmulator
 from tests.helpers.joblog import JobLog

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from jobdiagd.sim import lines as L
-from jobdiagd.sim import live
+from jobdiagd_sim import lines as L
+from jobdiagd_sim import live
 from tests.helpers.daemon import notes, start_daemon, status, stop, wait_for
 from tests.helpers.joblog import JobLog
 from tests.helpers.slurm_cluster import SlurmCluster

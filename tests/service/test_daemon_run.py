@@ -28,7 +28,7 @@ def test_live_job_hang_is_paged_with_triage_then_the_end_report(
         [
             PY,
             "-m",
-            "jobdiagd.sim.live",
+            "jobdiagd_sim.live",
             "--outputs",
             str(outputs),
             "--job-id",

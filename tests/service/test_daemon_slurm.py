@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from jobdiagd.sim import live
+from jobdiagd_sim import live
 from tests.helpers.daemon import notes, status, stop, wait_for
 from tests.helpers.slurm_cluster import SlurmCluster
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from jobdiagd.sim import live
+from jobdiagd_sim import live
 from tests.helpers.daemon import notes, wait_for
 from tests.helpers.procs import alive, pids_in, zombie_children
 from tests.helpers.slurm_cluster import SlurmCluster

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from jobdiagd.logs.state import parse_wall
-from jobdiagd.sim import live
+from jobdiagd_sim import live
 from tests.helpers.daemon import notes, status, stop, wait_for
 from tests.helpers.slurm_cluster import SlurmCluster
 

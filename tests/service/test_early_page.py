@@ -27,12 +27,12 @@ from jobdiagd.service.engine import Engine
 from jobdiagd.service.jobs import JobView
 from jobdiagd.service.tick_loop import TickLoop
 from jobdiagd.service.tsdb_enrich import TsdbEnricher
-from jobdiagd.sim import lines as L
 from jobdiagd.sources.tail import OffsetStore
 from jobdiagd.tsdb.access import SshTunnelPool
 from jobdiagd.tsdb.context import DiagnosisContext
 from jobdiagd.tsdb.gpu_hang import GpuVerdict
 from jobdiagd.tsdb.settings import SshSettings
+from jobdiagd_sim import lines as L
 
 T0 = 1_780_000_000.0
 STEP = 10.0

@@ -22,11 +22,11 @@ from jobdiagd.detectors import build
 from jobdiagd.service.discovery import OutputsDiscovery
 from jobdiagd.service.engine import Engine
 from jobdiagd.service.tsdb_enrich import TsdbEnricher
-from jobdiagd.sim import lines as L
-from jobdiagd.sim.metrics import JobSim, LiveExporter, scenario
 from jobdiagd.sources.tail import OffsetStore
 from jobdiagd.tsdb.access import free_loopback_port
 from jobdiagd.tsdb.client import PromClient
+from jobdiagd_sim import lines as L
+from jobdiagd_sim.metrics import JobSim, LiveExporter, scenario
 
 pytestmark = [pytest.mark.sshd, pytest.mark.prometheus]
 

@@ -6,7 +6,7 @@ import os
 import shutil
 from pathlib import Path
 
-from jobdiagd.sim import lines as L
+from jobdiagd_sim import lines as L
 from tests.helpers.engine import T0, Daemon, events, outbox
 from tests.helpers.joblog import JobLog
 

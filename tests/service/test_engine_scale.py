@@ -21,9 +21,9 @@ from jobdiagd.detectors import build
 from jobdiagd.model.jobref import JobRef
 from jobdiagd.service.discovery import Discovered, NewJob, OutputsDiscovery
 from jobdiagd.service.engine import Engine
-from jobdiagd.sim import lines as L
 from jobdiagd.sources.slurm import SlurmJob
 from jobdiagd.sources.tail import ChangeWatcher
+from jobdiagd_sim import lines as L
 
 T0 = 1_780_000_000.0
 

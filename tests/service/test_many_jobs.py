@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from jobdiagd.service.status_socket import StatusUnavailable, request
-from jobdiagd.sim import lines as L
+from jobdiagd_sim import lines as L
 from tests.helpers.daemon import notes, stop, wait_for, write_cfg
 from tests.helpers.faults import record_fault, short_dir  # noqa: F401  (fixture)
 from tests.helpers.joblog import JobLog

@@ -27,11 +27,11 @@ from jobdiagd.model.jobref import JobRef
 from jobdiagd.model.records import StepRecord
 from jobdiagd.model.triage import TriageResult
 from jobdiagd.service.jobs import JobView
-from jobdiagd.sim.job import SIM_EPOCH
-from jobdiagd.sim.longrun import LongRun
 from jobdiagd.sources.tail import FileTail, PrefilterTailReader
 from jobdiagd.triage.progress import STEADY_WINDOW, checkpoint_config
 from jobdiagd.triage.report import what_happened
+from jobdiagd_sim.job import SIM_EPOCH
+from jobdiagd_sim.longrun import LongRun
 
 PERIOD = 1000  # longer than the recent window: progress lost since a save needs the anchors
 # A save that took 700 s outside its step's `seconds:` -- the slowest of the run, and longer than the

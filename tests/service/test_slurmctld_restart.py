@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from jobdiagd.sim import live
+from jobdiagd_sim import live
 from tests.helpers.daemon import notes, stop, wait_for
 from tests.helpers.faults import record_fault, short_dir  # noqa: F401  (fixture)
 from tests.helpers.procs import alive

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from jobdiagd.sim import lines as L
+from jobdiagd_sim import lines as L
 
 REPO = Path(__file__).resolve().parents[2]
 UNIT = REPO / "deploy" / "systemd" / "jobdiagd.service"

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from jobdiagd.sim.biglog import write_biglog
+from jobdiagd_sim.biglog import write_biglog
 
 
 def test_biglog_size_and_last_step(tmp_path: Path) -> None:
@@ -41,7 +41,7 @@ def test_biglog_size_and_last_step(tmp_path: Path) -> None:
 def test_biglog_cli_prints_expected_last_step(tmp_path: Path) -> None:
     out = tmp_path / "b.log"
     proc = subprocess.run(
-        [sys.executable, "-m", "jobdiagd.sim.biglog", str(out), "--size-mb", "1", "--nodes", "8"],
+        [sys.executable, "-m", "jobdiagd_sim.biglog", str(out), "--size-mb", "1", "--nodes", "8"],
         capture_output=True,
         text=True,
         check=True,

@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from jobdiagd.sim import lines as L
-from jobdiagd.sim.job import JobSim, JobSpec
+from jobdiagd_sim import lines as L
+from jobdiagd_sim.job import JobSim, JobSpec
 
 
 def test_explicit_hosts_flow_into_header_env_and_exits() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from jobdiagd.sim import lines as L
+from jobdiagd_sim import lines as L
 
 T = 1781251200.0 + 3600 * 2 + 15 * 60 + 22.481234  # 2026-06-12 10:15:22.481234 UTC
 

@@ -12,7 +12,7 @@ import threading
 import time
 from pathlib import Path
 
-from jobdiagd.sim.live import LiveConfig, run
+from jobdiagd_sim.live import LiveConfig, run
 
 STEP = re.compile(
     rb"^(\d+): I\d{4} [\d:.]+ \d+ metric_logger\.py:232\] completed step: (\d+), seconds: ", re.M
@@ -107,7 +107,7 @@ def test_cli_sigterm_prints_cancellation_and_exits_143(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "jobdiagd.sim.live",
+            "jobdiagd_sim.live",
             "--outputs",
             str(tmp_path),
             "--job-id",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from jobdiagd.sim import scenarios as S
+from jobdiagd_sim import scenarios as S
 
 STEP_RE = re.compile(rb"completed step: (\d+), seconds: ([\d.]+)(?:.*?Tokens/s/device: ([\d.]+))?")
 SUMMARY_STATUS_RE = re.compile(

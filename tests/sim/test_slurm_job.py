@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from jobdiagd.sim import live
+from jobdiagd_sim import live
 from tests.helpers.slurm_cluster import SlurmCluster
 
 SCRIPT = Path(live.__file__).with_name("slurm_job.sh")

@@ -10,9 +10,9 @@ import pytest
 from jobdiagd.cli import build_parser, main
 from jobdiagd.model.kinds import StallPhase
 from jobdiagd.model.triage import StallKnowledge
-from jobdiagd.sim import lines as L
 from jobdiagd.triage.cli import _knowledge, _policy, policy_argv, stall_argv
 from jobdiagd.triage.stall import StallPolicy
+from jobdiagd_sim import lines as L
 from tests.helpers.joblog import JobLog
 
 T0 = 1_780_000_000.0

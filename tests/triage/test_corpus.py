@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from jobdiagd.sim import scenarios
 from jobdiagd.triage.engine import triage
 from jobdiagd.triage.resolve import ResolveError
+from jobdiagd_sim import scenarios
 
 JOB_SCENARIOS = [n for n in scenarios.SCENARIOS if n != "shared-checkpoint-dir"]
 

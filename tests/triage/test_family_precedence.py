@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 from jobdiagd.model.records import Evidence
-from jobdiagd.sim import lines as L
 from jobdiagd.triage import classify as C
 from jobdiagd.triage.report import render_markdown
+from jobdiagd_sim import lines as L
 from tests.triage.test_failure_classes import T0, TASKS, _job, _section, _steps, _summary, _triage
 
 

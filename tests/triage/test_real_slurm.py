@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from jobdiagd.cli import main
-from jobdiagd.sim import live
+from jobdiagd_sim import live
 from tests.helpers.slurm_cluster import SlurmCluster
 
 SCRIPT = Path(live.__file__).with_name("slurm_job.sh")

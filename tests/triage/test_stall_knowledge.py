@@ -17,11 +17,11 @@ from jobdiagd.logs.state import LogState
 from jobdiagd.model.jobref import JobRef
 from jobdiagd.model.kinds import StallPhase
 from jobdiagd.model.triage import StallKnowledge, TriageResult
-from jobdiagd.sim import lines as L
+from jobdiagd.triage.classes import NEXT_STEPS as TEMPLATES
 from jobdiagd.triage.engine import analyze
-from jobdiagd.triage.nextsteps import TEMPLATES
 from jobdiagd.triage.report import render_markdown, what_happened
 from jobdiagd.triage.stall import StallPolicy
+from jobdiagd_sim import lines as L
 
 T0 = 1_780_000_000.0
 READ = T0 + 80.0  # when the daemon read step 7 (its line is stamped T0 + 80 too)

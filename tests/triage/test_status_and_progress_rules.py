@@ -14,10 +14,10 @@ import pytest
 
 from jobdiagd.cli import main
 from jobdiagd.model.triage import TriageResult
-from jobdiagd.sim import lines as L
 from jobdiagd.triage.engine import triage
 from jobdiagd.triage.report import render_markdown
 from jobdiagd.triage.resolve import ResolveError, list_jobs
+from jobdiagd_sim import lines as L
 
 NOW = 2e9
 # 2026-06-12 10:00:00 local time: the absl stamps below are on the same calendar.

@@ -8,7 +8,7 @@ from pathlib import Path
 from jobdiagd.tsdb.access import LocalPrometheus, TsdbHandle
 from jobdiagd.tsdb.client import PromClient
 from jobdiagd.tsdb.discovery import discover
-from jobdiagd.tsdb.hooks import job_end_diagnosis
+from jobdiagd.tsdb.job_end import job_end_diagnosis
 from jobdiagd.tsdb.settings import TsdbSettings
 from tests.helpers.tsdb import Fixtures, make_ctx, triage_doc
 

@@ -1,6 +1,6 @@
 """Playbook verdicts on finished jobs: small variants of a simulated job, each built with promtool.
 
-The variants subclass the simulator (jobdiagd.sim.metrics.JobSim) and override only the series that make
+The variants subclass the simulator (jobdiagd_sim.metrics.JobSim) and override only the series that make
 the case; the job files, the TSDB blocks and the log come from the same write_job machinery as conftest.
 """
 
@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from jobdiagd.sim.metrics import GIB, JobSim, scenario
 from jobdiagd.tsdb.access import LocalPrometheus, open_tsdb
 from jobdiagd.tsdb.anomaly import AnomalyReport, Deviation
 from jobdiagd.tsdb.compare import compare
@@ -25,6 +24,7 @@ from jobdiagd.tsdb.playbooks.base import VERDICTS, PlaybookEnv, PlaybookResult, 
 from jobdiagd.tsdb.playbooks.registry import PLAYBOOKS
 from jobdiagd.tsdb.report import to_json, to_markdown
 from jobdiagd.tsdb.settings import TsdbSettings
+from jobdiagd_sim.metrics import GIB, JobSim, scenario
 from tests.helpers.tsdb import (
     NOW,
     Built,

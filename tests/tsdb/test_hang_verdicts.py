@@ -1,7 +1,7 @@
 """Hang playbook verdicts: dead node by process state, hang then heartbeat, baseline-relative
 triggers and anomalous_hosts as the hosts off the majority pattern.
 
-Pure judgements on literal series first, then promtool-built scenarios (jobdiagd.sim.metrics: dead-process,
+Pure judgements on literal series first, then promtool-built scenarios (jobdiagd_sim.metrics: dead-process,
 dead-node, hang-then-heartbeat, rdma-background, rdma-trigger) against a real read-only Prometheus.
 """
 
@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from jobdiagd.sim.metrics import SIX_NODES, JobSim, scenario
 from jobdiagd.triage.engine import triage
 from jobdiagd.tsdb.context import context_from_triage
 from jobdiagd.tsdb.engine import diagnose
@@ -30,6 +29,7 @@ from jobdiagd.tsdb.playbooks.hang import (
 )
 from jobdiagd.tsdb.report import to_json, to_markdown
 from jobdiagd.tsdb.settings import DEFAULT_PROFILES, Thresholds, TsdbSettings
+from jobdiagd_sim.metrics import SIX_NODES, JobSim, scenario
 from tests.helpers.tsdb import (
     NOW,
     Built,

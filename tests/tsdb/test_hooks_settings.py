@@ -1,4 +1,4 @@
-"""Daemon hooks (power verdict, class -> playbook), settings loading, anomaly detection on plain data."""
+"""The daemon's TSDB calls (power verdict, class -> playbook), settings loading, anomaly detection on plain data."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pytest
 from jobdiagd.model.kinds import GpuHangState
 from jobdiagd.tsdb.anomaly import detect
 from jobdiagd.tsdb.gpu_hang import GpuVerdict
-from jobdiagd.tsdb.hooks import hang_power_verdict, playbook_for_class, should_page
+from jobdiagd.tsdb.hang_verdict import hang_power_verdict, should_page
+from jobdiagd.tsdb.job_end import playbook_for_class
 from jobdiagd.tsdb.playbooks.base import gpu_state
 from jobdiagd.tsdb.settings import (
     DEFAULT_PROFILES,

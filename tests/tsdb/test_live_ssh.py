@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 
 from jobdiagd.model.kinds import GpuHangState
-from jobdiagd.sim.metrics import JobSim, LiveExporter, scenario
 from jobdiagd.tsdb.access import SshTunnelPool, free_loopback_port
 from jobdiagd.tsdb.client import PromClient
 from jobdiagd.tsdb.context import DiagnosisContext
 from jobdiagd.tsdb.engine import diagnose
-from jobdiagd.tsdb.hooks import hang_power_verdict, should_page
+from jobdiagd.tsdb.hang_verdict import hang_power_verdict, should_page
 from jobdiagd.tsdb.settings import SshSettings, TsdbSettings
+from jobdiagd_sim.metrics import JobSim, LiveExporter, scenario
 
 # A real sshd and a job's own Prometheus (tests/conftest.py: service markers).
 pytestmark = [pytest.mark.sshd, pytest.mark.prometheus]

@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from jobdiagd.sim.metrics import JobSim, scenario
 from jobdiagd.tsdb.compare import compare
 from jobdiagd.tsdb.compare import to_json as cmp_json
 from jobdiagd.tsdb.compare import to_markdown as cmp_md
 from jobdiagd.tsdb.engine import diagnose, incident_time
 from jobdiagd.tsdb.report import to_json
 from jobdiagd.tsdb.settings import TsdbSettings
+from jobdiagd_sim.metrics import JobSim, scenario
 from tests.helpers.tsdb import (
     NOW,
     Built,

@@ -153,7 +153,7 @@ def test_cli_real_triage_chooses_playbook(
 
 
 def test_cli_real_triage_ray0_no_tsdb(tmp_path: Path) -> None:
-    from jobdiagd.sim.metrics import JobSim, scenario, write_job
+    from jobdiagd_sim.metrics import JobSim, scenario, write_job
 
     files = write_job(JobSim(scenario("healthy", steps=20)), tmp_path, ray=False)
     p = _cli("diagnose", str(files.log))
@@ -162,8 +162,8 @@ def test_cli_real_triage_ray0_no_tsdb(tmp_path: Path) -> None:
 
 
 def test_real_triage_auto_incremented_port(tmp_path: Path) -> None:
-    from jobdiagd.sim.metrics import JobSim, scenario, write_job
     from jobdiagd.triage.engine import triage
+    from jobdiagd_sim.metrics import JobSim, scenario, write_job
 
     files = write_job(
         JobSim(scenario("healthy", steps=20)), tmp_path, port=9192, finished=False, with_tsdb=False

@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from jobdiagd.sim.metrics import JobSim, scenario
 from jobdiagd.triage.engine import triage
 from jobdiagd.tsdb.context import DiagnosisContext, context_from_triage
 from jobdiagd.tsdb.engine import diagnose
 from jobdiagd.tsdb.playbooks.training import restore_leak_suspicion
 from jobdiagd.tsdb.settings import Thresholds, TsdbSettings
+from jobdiagd_sim.metrics import JobSim, scenario
 from tests.helpers.tsdb import NOW, Built, build, make_ctx, private_copy, rows, run_playbooks
 
 TH = Thresholds()

@@ -97,8 +97,80 @@ CREATE INDEX IF NOT EXISTS chat_messages_job ON chat_messages (job_id, notifier,
 """
 
 Migration = Callable[[sqlite3.Connection], None]
+
+# Version 2: recovery (docs/recovery.md). Intents are the recovery outbox: written in the
+# transaction that changes the incident, executed step by step, marked done (rule REC-13);
+# `recovery_runs` links each restarted run to its chain (rule REC-8); `recovery_log` is every
+# action taken, by whom, why and how (rule REC-15); `node_evidence` and `node_notices` are the
+# suspect-node memory (rules REC-20 to REC-22).
+_SCHEMA_V2_RECOVERY = """
+CREATE TABLE IF NOT EXISTS recovery_intents (
+    id TEXT PRIMARY KEY,
+    job_id TEXT NOT NULL,
+    incident_id TEXT,
+    status TEXT NOT NULL CHECK (status IN
+        ('suggested', 'scheduled', 'running', 'done', 'cancelled', 'failed', 'dry-run', 'refused')),
+    due_at REAL,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    plan TEXT NOT NULL,
+    progress TEXT NOT NULL DEFAULT '{}',
+    new_job_id TEXT,
+    result TEXT
+);
+CREATE INDEX IF NOT EXISTS recovery_intents_status ON recovery_intents (status, due_at);
+CREATE INDEX IF NOT EXISTS recovery_intents_job ON recovery_intents (job_id);
+CREATE TABLE IF NOT EXISTS recovery_runs (
+    job_id TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    chain TEXT NOT NULL,
+    parent TEXT NOT NULL,
+    parent_last_step INTEGER,
+    no_progress INTEGER NOT NULL,
+    family TEXT NOT NULL,
+    excluded TEXT NOT NULL DEFAULT '',
+    started_at REAL NOT NULL,
+    PRIMARY KEY (job_id, attempt)
+);
+CREATE TABLE IF NOT EXISTS recovery_log (
+    at REAL NOT NULL,
+    intent_id TEXT,
+    job_id TEXT NOT NULL,
+    actor TEXT NOT NULL,
+    rule TEXT NOT NULL,
+    action TEXT NOT NULL,
+    argv TEXT NOT NULL,
+    outcome TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS recovery_log_at ON recovery_log (at);
+CREATE TABLE IF NOT EXISTS node_evidence (
+    node TEXT NOT NULL,
+    job_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    failure_class TEXT NOT NULL,
+    weight REAL NOT NULL,
+    evidence TEXT NOT NULL,
+    at REAL NOT NULL,
+    PRIMARY KEY (node, job_id, kind)
+);
+CREATE INDEX IF NOT EXISTS node_evidence_at ON node_evidence (at);
+CREATE TABLE IF NOT EXISTS node_notices (
+    node TEXT PRIMARY KEY,
+    noticed_at REAL NOT NULL,
+    score REAL NOT NULL,
+    cleared_at REAL
+);
+"""
+
+
+def _migrate_v2_recovery(conn: sqlite3.Connection) -> None:
+    for statement in _SCHEMA_V2_RECOVERY.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+
+
 # MIGRATIONS[i]: schema version i + 1 -> i + 2. Append only; never edit a released step.
-MIGRATIONS: list[Migration] = []
+MIGRATIONS: list[Migration] = [_migrate_v2_recovery]
 
 
 def schema_version() -> int:

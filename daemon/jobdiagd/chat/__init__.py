@@ -6,12 +6,15 @@ What is shared (transport-neutral):
 - `chat.incident_view`: notifications -> messages: the incident's own message (kept current:
   `incident_message`), replies (`reply_message`), reports/notices (`report_message`, long ones
   as a .md `Document` with a summary).
-- `chat.buttons`: tokens `<action>:<incident token>` (the incident's SQLite rowid; <= 64 bytes)
-  and the keyboard an incident shows in its state; `decode` rejects forged data.
-- `chat.commands`: parsing and validation of every argument; `chat.router.ChatRouter`:
+- `chat.buttons`: tokens `<action>:<incident token>` (the incident's SQLite rowid; <= 64 bytes),
+  the keyboard an incident shows in its state (`decode` rejects forged data), and `BUTTONS`,
+  one spec per action with its press handler.
+- `chat.commands`: `COMMANDS`, one spec per command (its arguments with their validators, its
+  handler: an answer, or the work of a long command), and the parser; `chat.router.ChatRouter`:
   authorization (`chat.auth.Authorizer`: allowed chats AND users, operators for scancel),
   short answers, long commands ("working…" then an edit; one per chat, bounded queue,
-  timeout) and button presses, over a `ChatBackend` (the daemon, service/chat_backend.py).
+  timeout) and button presses, looked up in those tables. Handlers reach the daemon through
+  `chat.ports` (`ChatBackend`, `Worker`: service/chat_backend.py implements them).
 - `chat.routes`: destination by kind/severity/owner (first match, else the default) and
   silence (info always; below critical in quiet hours).
 - `alerts.messages.MessageStore`: where each notification landed (incident message = role
@@ -39,7 +42,7 @@ is the reference; the runner wires every notifier that satisfies it):
    start-up because the chat service is unreachable; stop in reverse order).
 3. Intake: translate a command into `router.on_command(text, conversation)` and a button
    press into `router.on_press(token, press_conversation)`; the conversation objects
-   implement `chat.router.Conversation` (sender, send -> handle, edit) and
+   implement `chat.ports.Conversation` (sender, send -> handle, edit) and
    `PressConversation` (+ toast, set_buttons). Ack transport deadlines (Slack's 3 s) before
    calling the router: long commands return after "working…" and finish in a task.
 4. `async check(text) -> list[CheckResult]` for `jobdiagd notify-test`: name bad tokens,

@@ -1,28 +1,27 @@
-"""Incident buttons: short tokens `<action>:<incident token>` (Telegram callback_data <= 64 bytes, Slack
-action values); the state stays server-side, and the keyboard is derived from the incident's state."""
+"""Incident buttons: one `ButtonSpec` per action (its press handler) in `BUTTONS`, their tokens and the keyboards.
+
+Tokens are short, `<action>:<incident token>` (Telegram callback_data <= 64 bytes, Slack action
+values); the state stays server-side, and the keyboard is derived from the incident's state.
+The router looks a press up in `BUTTONS` and holds no per-button code; a handler reaches the
+daemon only through `chat.ports.ChatBackend`. Adding a button: its row and handler here, its
+place in `keyboard`, and what it needs of the daemon in `chat.ports` (docs/architecture.md
+§ Extension points).
+"""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
-from jobdiagd.chat.model import Button
+from jobdiagd.chat.auth import Authorizer
+from jobdiagd.chat.model import Button, ChatMessage
+from jobdiagd.chat.ports import ChatBackend, Conversation, PressConversation, TaskError
+from jobdiagd.durations import rounded_duration
+from jobdiagd.model.alerts import Incident
 from jobdiagd.triage.resolve import JOB_ID_RE
 
-Action = Literal["ack", "m1h", "m24h", "unmute", "triage", "diagnose", "scancel", "scancel_yes", "scancel_no"]
-ACTIONS: tuple[Action, ...] = (
-    "ack",
-    "m1h",
-    "m24h",
-    "unmute",
-    "triage",
-    "diagnose",
-    "scancel",
-    "scancel_yes",
-    "scancel_no",
-)
 MUTE_SECONDS: Mapping[str, float] = {"m1h": 3600.0, "m24h": 86400.0}
 # Exactly what `encode` writes: ASCII digits without leading zeros, no final newline.
 _TOKEN = re.compile(r"^([a-z_0-9]{1,16}):(0|[1-9][0-9]{0,11})\Z")
@@ -31,21 +30,20 @@ _SLURM_ID = re.compile(r"^[0-9]{1,12}\Z")
 
 @dataclass(frozen=True, slots=True)
 class Press:
-    action: Action
+    action: str
     incident_token: int
 
 
-def encode(action: Action, incident_token: int) -> str:
+def encode(action: str, incident_token: int) -> str:
     return f"{action}:{incident_token}"
 
 
 def decode(data: str) -> Press | None:
     """None for anything not produced by `encode` (forged or stale callback data)."""
     m = _TOKEN.match(data or "")
-    if m is None or m.group(1) not in ACTIONS:
+    if m is None or m.group(1) not in BUTTONS:
         return None
-    action: Action = m.group(1)  # type: ignore[assignment]
-    return Press(action, int(m.group(2)))
+    return Press(m.group(1), int(m.group(2)))
 
 
 def can_scancel(job_id: str) -> bool:
@@ -85,3 +83,153 @@ def confirm_keyboard(job_id: str, token: int) -> tuple[tuple[Button, ...], ...]:
             Button("Keep the job", encode("scancel_no", token)),
         ),
     )
+
+
+# -- press handlers ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Pressed:
+    """What a button's handler gets: the press on an incident still known, and the router's means."""
+
+    action: str
+    incident: Incident
+    conv: PressConversation
+    backend: ChatBackend
+    now: float
+    log: Any  # the router's structlog logger, bound to the chat, user, incident and action
+    auth: Authorizer
+    scancel_enabled: bool
+    start_long: Callable[[str, tuple[str, ...], Conversation], Awaitable[None]]
+
+    @property
+    def who(self) -> str:
+        return self.conv.sender.label
+
+
+async def _ack(p: Pressed) -> None:
+    inc = p.incident
+    if inc.acked_at is not None:
+        await p.conv.toast(f"Already acked by {inc.acked_by or 'someone'}.")
+        return
+    p.backend.ack(inc, p.who, p.now)
+    p.log.info("chat_button")
+    await p.conv.toast(f"✔ Acked by {p.who}")
+
+
+async def _mute(p: Pressed) -> None:
+    secs = MUTE_SECONDS[p.action]
+    p.backend.mute(p.incident.job_id, p.incident.kind, p.now + secs, p.who, p.now)
+    p.log.info("chat_button", seconds=secs)
+    await p.conv.toast(f"🔕 Muted for {rounded_duration(secs)}")
+
+
+async def _unmute(p: Pressed) -> None:
+    p.backend.unmute(p.incident.job_id, p.incident.kind, p.who, p.now)
+    p.backend.unmute(p.incident.job_id, "*", p.who, p.now)
+    p.log.info("chat_button")
+    await p.conv.toast("🔔 Unmuted")
+
+
+async def _long_command(p: Pressed) -> None:
+    """Full triage / Diagnose: the long command of the action's name, on the incident's job."""
+    if p.action == "diagnose" and not p.incident.ray:
+        await p.conv.toast("Diagnose needs a RAY=1 job (its Prometheus).", alert=True)
+        return
+    await p.conv.toast("⏳ working…")
+    p.log.info("chat_button")
+    await p.start_long(p.action, (p.incident.job_id,), p.conv)
+
+
+async def _scancel_token(p: Pressed) -> int | None:
+    """The incident's token when scancel may go on (enabled, a Slurm job, an operator pressing);
+    otherwise the presser is told why not and None."""
+    token = p.backend.incident_token(p.incident.id)
+    if not p.scancel_enabled or token is None or not can_scancel(p.incident.job_id):
+        await p.conv.toast("scancel is not enabled here.", alert=True)
+        return None
+    if not p.auth.is_operator(p.conv.sender):
+        p.log.warning("chat_refused", what="scancel", reason="not an operator")
+        await p.conv.toast("⛔ Only operators may scancel jobs.", alert=True)
+        return None
+    return token
+
+
+def _restored(p: Pressed, token: int) -> tuple[tuple[Button, ...], ...]:
+    """The incident's own keyboard, back in place of the confirmation."""
+    return keyboard(p.backend.snapshot(p.incident, p.now), token, now=p.now, scancel=True)
+
+
+async def _scancel_ask(p: Pressed) -> None:
+    token = await _scancel_token(p)
+    if token is not None:
+        await p.conv.set_buttons(confirm_keyboard(p.incident.job_id, token))
+        await p.conv.toast(f"Confirm: scancel job {p.incident.job_id}?")
+
+
+async def _scancel_no(p: Pressed) -> None:
+    token = await _scancel_token(p)
+    if token is not None:
+        await p.conv.set_buttons(_restored(p, token))
+        await p.conv.toast("Kept the job.")
+
+
+async def _scancel_yes(p: Pressed) -> None:
+    token = await _scancel_token(p)
+    if token is None:
+        return
+    inc, sender = p.incident, p.conv.sender
+    restore = _restored(p, token)
+    p.log.warning("scancel_requested", job_id=inc.job_id, by=sender.label)
+    try:
+        outcome = await p.backend.scancel(inc.job_id, sender.label)
+    except TaskError as exc:
+        failed = f"scancel {inc.job_id} failed: {exc}"
+        p.log.warning("scancel_failed", job_id=inc.job_id, error=str(exc))
+        await p.conv.set_buttons(restore)
+        await p.conv.toast(failed, alert=True)
+        await p.conv.send(ChatMessage(f"⚠ {failed}", f"asked by {sender.label}; the job was not cancelled"))
+        return
+    p.log.warning("scancel_done", job_id=inc.job_id, outcome=outcome)
+    await p.conv.set_buttons(restore)
+    await p.conv.toast(outcome, alert=True)
+    await p.conv.send(ChatMessage(f"⛔ scancel {inc.job_id} by {sender.label}", outcome))
+
+
+# -- the table ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ButtonSpec:
+    action: str  # the token's first part: [a-z_0-9], at most 16 characters
+    on_press: Callable[[Pressed], Awaitable[None]]
+    after_resolve: bool = False  # still does something once the incident resolved (it only reads)
+    help: str = ""  # how /help names it ("": named with another, or a confirmation)
+    only_with_scancel: bool = False  # named in /help only where [chat] scancel_button is on
+
+
+BUTTONS: dict[str, ButtonSpec] = {
+    b.action: b
+    for b in (
+        ButtonSpec("ack", _ack, help="Ack"),
+        ButtonSpec("m1h", _mute, help="Mute 1 h / 24 h"),
+        ButtonSpec("m24h", _mute),
+        ButtonSpec("unmute", _unmute),
+        ButtonSpec("triage", _long_command, after_resolve=True, help="Full triage"),
+        ButtonSpec("diagnose", _long_command, after_resolve=True, help="Diagnose (RAY=1 jobs)"),
+        ButtonSpec(
+            "scancel",
+            _scancel_ask,
+            help="⛔ scancel… (operators only, Slurm jobs, asks to confirm)",
+            only_with_scancel=True,
+        ),
+        ButtonSpec("scancel_yes", _scancel_yes),
+        ButtonSpec("scancel_no", _scancel_no),
+    )
+}
+ACTIONS: tuple[str, ...] = tuple(BUTTONS)
+
+
+def help_names(*, scancel: bool) -> list[str]:
+    """The buttons as /help names them, in the table's order."""
+    return [b.help for b in BUTTONS.values() if b.help and (scancel or not b.only_with_scancel)]

@@ -1,4 +1,11 @@
-"""Chat command syntax: parse `/cmd@bot args` and validate every argument before it reaches files, processes or queries.
+"""The chat commands: one `CommandSpec` per command (its arguments, their validators, its handler) in `COMMANDS`, and the parser.
+
+The router looks a command up here and holds no per-command code: it checks the arguments
+with the spec's validators, then answers at once with `answer` (a short command) or runs
+`work` as a long command ("working…", then the result edited in), which the daemon's backend
+also looks up here (`run_long`). Handlers reach the daemon only through `chat.ports`
+(`ChatBackend` for answers, `Worker` for long work). Adding a command: docs/architecture.md
+§ Extension points.
 
 Validation is strict and names the problem in one line: job ids are Slurm/k8s/local ids or the
 safe job-directory names the daemon uses as keys (no `/`, no leading dot); PATH must resolve
@@ -10,10 +17,16 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from jobdiagd.chat.auth import Sender
+from jobdiagd.chat.buttons import help_names
+from jobdiagd.chat.model import ChatMessage
+from jobdiagd.chat.ports import ChatBackend, TaskError, TaskResult, Worker
+from jobdiagd.durations import rounded_duration
 from jobdiagd.triage.resolve import JOB_ID_RE
 
 MAX_TEXT = 512
@@ -30,78 +43,6 @@ _UNIT_S = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, None: 60
 
 class UsageError(ValueError):
     """A command the router cannot run as given; the message is shown to the user."""
-
-
-@dataclass(frozen=True, slots=True)
-class CommandSpec:
-    name: str
-    usage: str
-    help: str
-    min_args: int
-    max_args: int
-    long: bool = False  # runs off the event loop: "working…" first, the result edited in
-
-
-COMMANDS: dict[str, CommandSpec] = {
-    c.name: c
-    for c in (
-        CommandSpec("status", "/status", "daemon health, jobs watched, open incidents", 0, 0),
-        CommandSpec("jobs", "/jobs", "the jobs being watched: step, speed, phase, incidents", 0, 0),
-        CommandSpec("job", "/job ID", "one job: progress, step time, TGS, open incidents", 1, 1),
-        CommandSpec(
-            "triage", "/triage ID|PATH", "full triage report of a job (as `jobdiagd triage`)", 1, 1, True
-        ),
-        CommandSpec(
-            "diagnose",
-            "/diagnose ID [PLAYBOOK]",
-            "TSDB diagnosis of a RAY=1 job (as `jobdiagd diagnose`)",
-            1,
-            2,
-            True,
-        ),
-        CommandSpec("compare", "/compare A B", "compare two jobs by training step", 2, 2, True),
-        CommandSpec(
-            "plot", "/plot ID", "step time and tokens/s/device of a watched job, as a picture", 1, 1, True
-        ),
-        CommandSpec("ack", "/ack ID [KIND]", "acknowledge a job's open incidents (stops reminders)", 1, 2),
-        CommandSpec("mute", "/mute ID DURATION [KIND]", "silence a job's alerts, e.g. /mute 123 2h", 2, 3),
-        CommandSpec("unmute", "/unmute ID [KIND]", "end a mute", 1, 2),
-        CommandSpec("help", "/help", "this list", 0, 1),
-        CommandSpec("start", "/start", "same as /help", 0, 1),
-    )
-}
-
-
-@dataclass(frozen=True, slots=True)
-class Parsed:
-    name: str
-    args: tuple[str, ...]
-
-    @property
-    def spec(self) -> CommandSpec:
-        return COMMANDS[self.name]
-
-
-def parse(text: str) -> Parsed:
-    """`/triage@jobdiagd_bot 123` -> Parsed("triage", ("123",)); a leading slash is optional
-    (Slack's `/jobdiagd triage 123` arrives as `triage 123`)."""
-    if len(text) > MAX_TEXT:
-        raise UsageError(f"command too long ({len(text)} > {MAX_TEXT} characters)")
-    if "\x00" in text:
-        raise UsageError("command contains a NUL character")
-    words = text.strip().split()
-    if not words:
-        raise UsageError("empty command; /help lists the commands")
-    m = _COMMAND.match(words[0])
-    name = m.group(1).lower() if m else ""
-    spec = COMMANDS.get(name)
-    if spec is None:
-        shown = words[0][:40]
-        raise UsageError(f"unknown command {shown!r}; /help lists the commands")
-    args = tuple(words[1:])
-    if not spec.min_args <= len(args) <= spec.max_args:
-        raise UsageError(f"usage: {spec.usage}")
-    return Parsed(name, args)
 
 
 def job_id(text: str) -> str:
@@ -164,18 +105,246 @@ def target(text: str, roots: Sequence[Path]) -> str:
     return str(path_under_roots(text, roots)) if is_path(text) else job_id(text)
 
 
+# -- arguments: each a validator over the word typed, giving the word passed on ---------------
+
+Args = tuple[str, ...]  # validated arguments, in order; optional ones absent when not given
+Check = Callable[[str, ChatBackend], str]
+
+
+@dataclass(frozen=True, slots=True)
+class Arg:
+    """One argument: its name in the usage line ("" for a word accepted and ignored) and its
+    validator, which raises `UsageError` or returns the word to pass on."""
+
+    metavar: str
+    check: Check
+    optional: bool = False
+
+
+def _seconds(text: str, b: ChatBackend) -> str:
+    return str(int(duration(text)))  # whole seconds (units are whole), as a word
+
+
+JOB = Arg("ID", lambda t, b: job_id(t))
+KIND = Arg("KIND", lambda t, b: kind(t), optional=True)
+IGNORED = Arg("", lambda t, b: t, optional=True)
+
+
+def _target(metavar: str) -> Arg:
+    return Arg(metavar, lambda t, b: target(t, b.outputs_roots))
+
+
+# -- handlers -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """What a short command's handler gets: the daemon, who asked and when, the router's settings."""
+
+    backend: ChatBackend
+    sender: Sender
+    now: float
+    log: Any  # the router's structlog logger
+    long_timeout_s: float
+    scancel: bool
+
+
+Answer = Callable[[Call, Args], ChatMessage]
+Work = Callable[[Worker, Args], Awaitable[TaskResult]]
+
+
+def _help(c: Call, a: Args) -> ChatMessage:
+    return ChatMessage("jobdiagd", help_text(c.long_timeout_s, scancel=c.scancel))
+
+
+def _status(c: Call, a: Args) -> ChatMessage:
+    return c.backend.status(c.now)
+
+
+def _jobs(c: Call, a: Args) -> ChatMessage:
+    return c.backend.jobs(c.now)
+
+
+def _job(c: Call, a: Args) -> ChatMessage:
+    got = c.backend.job(a[0], c.now)
+    return got if got is not None else ChatMessage(f"job {a[0]} is not being watched")
+
+
+def _ack(c: Call, a: Args) -> ChatMessage:
+    jid, kind = a[0], a[1] if len(a) > 1 else None
+    incs = c.backend.open_incidents(jid, kind)
+    if not incs:
+        return ChatMessage(f"no open incident for job {jid}" + (f" ({kind})" if kind else ""))
+    who = c.sender.label
+    for inc in incs:
+        c.backend.ack(inc, who, c.now)
+    c.log.info("chat_ack", user=c.sender.user_id, incidents=[i.id for i in incs])
+    return ChatMessage(f"✔ acked by {who}: " + ", ".join(i.id for i in incs))
+
+
+def _mute(c: Call, a: Args) -> ChatMessage:
+    jid, secs, kind = a[0], float(a[1]), a[2] if len(a) > 2 else "*"
+    who = c.sender.label
+    c.backend.mute(jid, kind, c.now + secs, who, c.now)
+    c.log.info("chat_mute", user=c.sender.user_id, job_id=jid, kind=kind, seconds=secs)
+    what = "every alert" if kind == "*" else f"{kind} alerts"
+    return ChatMessage(f"🔕 {what} of job {jid} muted for {rounded_duration(secs)} by {who}")
+
+
+def _unmute(c: Call, a: Args) -> ChatMessage:
+    jid, kind = a[0], a[1] if len(a) > 1 else "*"
+    removed = c.backend.unmute(jid, kind, c.sender.label, c.now)
+    return ChatMessage(f"🔔 job {jid} unmuted" if removed else f"job {jid} was not muted ({kind})")
+
+
+async def _triage(w: Worker, a: Args) -> TaskResult:
+    return TaskResult(f"📋 triage: {a[0]}", await w.triage(a[0]))
+
+
+async def _diagnose(w: Worker, a: Args) -> TaskResult:
+    return TaskResult(f"🩺 diagnose: {a[0]}", await w.diagnose(a[0], a[1] if len(a) > 1 else None))
+
+
+async def _compare(w: Worker, a: Args) -> TaskResult:
+    return TaskResult(f"⚖ compare: {a[0]} vs {a[1]}", await w.compare(a[0], a[1]))
+
+
+async def _plot(w: Worker, a: Args) -> TaskResult:
+    return TaskResult(f"📈 job {a[0]}", png=await w.plot(a[0]))
+
+
+# -- the table ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CommandSpec:
+    """One command. Exactly one handler: `answer` (short: on the event loop, at once) or `work`
+    (long: "working…" first, then run by the daemon off the event loop, the result edited in)."""
+
+    name: str
+    help: str
+    args: tuple[Arg, ...] = ()
+    answer: Answer | None = None
+    work: Work | None = None
+    listed: bool = True  # in /help and the transport's command menu
+
+    def __post_init__(self) -> None:
+        if (self.answer is None) == (self.work is None):
+            raise ValueError(f"command {self.name!r}: give exactly one of answer and work")
+        if any(a.optional and not b.optional for a, b in zip(self.args, self.args[1:], strict=False)):
+            raise ValueError(f"command {self.name!r}: an optional argument before a required one")
+
+    @property
+    def long(self) -> bool:
+        return self.work is not None
+
+    @property
+    def min_args(self) -> int:
+        return sum(not a.optional for a in self.args)
+
+    @property
+    def max_args(self) -> int:
+        return len(self.args)
+
+    @property
+    def usage(self) -> str:
+        words = [f"[{a.metavar}]" if a.optional else a.metavar for a in self.args if a.metavar]
+        return " ".join([f"/{self.name}", *words])
+
+
+COMMANDS: dict[str, CommandSpec] = {
+    c.name: c
+    for c in (
+        CommandSpec("status", "daemon health, jobs watched, open incidents", answer=_status),
+        CommandSpec("jobs", "the jobs being watched: step, speed, phase, incidents", answer=_jobs),
+        CommandSpec("job", "one job: progress, step time, TGS, open incidents", (JOB,), answer=_job),
+        CommandSpec(
+            "triage",
+            "full triage report of a job (as `jobdiagd triage`)",
+            (_target("ID|PATH"),),
+            work=_triage,
+        ),
+        CommandSpec(
+            "diagnose",
+            "TSDB diagnosis of a RAY=1 job (as `jobdiagd diagnose`)",
+            (_target("ID"), Arg("PLAYBOOK", lambda t, b: playbook(t, b.playbooks), optional=True)),
+            work=_diagnose,
+        ),
+        CommandSpec(
+            "compare", "compare two jobs by training step", (_target("A"), _target("B")), work=_compare
+        ),
+        CommandSpec(
+            "plot", "step time and tokens/s/device of a watched job, as a picture", (JOB,), work=_plot
+        ),
+        CommandSpec("ack", "acknowledge a job's open incidents (stops reminders)", (JOB, KIND), answer=_ack),
+        CommandSpec(
+            "mute",
+            "silence a job's alerts, e.g. /mute 123 2h",
+            (JOB, Arg("DURATION", _seconds), KIND),
+            answer=_mute,
+        ),
+        CommandSpec("unmute", "end a mute", (JOB, KIND), answer=_unmute),
+        CommandSpec("help", "this list", (IGNORED,), answer=_help),
+        CommandSpec("start", "same as /help", (IGNORED,), answer=_help, listed=False),
+    )
+}
+
+
+# -- parsing and running ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Parsed:
+    name: str
+    args: tuple[str, ...]
+
+    @property
+    def spec(self) -> CommandSpec:
+        return COMMANDS[self.name]
+
+
+def parse(text: str) -> Parsed:
+    """`/triage@jobdiagd_bot 123` -> Parsed("triage", ("123",)); a leading slash is optional
+    (Slack's `/jobdiagd triage 123` arrives as `triage 123`)."""
+    if len(text) > MAX_TEXT:
+        raise UsageError(f"command too long ({len(text)} > {MAX_TEXT} characters)")
+    if "\x00" in text:
+        raise UsageError("command contains a NUL character")
+    words = text.strip().split()
+    if not words:
+        raise UsageError("empty command; /help lists the commands")
+    m = _COMMAND.match(words[0])
+    name = m.group(1).lower() if m else ""
+    spec = COMMANDS.get(name)
+    if spec is None:
+        shown = words[0][:40]
+        raise UsageError(f"unknown command {shown!r}; /help lists the commands")
+    args = tuple(words[1:])
+    if not spec.min_args <= len(args) <= spec.max_args:
+        raise UsageError(f"usage: {spec.usage}")
+    return Parsed(name, args)
+
+
+def checked(p: Parsed, backend: ChatBackend) -> Args:
+    """The arguments through their validators, in order (the first bad one raises `UsageError`)."""
+    return tuple(arg.check(word, backend) for arg, word in zip(p.spec.args, p.args, strict=False))
+
+
+async def run_long(worker: Worker, name: str, args: Args) -> TaskResult:
+    """Run long command `name` (the daemon's backend calls this for `ChatBackend.run_task`)."""
+    spec = COMMANDS.get(name)
+    if spec is None or spec.work is None:
+        raise TaskError(f"unknown command {name}")
+    return await spec.work(worker, args)
+
+
 def help_text(long_timeout_s: float, *, scancel: bool = False) -> str:
+    """/help: the commands and buttons of their tables."""
     lines = ["**Commands**"]
-    for spec in COMMANDS.values():
-        if spec.name == "start":
-            continue
-        lines.append(f"- `{spec.usage}` — {spec.help}")
-    buttons = "Ack, Mute 1 h / 24 h, Full triage, Diagnose (RAY=1 jobs)"
-    if scancel:
-        buttons += ", ⛔ scancel… (operators only, Slurm jobs, asks to confirm)"
+    lines += [f"- `{spec.usage}` — {spec.help}" for spec in COMMANDS.values() if spec.listed]
     lines += [
         "",
         f"Long commands answer “working…” at once and edit in the result (at most {long_timeout_s:g} s).",
-        f"Buttons on alerts: {buttons}.",
+        f"Buttons on alerts: {', '.join(help_names(scancel=scancel))}.",
     ]
     return "\n".join(lines)

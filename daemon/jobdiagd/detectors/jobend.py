@@ -11,12 +11,22 @@ reported from a wrong squeue answer by an older daemon); without an end time it 
 
 A job none of whose logs was ever read (unreadable or refused: a monitoring-blind notice went
 out) gets a report saying so, not a triage of nothing (which would read as a prolog kill).
+
+When `jobdiagd goodput --config` has written the fleet's rates into the state dir
+(`goodput.fleet`), the report ends with the checkpoint-interval advice for the job (rule
+GP-9): its own save cost and step time against the fleet's MTBF and latencies. The small file
+is read at a job's end only, and again only when it changed.
 """
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from jobdiagd.config import Config
 from jobdiagd.detectors.base import DetectorSpec, NoData, Outcome, Report, StatusPart, WatchedJob
+from jobdiagd.goodput.fleet import FLEET_NAME, Fleet, advice_section, job_advice, read_fleet
+from jobdiagd.model.triage import TriageResult
 from jobdiagd.triage.report import render_markdown
 
 NAME = "job_end"
@@ -38,11 +48,32 @@ def untriaged_report(view: WatchedJob) -> Report:
 
 
 class JobEndDetector:
-    """Stateless: every answer comes from the view."""
+    """Stateless but for the fleet file it last read: every answer comes from the view."""
 
     name = NAME
     on_data = True
     on_gpu_check = False
+
+    def __init__(self, fleet_path: Path | None = None) -> None:
+        self.fleet_path = fleet_path
+        self._fleet: tuple[tuple[int, int], Fleet | None] | None = None
+
+    def _current_fleet(self) -> Fleet | None:
+        if self.fleet_path is None:
+            return None
+        try:
+            st = os.stat(self.fleet_path)
+        except OSError:
+            return None
+        stamp = (st.st_mtime_ns, st.st_size)
+        if self._fleet is None or self._fleet[0] != stamp:
+            self._fleet = (stamp, read_fleet(self.fleet_path))
+        return self._fleet[1]
+
+    def _advice(self, res: TriageResult) -> str:
+        fleet = self._current_fleet()
+        a = job_advice(res, fleet) if fleet is not None else None
+        return "\n" + advice_section(a, fleet) if a is not None and fleet is not None else ""
 
     def forget(self, key: str) -> None:
         pass
@@ -63,7 +94,7 @@ class JobEndDetector:
             title += f" (primary {primary})"
         if view.slurm is not None:
             title += f" [Slurm {state}]"
-        return [Report(view.key, KIND, report_key(view), title, render_markdown(res))]
+        return [Report(view.key, KIND, report_key(view), title, render_markdown(res) + self._advice(res))]
 
 
 def report_key(view: WatchedJob) -> str:
@@ -73,7 +104,7 @@ def report_key(view: WatchedJob) -> str:
 
 
 def _factory(cfg: Config) -> JobEndDetector:
-    return JobEndDetector()
+    return JobEndDetector(cfg.daemon.state_dir / FLEET_NAME)
 
 
 SPEC = DetectorSpec(NAME, True, _factory, "when a watched job ends: the full triage report")

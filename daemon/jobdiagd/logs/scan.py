@@ -16,7 +16,7 @@ touched. Without prefixes every line with "completed step" is a candidate.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 from jobdiagd.rules.signatures import SIGNATURE_NEEDLES
@@ -120,6 +120,77 @@ def not_followed_by(literal: str, tail: bytes) -> bytes:
             (b"|" + re.escape(bytes([ch])) + alternatives) if alternatives else b""
         ) + b")"
     return re.escape(literal).encode() + alternatives
+
+
+def hs_line_starts(db: Any, scratch: Any, buf: Buffer, start: int, end: int) -> list[int]:
+    """Sorted start offsets of the lines of `buf[start+1:end]` that hold a match of the hyperscan
+    database `db` (`buf[start]` is the newline before the region): one SIMD pass, one callback per
+    match until its line is taken, none after.
+
+    A line is found from its match's last byte, `to - 1` (hyperscan's `to` is one past the match):
+    that byte is in the match's line even when the match ends with the newline closing it (a
+    `not_followed_by` pattern stops there), where `to` would already be in the next line."""
+    starts: list[int] = []
+    rfind, find = buf.rfind, buf.find
+    # Hits arrive in order of their end offset; once a line is taken, skip to its end.
+    line_end = -1
+
+    def on_match(_id: int, _frm: int, to: int, _flags: int, _ctx: object) -> int | None:
+        nonlocal line_end
+        last = start + to - 1  # the match's last byte: in its line
+        if last <= line_end:
+            return None
+        starts.append(rfind(b"\n", start, last) + 1)
+        nl = find(b"\n", last, end)
+        line_end = end if nl == -1 else nl
+        return None
+
+    with memoryview(buf) as view, view[start:end] as region:
+        db.scan(region, match_event_handler=on_match, scratch=scratch)
+    return starts
+
+
+class LineFinder:
+    """Start offsets of the lines that match any of a few regexes (a printed timestamp's shapes,
+    say), without decoding the rest: `hs_line_starts` over a database from `logs.hscache` when
+    hyperscan is importable, else one `re` search per matching line. Both give the same answer
+    for patterns that match within a line (no newline in a match); tests check it against a
+    plain regex over each line."""
+
+    def __init__(self, patterns: Sequence[bytes], *, allow_hyperscan: bool = True) -> None:
+        self._re = re.compile(b"|".join(patterns))
+        self._hs: tuple[Any, Any] | None = None
+        self.name = "re"
+        if allow_hyperscan:
+            try:
+                import hyperscan
+
+                from jobdiagd.logs.hscache import block_database
+
+                db = block_database(hyperscan, list(patterns))
+                self._hs = (db, hyperscan.Scratch(db))
+                self.name = "hyperscan"
+            except Exception:  # ImportError, or a CPU without the SIMD hyperscan needs
+                self._hs = None
+
+    def line_starts(self, buf: Buffer, start: int, end: int) -> list[int]:
+        """Sorted starts of the matching lines in `buf[start+1:end]`; `buf[start]` is a newline."""
+        if self._hs is not None:
+            db, scratch = self._hs
+            return hs_line_starts(db, scratch, buf, start, end)
+        starts: list[int] = []
+        rfind, find, search = buf.rfind, buf.find, self._re.search
+        pos = start + 1
+        while pos < end:
+            m = search(buf, pos, end)
+            if m is None:
+                break
+            starts.append(rfind(b"\n", start, m.start()) + 1)
+            nl = find(b"\n", m.end(), end)
+            if nl == -1:
+                break
+            pos = nl + 1
+        return starts
 
 
 class LineScanner(Protocol):
@@ -236,26 +307,7 @@ class HyperscanScanner:
         self, buf: Buffer, task0_prefixes: tuple[bytes, ...] = (), start: int = 0, end: int | None = None
     ) -> list[int]:
         db, scratch = self._db(task0_prefixes)
-        starts: list[int] = []
-        n = len(buf) if end is None else end
-        rfind = buf.rfind
-        find = buf.find
-        # Hits arrive in order of their end offset; once a line is taken, skip to its end.
-        line_end = -1
-
-        def on_match(_id: int, _frm: int, to: int, _flags: int, _ctx: object) -> int | None:
-            nonlocal line_end
-            last = start + to - 1  # the match's last byte: in its line (HARMLESS_AFTER)
-            if last <= line_end:
-                return None
-            starts.append(rfind(b"\n", start, last) + 1)
-            nl = find(b"\n", last, n)
-            line_end = n if nl == -1 else nl
-            return None
-
-        with memoryview(buf) as view, view[start:n] as region:
-            db.scan(region, match_event_handler=on_match, scratch=scratch)
-        return starts
+        return hs_line_starts(db, scratch, buf, start, len(buf) if end is None else end)
 
     def scan_spans(
         self, buf: Buffer, task0_prefixes: tuple[bytes, ...], end: int

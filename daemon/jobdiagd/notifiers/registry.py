@@ -1,4 +1,11 @@
-"""Builds the configured notifiers (console, JSONL, Telegram, Slack, Alertmanager) with their secrets read from files or credentials."""
+"""The notifiers as a table of specs (console, JSONL, Telegram, Slack, Alertmanager), built with their secrets.
+
+Adding a notifier (say `matrix`): write `notifiers/matrix.py` (the `notifiers.base.Notifier`
+protocol; a chat transport also implements `ChatTransport`, see `jobdiagd.chat`), add its
+`[notifiers.matrix]` section to `config.NotifiersConfig` (with `enabled`), and one
+`NotifierSpec` row to `NOTIFIERS` below whose factory reads its secrets and raises `NotUsable`
+when one is missing. docs/architecture.md § Extension points has the whole recipe.
+"""
 
 from __future__ import annotations
 
@@ -6,52 +13,124 @@ import base64
 import os
 import socket
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Generic, Protocol, TypeVar
 
-from jobdiagd.config import AlertmanagerNotifierConfig, Config, ConfigError
+from jobdiagd.config import (
+    AlertmanagerNotifierConfig,
+    Config,
+    ConfigError,
+    ConsoleNotifierConfig,
+    JsonlNotifierConfig,
+    NotifiersConfig,
+    SlackNotifierConfig,
+    TelegramNotifierConfig,
+)
 from jobdiagd.notifiers.alertmanager import AlertmanagerNotifier, AlertOptions
 from jobdiagd.notifiers.base import Notifier
 from jobdiagd.notifiers.console import ConsoleNotifier
 from jobdiagd.notifiers.jsonl import JsonlNotifier
 
+Env = Mapping[str, str] | None
 
-def build_notifiers(cfg: Config, env: Mapping[str, str] | None = None) -> tuple[list[Notifier], list[str]]:
+
+class Section(Protocol):
+    @property
+    def enabled(self) -> bool: ...
+
+
+S = TypeVar("S", bound=Section)
+
+
+class NotUsable(Exception):
+    """A notifier enabled in config that cannot be built (a secret missing); the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class NotifierSpec(Generic[S]):
+    """One notifier: its `[notifiers.<name>]` section and how to build it from that section."""
+
+    name: str  # as in [notifiers.<name>]; the notifier's own `name`
+    section: Callable[[NotifiersConfig], S]
+    factory: Callable[[S, Config, Env], Notifier]  # reads its secrets; raises NotUsable
+
+    def build(self, cfg: Config, env: Env) -> Notifier | None:
+        """The notifier, or None when its section is not enabled."""
+        sec = self.section(cfg.notifiers)
+        return self.factory(sec, cfg, env) if sec.enabled else None
+
+
+def spec(
+    name: str, section: Callable[[NotifiersConfig], S], factory: Callable[[S, Config, Env], Notifier]
+) -> NotifierSpec[Any]:
+    """A row of `NOTIFIERS` (type-checked: the factory takes what the section accessor gives)."""
+    row: NotifierSpec[S] = NotifierSpec(name, section, factory)
+    return row
+
+
+def _console(sec: ConsoleNotifierConfig, cfg: Config, env: Env) -> Notifier:
+    stream = sys.stdout if sec.stream == "stdout" else sys.stderr
+    return ConsoleNotifier(stream, color=sec.color)
+
+
+def _jsonl(sec: JsonlNotifierConfig, cfg: Config, env: Env) -> Notifier:
+    return JsonlNotifier(sec.path)
+
+
+def _telegram(sec: TelegramNotifierConfig, cfg: Config, env: Env) -> Notifier:
+    token = read_secret(sec.token_file, sec.token_credential, env)
+    if token is None:
+        where = sec.token_file or f"credential {sec.token_credential!r}"
+        raise NotUsable(f"no token ({where} missing or empty)")
+    # The chat transports load their SDKs only when configured.
+    from jobdiagd.notifiers.telegram import TelegramTransport, settings_from_config
+
+    return TelegramTransport(settings_from_config(sec, cfg.chat, token))
+
+
+def _slack(sec: SlackNotifierConfig, cfg: Config, env: Env) -> Notifier:
+    bot = read_secret(sec.token_file, sec.token_credential, env)
+    app = read_secret(sec.app_token_file, sec.app_token_credential, env) if sec.commands else None
+    if bot is None:
+        where = sec.token_file or f"credential {sec.token_credential!r}"
+        raise NotUsable(f"no bot token ({where} missing or empty)")
+    if sec.commands and app is None:
+        where = sec.app_token_file or f"credential {sec.app_token_credential!r}"
+        raise NotUsable(f"no app-level token ({where} missing or empty; or set commands = false)")
+    from jobdiagd.notifiers.slack import SlackTransport
+    from jobdiagd.notifiers.slack import settings_from_config as slack_settings
+
+    return SlackTransport(slack_settings(sec, cfg.chat, bot, app))
+
+
+def _alertmanager(sec: AlertmanagerNotifierConfig, cfg: Config, env: Env) -> Notifier:
+    return build_alertmanager(sec, source=cfg.source)
+
+
+# In the order they are built.
+NOTIFIERS: tuple[NotifierSpec[Any], ...] = (
+    spec("console", lambda n: n.console, _console),
+    spec("jsonl", lambda n: n.jsonl, _jsonl),
+    spec("telegram", lambda n: n.telegram, _telegram),
+    spec("slack", lambda n: n.slack, _slack),
+    spec("alertmanager", lambda n: n.alertmanager, _alertmanager),
+)
+
+
+def build_notifiers(cfg: Config, env: Env = None) -> tuple[list[Notifier], list[str]]:
     """(notifiers to use, "name: why" for those enabled in config but not usable)."""
     out: list[Notifier] = []
     skipped: list[str] = []
-    n = cfg.notifiers
-    if n.console.enabled:
-        stream = sys.stdout if n.console.stream == "stdout" else sys.stderr
-        out.append(ConsoleNotifier(stream, color=n.console.color))
-    if n.jsonl.enabled:
-        out.append(JsonlNotifier(n.jsonl.path))
-    if n.telegram.enabled:
-        token = read_secret(n.telegram.token_file, n.telegram.token_credential, env)
-        if token is None:
-            where = n.telegram.token_file or f"credential {n.telegram.token_credential!r}"
-            skipped.append(f"telegram: no token ({where} missing or empty)")
-        else:
-            from jobdiagd.notifiers.telegram import TelegramTransport, settings_from_config
-
-            out.append(TelegramTransport(settings_from_config(n.telegram, cfg.chat, token)))
-    if n.slack.enabled:
-        sl = n.slack
-        bot = read_secret(sl.token_file, sl.token_credential, env)
-        app = read_secret(sl.app_token_file, sl.app_token_credential, env) if sl.commands else None
-        if bot is None:
-            where = sl.token_file or f"credential {sl.token_credential!r}"
-            skipped.append(f"slack: no bot token ({where} missing or empty)")
-        elif sl.commands and app is None:
-            where = sl.app_token_file or f"credential {sl.app_token_credential!r}"
-            skipped.append(f"slack: no app-level token ({where} missing or empty; or set commands = false)")
-        else:
-            from jobdiagd.notifiers.slack import SlackTransport
-            from jobdiagd.notifiers.slack import settings_from_config as slack_settings
-
-            out.append(SlackTransport(slack_settings(sl, cfg.chat, bot, app)))
-    if n.alertmanager.enabled:
-        out.append(build_alertmanager(n.alertmanager, source=cfg.source))
+    for spec in NOTIFIERS:
+        try:
+            built = spec.build(cfg, env)
+        except NotUsable as exc:
+            skipped.append(f"{spec.name}: {exc}")
+            continue
+        if built is not None:
+            out.append(built)
     return out, skipped
 
 

@@ -182,7 +182,7 @@ class TelegramTransport(ChatDelivery[TelegramSettings]):
         if self.settings.commands:
             with contextlib.suppress(TelegramError):
                 await self.bot.set_my_commands(
-                    [BotCommand(c.name, c.help[:256]) for c in COMMANDS.values() if c.name != "start"]
+                    [BotCommand(c.name, c.help[:256]) for c in COMMANDS.values() if c.listed]
                 )
             await self.app.updater.start_polling(  # type: ignore[union-attr]
                 timeout=timedelta(seconds=self.settings.poll_timeout_s),

@@ -32,8 +32,9 @@ from typing import Any
 from jobdiagd import clock
 from jobdiagd.alerts.pipeline import AlertPipeline
 from jobdiagd.chat.buttons import can_scancel
+from jobdiagd.chat.commands import run_long
 from jobdiagd.chat.model import ChatMessage
-from jobdiagd.chat.router import TaskError, TaskResult
+from jobdiagd.chat.ports import TaskError, TaskResult
 from jobdiagd.config import Config
 from jobdiagd.durations import exact_duration, rounded_duration
 from jobdiagd.model.alerts import Incident
@@ -85,6 +86,8 @@ def _last_line(text: str) -> str:
 
 
 class DaemonChatBackend:
+    """The daemon as the chat sees it (`chat.ports.ChatBackend`, and the `Worker` long commands run on)."""
+
     def __init__(
         self,
         cfg: Config,
@@ -286,27 +289,26 @@ class DaemonChatBackend:
         return out
 
     async def run_task(self, name: str, args: tuple[str, ...]) -> TaskResult:
-        if name == "triage":
-            path = self._locate(args[0])
-            view = self._daemon_view_args(args[0], path, self._now())
-            out = await self._tool(["triage", path, *view], f"triage {args[0]}")
-            return TaskResult(f"📋 triage: {args[0]}", out)
-        if name == "diagnose":
-            path = self._locate(args[0])
-            argv = ["diagnose", path, "--config", str(self.config_path)]
-            if len(args) > 1:
-                argv += ["--playbook", args[1]]
-            out = await self._tool(argv, f"diagnose {args[0]}")
-            return TaskResult(f"🩺 diagnose: {args[0]}", out)
-        if name == "compare":
-            a, b = self._locate(args[0]), self._locate(args[1])
-            out = await self._tool(["compare", a, b, "--config", str(self.config_path)], "compare")
-            return TaskResult(f"⚖ compare: {args[0]} vs {args[1]}", out)
-        if name == "plot":
-            return await self._plot(args[0])
-        raise TaskError(f"unknown command {name}")
+        return await run_long(self, name, args)
 
-    async def _plot(self, job_id: str) -> TaskResult:
+    # -- what long commands run (`chat.ports.Worker`) --------------------------------------
+
+    async def triage(self, target: str) -> str:
+        path = self._locate(target)
+        view = self._daemon_view_args(target, path, self._now())
+        return await self._tool(["triage", path, *view], f"triage {target}")
+
+    async def diagnose(self, target: str, playbook: str | None) -> str:
+        argv = ["diagnose", self._locate(target), "--config", str(self.config_path)]
+        if playbook is not None:
+            argv += ["--playbook", playbook]
+        return await self._tool(argv, f"diagnose {target}")
+
+    async def compare(self, a: str, b: str) -> str:
+        pa, pb = self._locate(a), self._locate(b)
+        return await self._tool(["compare", pa, pb, "--config", str(self.config_path)], "compare")
+
+    async def plot(self, job_id: str) -> bytes:
         w = self.engine.jobs.get(job_id)
         if w is None:
             raise TaskError(f"job {job_id} is not being watched (only live jobs have a plot)")
@@ -325,7 +327,7 @@ class DaemonChatBackend:
         pngs = await self.plots.render(payload) if payload is not None else []
         if not pngs:
             raise TaskError("the picture could not be rendered")
-        return TaskResult(f"📈 job {job_id}", png=pngs[0])
+        return pngs[0]
 
     async def scancel(self, job_id: str, by: str) -> str:
         if not can_scancel(job_id) or job_id not in self.engine.jobs:

@@ -1,4 +1,4 @@
-"""Daemon subcommands: `run`, `status`, `notify-test`, `detectors`, `backtest`, `demo` (argument parsing only)."""
+"""Daemon subcommands: `run`, `status`, `notify-test`, `detectors`, `backtest` (argument parsing only)."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def _detectors(args: argparse.Namespace) -> int:
 
 
 def _notify_test(args: argparse.Namespace) -> int:
-    from jobdiagd.service.notify_test import run_notify_test
+    from jobdiagd.service.notifier_check import run_notify_test
 
     cfg = load_for_command(args.config, "notify-test")
     if cfg is None:
@@ -64,12 +64,6 @@ def _backtest(args: argparse.Namespace) -> int:
     from jobdiagd.service.backtest import main as backtest_main
 
     return backtest_main(args)
-
-
-def _demo(args: argparse.Namespace) -> int:
-    from jobdiagd.service.demo import main as demo_main
-
-    return demo_main(args)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -139,13 +133,3 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="N > 1: logs over 8 MiB are read by a forked process while the replay runs (default: min(2, CPUs))",
     )
     p.set_defaults(func=_backtest)
-
-    p = sub.add_parser(
-        "demo",
-        help="live demo: a simulated job trains, hangs; the daemon pages with triage, then reports the job end",
-    )
-    p.add_argument("--dir", type=Path, default=None, help="work dir (default: a fresh temp dir)")
-    p.add_argument("--step-time", type=float, default=1.0)
-    p.add_argument("--hang-after", type=int, default=25, metavar="N")
-    p.add_argument("--timeout", type=float, default=240.0, help="give up after this many seconds")
-    p.set_defaults(func=_demo)

@@ -28,7 +28,7 @@ from jobdiagd.service.jobs import JobView
 from jobdiagd.tsdb.access import SshTunnelPool
 from jobdiagd.tsdb.context import DiagnosisContext, context_from_result
 from jobdiagd.tsdb.gpu_hang import GpuVerdict
-from jobdiagd.tsdb.hooks import hang_power_verdict
+from jobdiagd.tsdb.hang_verdict import hang_power_verdict
 from jobdiagd.tsdb.settings import TsdbSettings
 
 QueryFn = Callable[[DiagnosisContext, float], Coroutine[Any, Any, GpuVerdict]]

@@ -88,7 +88,7 @@ def chart_for_view(
             step_time_s=step_time,
             incident_id=incident_id,
         )
-    if kind in ("tgs", "tgs-degradation"):
+    if kind == "tgs-degradation":
         analysis = analyze_tgs(steps, ckpt, threshold_pct=tgs_threshold_pct, baseline_steps=baseline_steps)
         # The whole run: a tailed job keeps only some step records (the detectors' windows), so the
         # line is drawn from its bounded history (bucket means) when that covers more of the run.
@@ -116,7 +116,7 @@ def chart_payload(
     baseline_steps: tuple[int, int] = (5, 15),
 ) -> dict[str, Any] | None:
     """The step chart of a watched job for an incident kind, as bounded JSON (None: not plottable)."""
-    if kind not in ("hang", "tgs", "tgs-degradation"):
+    if kind not in ("hang", "tgs-degradation"):
         return None
     chart = chart_for_view(
         view, kind, now, tgs_threshold_pct=tgs_threshold_pct, baseline_steps=baseline_steps

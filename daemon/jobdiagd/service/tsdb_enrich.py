@@ -1,5 +1,5 @@
 """The daemon's edge to the per-job Prometheus: the GPU-hang judge's verdict on hang alerts
-of live RAY=1 jobs (`tsdb.hooks.hang_power_verdict`: the one judge of rule HANG-GPU, the one the
+of live RAY=1 jobs (`tsdb.hang_verdict.hang_power_verdict`: the one judge of rule HANG-GPU, the one the
 early page asks; with the last hour of per-host GPU power/utilization for the alert's picture,
 fetched in the same session), and the class playbook in the job-end report of failed RAY=1 jobs.
 
@@ -39,7 +39,8 @@ from jobdiagd.service.plots_bridge import strip_payload
 from jobdiagd.tsdb.access import SshTunnelPool
 from jobdiagd.tsdb.context import DiagnosisContext, context_from_result
 from jobdiagd.tsdb.gpu_hang import GpuVerdict
-from jobdiagd.tsdb.hooks import hang_power_verdict, job_end_diagnosis, should_page
+from jobdiagd.tsdb.hang_verdict import hang_power_verdict, should_page
+from jobdiagd.tsdb.job_end import job_end_diagnosis
 from jobdiagd.tsdb.settings import TsdbSettings
 
 # The hang alert's power strip: the last hour of per-host GPU power and utilization.

@@ -3,9 +3,9 @@
 Two callers ask it, with the same query and the same rule; only the moment differs:
 - the early page (`service.early_page`, replayed by `service.backtest`): while a step is
   overdue, once per scrape interval; a confirmation pages before the step budget;
-- the page's GPU verdict (`tsdb.hooks.hang_power_verdict`): once the step budget pages a hang
+- the page's GPU verdict (`tsdb.hang_verdict.hang_power_verdict`): once the step budget pages a hang
   of a RAY=1 job, the verdict the page carries and, with `[tsdb] confirm_hang_with_power`,
-  whether the page goes out (`tsdb.hooks.should_page`).
+  whether the page goes out (`tsdb.hang_verdict.should_page`).
 Both send `gpu_query` (the raw samples of five metric families of the runbook's metric catalog
 over the last three scrapes) and hand the answer to `judge`: series in, `GpuVerdict` out; it
 reads no clock and does no I/O.

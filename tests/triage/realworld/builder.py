@@ -1,7 +1,7 @@
 """Build realistic job directories around the real-world error excerpts of corpus.toml.
 
 Each excerpt is placed into an otherwise normal MaxText job written with the simulator's line
-formatters (`jobdiagd.sim.lines`, `JobSim`): the header and stage markers, per-node env dumps,
+formatters (`jobdiagd_sim.lines`, `JobSim`): the header and stage markers, per-node env dumps,
 Ray start-up for RAY=1, JAX init and compile chatter, the barrier, every task's step lines with
 its `srun -l` prefix, checkpoints, healthy noise (including the harmless lines of rule HL-1), and an
 ending consistent with what the excerpt implies: NODE_EXIT lines of the wrappers, srun's per-task
@@ -35,8 +35,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from jobdiagd.sim import lines as L
-from jobdiagd.sim.job import SIM_EPOCH, JobSim, JobSpec
+from jobdiagd_sim import lines as L
+from jobdiagd_sim.job import SIM_EPOCH, JobSim, JobSpec
 
 CORPUS_PATH = Path(__file__).with_name("corpus.toml")
 # Held-out excerpts: gathered before the signature families were written, never used to

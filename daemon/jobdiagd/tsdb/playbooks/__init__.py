@@ -1,37 +1,41 @@
-"""The playbooks by name and the triage-class -> playbook mapping, rule PB-MAP-1 (the registry: `playbooks.registry`)."""
+"""The playbooks' table (name, module, class) and the triage-class -> playbook mapping, rule PB-MAP-1.
+
+`PLAYBOOK_SPECS` is the one list of playbooks. It names each playbook's module instead of
+importing it: `jobdiagd diagnose --playbook` offers `PLAYBOOK_NAMES` without loading the
+playbooks and the TSDB client under them. `playbooks.registry.PLAYBOOKS` imports and registers
+them (a name registers once). Which class a playbook diagnoses is in that class's row of
+`triage.classes`, with the class's next steps.
+"""
 
 from __future__ import annotations
 
-# The playbooks by name, sorted (`jobdiagd diagnose --playbook`). The registry itself,
-# `playbooks.registry.PLAYBOOKS`, imports every playbook (and the TSDB client): this list lets
-# the CLI name them without that (tests/tsdb check the two agree).
-PLAYBOOK_NAMES: tuple[str, ...] = (
-    "gpu-health",
-    "hang",
-    "hardware",
-    "heartbeat",
-    "network-health",
-    "oom",
-    "training-stability",
+from dataclasses import dataclass
+
+from jobdiagd.triage.classes import CLASSES
+
+
+@dataclass(frozen=True, slots=True)
+class PlaybookSpec:
+    name: str  # as `jobdiagd diagnose --playbook` takes it; the playbook's own `name`
+    module: str  # its module under jobdiagd.tsdb.playbooks
+    cls: str  # the `Playbook` class the module defines (built with no arguments)
+
+
+# In the registry's order (an unknown playbook's error lists them so).
+PLAYBOOK_SPECS: tuple[PlaybookSpec, ...] = (
+    PlaybookSpec("hang", "hang", "HangPlaybook"),
+    PlaybookSpec("heartbeat", "heartbeat", "HeartbeatPlaybook"),
+    PlaybookSpec("oom", "oom", "OomPlaybook"),
+    PlaybookSpec("hardware", "hardware", "HardwarePlaybook"),
+    PlaybookSpec("gpu-health", "gpu_health", "GpuHealthPlaybook"),
+    PlaybookSpec("network-health", "network", "NetworkPlaybook"),
+    PlaybookSpec("training-stability", "training", "TrainingStabilityPlaybook"),
 )
 
-# Runbook "Integration with Triage" and the triage next-step templates.
-CLASS_TO_PLAYBOOK: dict[str, str] = {
-    "hang": "hang",
-    "cancelled": "hang",  # cancellation is the mechanism; the usual underlying cause is a hang
-    "train-timeout": "hang",
-    "heartbeat-timeout": "heartbeat",
-    "oom-host": "oom",
-    "node-fail": "hardware",
-    "signal-kill": "hardware",
-    "unknown-death": "hardware",
-    "nccl-timeout": "network-health",
-    "tgs-degradation": "training-stability",
-    "checkpoint-fs-error": "training-stability",
-    "oom-gpu": "gpu-health",
-    "no-gpu": "gpu-health",
-    "ecc-timeout": "gpu-health",
-}
+# The playbooks by name, sorted (`jobdiagd diagnose --playbook`).
+PLAYBOOK_NAMES: tuple[str, ...] = tuple(sorted(s.name for s in PLAYBOOK_SPECS))
+
+CLASS_TO_PLAYBOOK: dict[str, str] = {c: row.playbook for c, row in CLASSES.items() if row.playbook}
 DEFAULT_PLAYBOOK = "training-stability"
 
 
