@@ -25,6 +25,7 @@ from jobdiagd.service.discovery import OutputsDiscovery
 from jobdiagd.service.early_page import EarlyConfirmer
 from jobdiagd.service.engine import Engine
 from jobdiagd.service.jobs import JobView
+from jobdiagd.service.tick_loop import TickLoop
 from jobdiagd.service.tsdb_enrich import TsdbEnricher
 from jobdiagd.sources.tail import OffsetStore
 from jobdiagd.tsdb.access import SshTunnelPool
@@ -355,7 +356,7 @@ async def test_an_open_failure_incident_does_not_hold_back_the_gpu_confirmed_pag
     "first", [None, GpuVerdict(GpuHangState.MIXED, "one scrape of busy-wait so far", T0)]
 )
 async def test_the_daemon_loop_pages_between_full_ticks(tmp_path: Path, first: GpuVerdict | None) -> None:
-    """Engine.run on the real clock: once the steps stop, the next full tick is 30 s away and the
+    """The tick loop on the real clock: once the steps stop, the next full tick is 30 s away and the
     step budget 120 s; the GPU-confirmed page comes from the loop's early polls (again one scrape
     interval after an unconfirmed answer) and its partial tick."""
     state, outputs = tmp_path / "state", tmp_path / "outputs"
@@ -370,7 +371,7 @@ async def test_the_daemon_loop_pages_between_full_ticks(tmp_path: Path, first: G
             await asyncio.wait_for(stop.wait(), seconds)
         return stop.is_set()
 
-    loop = asyncio.create_task(d.engine.run(sleep, lambda: period["s"]))
+    loop = asyncio.create_task(TickLoop(d.engine).run(sleep, lambda: period["s"]))
     try:
         for k in range(12):
             with log.open("a") as fh:

@@ -88,7 +88,7 @@ async def test_stop_discovery_cancels_a_poll_in_flight(short_tmp: Path) -> None:
     disc.answers = [asyncio.Event()]
     async with asyncio.timeout(30):
         await engine.tick(T0)
-    task = engine._discovery_task
+    task = engine.feed.task
     assert task is not None and not task.done()
     await engine.stop_discovery()
     assert task.cancelled()

@@ -16,11 +16,11 @@ import pytest
 from watchfiles import Change
 
 from jobdiagd import clock
-from jobdiagd.service.engine import (
+from jobdiagd.service.tick_loop import (
     MAX_PARTIAL_GAP_S,
     MIN_PARTIAL_GAP_S,
     PARTIAL_JOBS_AT_MIN_GAP,
-    Engine,
+    TickLoop,
     partial_gap,
 )
 from jobdiagd.sources.tail import ChangeWatcher
@@ -43,7 +43,7 @@ def work() -> Iterator[Path]:
         yield Path(d)
 
 
-async def _settle_after_events(engine: Engine, watcher: ChangeWatcher, paths: list[str], next_full: float) -> list[float]:
+async def _settle_after_events(loop: TickLoop, watcher: ChangeWatcher, paths: list[str], next_full: float) -> list[float]:
     """The sleeps the engine asks for after file events on `paths` and the partial tick they wake."""
     watcher.record([(Change.modified, p) for p in paths])
     assert watcher.wake.is_set()
@@ -53,9 +53,9 @@ async def _settle_after_events(engine: Engine, watcher: ChangeWatcher, paths: li
         asked.append(seconds)
         return False
 
-    await engine._tick_on_events(clock.wall(), None)
+    await loop._tick_on_events(clock.wall(), None)
     watcher.record([(Change.modified, paths[0])])  # the next event wakes the pause at once
-    await engine._pause(sleep, clock.wall() + 100.0, next_full, None)
+    await loop._pause(sleep, clock.wall() + 100.0, next_full, None)
     return asked[1:]  # [0]: the wait for an event, cut short by it
 
 
@@ -65,6 +65,7 @@ async def test_many_jobs_read_by_a_partial_tick_make_the_next_one_settle_longer(
     watcher = ChangeWatcher()
     daemon = Daemon(work / "state", outputs, watcher)
     engine = daemon.engine
+    loop = TickLoop(engine)
     jobs = 2 * PARTIAL_JOBS_AT_MIN_GAP
     try:
         logs = [JobLog(outputs, str(300_000 + i), nnodes=1) for i in range(jobs)]
@@ -72,14 +73,14 @@ async def test_many_jobs_read_by_a_partial_tick_make_the_next_one_settle_longer(
             log.step(0, seconds=0.2)
         await engine.tick(T0)
         assert len(engine.jobs) == jobs
-        paths = sorted(engine._path_jobs)
+        paths = sorted(engine.room._path_jobs)
         far = clock.wall() + 3600.0
-        few = await _settle_after_events(engine, watcher, paths[:10], far)
+        few = await _settle_after_events(loop, watcher, paths[:10], far)
         assert few == [MIN_PARTIAL_GAP_S]
-        many = await _settle_after_events(engine, watcher, paths, far)
+        many = await _settle_after_events(loop, watcher, paths, far)
         assert many == [partial_gap(jobs)] and many[0] == 2 * MIN_PARTIAL_GAP_S
         # Never past the next full tick.
-        soon = await _settle_after_events(engine, watcher, paths, clock.wall() + 1.0)
+        soon = await _settle_after_events(loop, watcher, paths, clock.wall() + 1.0)
         assert len(soon) == 1 and soon[0] <= 1.0
     finally:
         daemon.close()

@@ -91,8 +91,8 @@ async def test_jobs_found_in_one_poll_set_the_watched_directories_once(tmp_path:
         # Once for the whole batch (it was once per job added: quadratic in the jobs found).
         assert watcher.dir_sets == 1
         for key, log in logs.items():
-            assert engine.jobs_for_paths({str(log)}) == {key}
-            assert engine.jobs_for_paths({str(log.parent / log.stem / "log")}) == {key}
+            assert engine.room.jobs_for_paths({str(log)}) == {key}
+            assert engine.room.jobs_for_paths({str(log.parent / log.stem / "log")}) == {key}
         await engine.tick(T0 + 15)
         assert watcher.dir_sets == 1  # nothing changed
         stats = engine.tick_stats()  # wall and CPU time of each kind of tick (gc: wall only)
@@ -132,7 +132,7 @@ def make_engine(tmp_path: Path, outputs: Path) -> tuple[Engine, AlertPipeline]:
     cfg = make_cfg(tmp_path / "state")
     pipeline = AlertPipeline.open(tmp_path / "state", cfg.incidents, ["jsonl"])
     engine = Engine(cfg, pipeline, build(cfg), OutputsDiscovery([outputs]))
-    engine.catch_up_inline_bytes = 0  # the first tick reads one job; the rest is the backlog
+    engine.room.backlog.inline_bytes = 0  # the first tick reads one job; the rest is the backlog
     return engine, pipeline
 
 
@@ -154,15 +154,15 @@ async def test_catch_up_reads_the_quietest_job_first_and_loses_no_page(tmp_path:
         await engine.tick(T0)
         # The job silent for longest is read in the first tick and paged in it ...
         assert [k for k, w in engine.jobs.items() if w.caught_up] == ["9102"]
-        assert engine.catching_up == 2
+        assert engine.room.catching_up == 2
         assert pages(state) == [("open", "failure", "9102")]
         # ... the others are not judged before they are read ...
         assert engine.jobs["9101"].view.main is None and engine.jobs["9103"].view.main is None
         # ... and are read next, quietest first, each stamped when its read began.
-        assert await engine.catch_up_next(T0 + 1) == "9103"
-        assert await engine.catch_up_next(T0 + 2) == "9101"
-        assert await engine.catch_up_next(T0 + 3) is None
-        assert engine.catching_up == 0
+        assert await engine.room.backlog.read_next(T0 + 1) == "9103"
+        assert await engine.room.backlog.read_next(T0 + 2) == "9101"
+        assert await engine.room.backlog.read_next(T0 + 3) is None
+        assert engine.room.catching_up == 0
         assert {k: w.view.last_step_at for k, w in engine.jobs.items()} == {
             "9101": T0 + 2,
             "9102": T0,
@@ -191,8 +191,8 @@ async def test_a_job_over_before_its_background_read_gets_no_end_report(tmp_path
     engine, pipeline = make_engine(tmp_path, outputs)
     try:
         await engine.tick(T0)
-        assert engine.catching_up == 1 and not engine.jobs["9202"].view.ended
-        assert await engine.catch_up_next(T0 + 1) == "9202"
+        assert engine.room.catching_up == 1 and not engine.jobs["9202"].view.ended
+        assert await engine.room.backlog.read_next(T0 + 1) == "9202"
         await engine.tick(T0 + 15)
         # Finished before the daemon watched it (its JOB SUMMARY was there at the first read):
         # dropped without a job-end report, as when it is read in the first tick.
@@ -244,14 +244,14 @@ async def test_a_job_slurm_ends_before_its_catch_up_is_read_in_that_tick_and_rep
     cfg = make_cfg(state)
     pipeline = AlertPipeline.open(state, cfg.incidents, ["jsonl"])
     engine = Engine(cfg, pipeline, build(cfg), disc)
-    engine.catch_up_inline_bytes = 0
+    engine.room.backlog.inline_bytes = 0
     try:
         await engine.tick(T0)
-        assert engine.catching_up == 2 and engine.jobs["9302"].view.main is None
+        assert engine.room.catching_up == 2 and engine.jobs["9302"].view.main is None
         # No background read happened; Slurm's end makes the tick read the job (out of catch-up
         # order: its end is due now) and report it.
         await engine.tick(T0 + 15)
-        assert sorted(engine.jobs) == ["9301", "9303"] and engine.catching_up == 1
+        assert sorted(engine.jobs) == ["9301", "9303"] and engine.room.catching_up == 1
         assert engine.jobs["9303"].view.main is None  # the ended job took this tick's share
         reports = [n for n in outbox(state) if n["event"] == "report"]
         assert [(r["job_id"], r["id"]) for r in reports] == [
@@ -270,17 +270,17 @@ async def test_the_background_catch_up_reads_only_between_ticks(tmp_path: Path) 
     engine, pipeline = make_engine(tmp_path, outputs)
     try:
         await engine.tick(T0)
-        assert engine.catching_up == 2
-        engine._between_ticks.clear()  # as `_safe_tick` does while a tick runs
-        engine._start_catch_up()
+        assert engine.room.catching_up == 2
+        engine.room.backlog.between_ticks.clear()  # as `_safe_tick` does while a tick runs
+        engine.room.backlog.start()
         for _ in range(20):
             await asyncio.sleep(0.01)
-        assert engine.catching_up == 2  # held while the tick runs ...
-        engine._between_ticks.set()
-        task = engine._catch_up_task
+        assert engine.room.catching_up == 2  # held while the tick runs ...
+        engine.room.backlog.between_ticks.set()
+        task = engine.room.backlog._task
         assert task is not None
         await asyncio.wait_for(task, 30)  # ... and done once it is over
-        assert engine.catching_up == 0
+        assert engine.room.catching_up == 0
         assert all(w.caught_up and w.view.last_step == 4 for w in engine.jobs.values())
     finally:
         await engine.stop_discovery()

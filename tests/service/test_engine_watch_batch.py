@@ -52,7 +52,7 @@ async def test_five_hundred_new_jobs_update_the_watched_dirs_once(work: Path) ->
         assert watcher.set_dirs_calls - before == 1
         # Every job's files are still watched: its log's dir and its job dir.
         assert {str(outputs / f"{200_000 + i}-JAX-llama3.1-8b-test" / "log") for i in range(500)} <= set(
-            engine._path_jobs
+            engine.room._path_jobs
         )
     finally:
         daemon.close()

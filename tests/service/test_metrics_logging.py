@@ -13,7 +13,7 @@ from structlog.testing import capture_logs
 from jobdiagd.edge_trigger import EdgeTrigger
 from jobdiagd.logsetup import configure_logging, get_logger
 from jobdiagd.model.alerts import Notification
-from jobdiagd.service.metrics import DaemonMetrics, MetricsServer
+from jobdiagd.service.metrics import DaemonMetrics, DaemonState, DetectorRun, MetricsServer
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -26,14 +26,20 @@ def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 async def test_metrics_endpoint_over_http() -> None:
     m = DaemonMetrics()
-    m.jobs_watched.set(3)
-    m.observe_tick(0.2, ok=True, finished_at=1_800_000_000)
-    m.observe_tick(0.3, ok=False, finished_at=1_800_000_015)
-    m.observe_detector("hang", 0.01, ok=True)
-    m.observe_detector("tgs", 0.02, ok=False)
-    m.observe_source("squeue", ok=False)
-    m.set_incidents_open({"hang": 2})
-    m.set_incidents_open({"tgs-degradation": 1})  # hang went to zero
+    # State is read at scrape time; events are counted as they happen.
+    m.read_state(
+        lambda: DaemonState(
+            jobs_watched=3,
+            last_tick_at=1_800_000_015,
+            detectors={"hang": DetectorRun(0.01, ok=True), "tgs": DetectorRun(0.02, ok=False)},
+            incidents_open={"tgs-degradation": 1},  # the hang opened below is no longer open
+            sources_up={"squeue": False},
+        )
+    )
+    m.observe_tick(0.2, ok=True)
+    m.observe_tick(0.3, ok=False)
+    m.detector_failed("tgs")
+    m.source_failed("squeue")
     m.record_notifications([Notification("a", "1", "hang", "open", "t", "b", 0.0)])
     m.delivery_result("console", True, 0.001)
     m.delivery_result("telegram", False, 5.0)
@@ -70,6 +76,19 @@ async def test_metrics_endpoint_over_http() -> None:
     assert s[("jobdiagd_notifications_sent_total", (("notifier", "console"),))] == 1
     assert s[("jobdiagd_notifications_failed_total", (("notifier", "telegram"),))] == 1
     assert s[("jobdiagd_build_info", (("version", "0.1.0"),))] == 1
+
+
+def test_state_is_read_at_each_scrape() -> None:
+    # Nothing sets a gauge: each scrape reads the daemon's state as it is then.
+    now: dict[str, DaemonState] = {"state": DaemonState(jobs_watched=2, incidents_open={"hang": 1})}
+    m = DaemonMetrics()
+    m.read_state(lambda: now["state"])
+    first = samples(m.render().decode())
+    now["state"] = DaemonState(jobs_watched=5, outbox_pending=None)
+    second = samples(m.render().decode())
+    assert first[("jobdiagd_jobs_watched", ())] == 2 and second[("jobdiagd_jobs_watched", ())] == 5
+    assert second[("jobdiagd_incidents_open", (("kind", "hang"),))] == 0  # seen once: 0, not absent
+    assert ("jobdiagd_outbox_pending", ()) in first and ("jobdiagd_outbox_pending", ()) not in second
 
 
 async def test_two_metric_objects_do_not_collide() -> None:

@@ -17,7 +17,7 @@ from jobdiagd.notifiers.dispatcher import Dispatcher, RetryPolicy
 from jobdiagd.notifiers.registry import build_notifiers
 from jobdiagd.service.health import Health
 from jobdiagd.service.lifecycle import Lifecycle
-from jobdiagd.service.metrics import DaemonMetrics, MetricsServer
+from jobdiagd.service.metrics import DaemonMetrics, DaemonState, MetricsServer
 from jobdiagd.service.status_socket import StatusServer, request
 
 
@@ -44,8 +44,18 @@ enabled = true
         pipeline.outbox, notifiers, policy=RetryPolicy.from_config(cfg.delivery), observer=metrics
     )
     pipeline.on_enqueue = dispatcher.kick
+    pipeline.on_queued = metrics.record_notifications
     health = Health(tick_seconds=cfg.daemon.tick_seconds, started_at=clock.wall())
     jobs: list[dict[str, Any]] = []
+    metrics.read_state(
+        lambda: DaemonState(
+            jobs_watched=len(jobs),
+            last_tick_at=health.last_tick_at,
+            incidents_open=pipeline.open_counts(),
+            outbox_pending=pipeline.outbox.pending_count(),
+            sources_up={name: not edge.failing for name, edge in health.sources.items()},
+        )
+    )
 
     def snapshot() -> dict[str, Any]:
         now = clock.wall()
@@ -76,16 +86,10 @@ enabled = true
             now = clock.wall()
             squeue = health.source("squeue")
             squeue.success(now)
-            metrics.observe_source("squeue", True)
             jobs[:] = [{"job_id": "77", "state": "RUNNING", "name": "demo", "last_step": 316}]
-            metrics.jobs_watched.set(len(jobs))
-            for f in findings:
-                metrics.observe_detector(f.detector, 0.001, ok=True)
-            metrics.record_notifications(pipeline.observe(findings, now))
-            metrics.set_incidents_open(pipeline.open_counts())
-            metrics.outbox_pending.set(pipeline.outbox.pending_count())
+            pipeline.observe(findings, now)
             health.tick_done(clock.wall(), ok=True)
-            metrics.observe_tick(clock.monotonic() - started, True, clock.wall())
+            metrics.observe_tick(clock.monotonic() - started, True)
             if lc.stopping or await lc.sleep(cfg.daemon.tick_seconds):
                 return
         # Inspect the running daemon from outside, as `jobdiagd status` and Prometheus would.

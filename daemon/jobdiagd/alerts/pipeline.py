@@ -20,7 +20,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from jobdiagd.alerts import notices
 from jobdiagd.alerts.incidents import IncidentBook, make_notice, make_report
+from jobdiagd.alerts.notices import Notice
 from jobdiagd.alerts.outbox import Outbox
 from jobdiagd.alerts.store import AlertStore, Quarantined, StoreWatch, open_store
 from jobdiagd.config import IncidentsConfig
@@ -28,7 +30,9 @@ from jobdiagd.model.alerts import Finding, Incident, Mute, Notification, Severit
 
 
 class AlertPipeline:
-    """Findings in, notifications durably queued; `on_enqueue` (the dispatcher's kick) runs after commit."""
+    """Findings in, notifications durably queued; after a commit that queued some, `on_queued` is
+    told which (the self-metrics count them: every notification is queued here, so they are
+    counted in this one place) and `on_enqueue` (the dispatcher's kick) runs."""
 
     def __init__(
         self,
@@ -41,6 +45,7 @@ class AlertPipeline:
         self.book = book
         self.outbox = outbox
         self.on_enqueue = on_enqueue
+        self.on_queued: Callable[[Sequence[Notification]], None] | None = None
         self._held: dict[str, Notification] = {}  # by id, in creation order
         self.quarantined: Quarantined | None = None
 
@@ -75,16 +80,8 @@ class AlertPipeline:
         pipeline = cls(store, book, outbox, on_enqueue)
         pipeline.quarantined = quarantined
         if quarantined is not None and now is not None:
-            names = ", ".join(p.name for p in quarantined.moved)
-            pipeline.notice(
-                f"store-quarantined:{int(now)}",
-                "jobdiagd state store was unreadable and has been replaced",
-                f"{quarantined.reason}\n\nThe file was moved aside ({names}) and jobdiagd started with an empty "
-                "store: incidents that were open, mutes, and notifications not yet delivered are not "
-                "known to it. A condition still present is alerted again.",
-                now,
-                severity="warning",
-            )
+            moved = [p.name for p in quarantined.moved]
+            pipeline.announce(notices.store_quarantined(quarantined.reason, moved, now), now)
         return pipeline
 
     def close(self) -> None:
@@ -139,6 +136,10 @@ class AlertPipeline:
     ) -> list[Notification]:
         return self._commit([make_notice(key, title, body, now, severity=severity)], now)
 
+    def announce(self, notice: Notice, now: float) -> list[Notification]:
+        """Queue one of the daemon's notices (their words: `alerts.notices`)."""
+        return self.notice(notice.key, notice.title, notice.body, now, severity=notice.severity)
+
     def flush(self, now: float) -> list[Notification]:
         """Retry writing what a failed commit left (the engine calls `observe` every tick anyway)."""
         return self._commit([], now)
@@ -187,6 +188,8 @@ class AlertPipeline:
             self.book.requeue(changes)
             return []
         self._held.clear()
+        if added and self.on_queued is not None:
+            self.on_queued(added)
         if added and self.on_enqueue is not None:
             self.on_enqueue()
         return added

@@ -39,8 +39,9 @@ from jobdiagd.config import Config
 from jobdiagd.durations import exact_duration, rounded_duration
 from jobdiagd.model.alerts import Incident
 from jobdiagd.model.kinds import StallBasis
-from jobdiagd.service.engine import Engine, Watched
+from jobdiagd.service.engine import Engine
 from jobdiagd.service.plots_bridge import PlotBridge, chart_payload
+from jobdiagd.service.reading import Watched
 from jobdiagd.service.status_cli import PHONE_COLUMNS, format_status
 from jobdiagd.triage.cli import policy_argv, stall_argv
 from jobdiagd.tsdb.playbooks.registry import PLAYBOOKS

@@ -22,13 +22,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from jobdiagd import clock, config
+from jobdiagd.alerts import notices
 from jobdiagd.alerts.messages import MessageStore
 from jobdiagd.alerts.pipeline import AlertPipeline
 from jobdiagd.alerts.store import DB_NAME, StoreError, StoreUnavailable
 from jobdiagd.chat.router import ChatRouter
 from jobdiagd.detectors import build as build_detectors
 from jobdiagd.detectors import enabled_names
-from jobdiagd.durations import rounded_duration
 from jobdiagd.edge_trigger import EdgeTrigger
 from jobdiagd.logsetup import configure_logging, get_logger
 from jobdiagd.notifiers.base import ChatTransport, Notifier
@@ -39,15 +39,17 @@ from jobdiagd.service import plots_bridge
 from jobdiagd.service.alert_sync import add_state_mirrors
 from jobdiagd.service.chat_backend import DaemonChatBackend
 from jobdiagd.service.discovery import Discovery, OutputsDiscovery, SlurmDiscovery
-from jobdiagd.service.engine import Engine, PlotInputs
+from jobdiagd.service.engine import Engine
 from jobdiagd.service.health import Health
 from jobdiagd.service.housekeeping import prune_loop
 from jobdiagd.service.jobs import JobView
 from jobdiagd.service.lifecycle import Lifecycle
-from jobdiagd.service.metrics import DaemonMetrics, MetricsServer
+from jobdiagd.service.metrics import DaemonMetrics, DaemonState, MetricsServer
 from jobdiagd.service.plots_bridge import PlotBridge
 from jobdiagd.service.sdnotify import SdNotifier
+from jobdiagd.service.stages import PlotInputs
 from jobdiagd.service.status_socket import StatusServer
+from jobdiagd.service.tick_loop import TickLoop
 from jobdiagd.service.tsdb_enrich import TsdbEnricher
 from jobdiagd.sources.slurm import SlurmWatcher, make_backend
 from jobdiagd.sources.tail import ChangeWatcher, OffsetStore
@@ -124,31 +126,16 @@ async def open_state_waiting(
             loop.remove_signal_handler(sig)
 
 
-def add_notifier_notices(dispatcher: Dispatcher, pipeline: AlertPipeline, metrics: DaemonMetrics) -> None:
+def add_notifier_notices(dispatcher: Dispatcher, pipeline: AlertPipeline) -> None:
     """One "notifier degraded" notice per episode of failed sends, one "recovered" once what
     waited is delivered. They go to every notifier: the others say it now; the failing one says it once it
     is back, after the pages it owed (its queue keeps its order)."""
 
     def degraded(name: str, error: str, since: float, now: float) -> None:
-        notes = pipeline.notice(
-            f"notifier-degraded:{name}:{int(since)}",
-            f"notifier degraded: {name}",
-            f"Sending to `{name}` has failed for {rounded_duration(now - since)}: {error}\n\nIts pages wait in the outbox, in order, "
-            "and go out when it answers again; the daemon will say when it does.",
-            now,
-            severity="warning",
-        )
-        metrics.record_notifications(notes)
+        pipeline.announce(notices.notifier_degraded(name, error, since, now), now)
 
     def recovered(name: str, since: float, now: float) -> None:
-        notes = pipeline.notice(
-            f"notifier-recovered:{name}:{int(since)}",
-            f"notifier recovered: {name}",
-            f"`{name}` accepts messages again (failing for {rounded_duration(now - since)}); "
-            "what waited has been delivered, in order.",
-            now,
-        )
-        metrics.record_notifications(notes)
+        pipeline.announce(notices.notifier_recovered(name, since, now), now)
 
     dispatcher.on_degraded = degraded
     dispatcher.on_recovered = recovered
@@ -291,10 +278,27 @@ class LiveDaemon:
                 "notifiers": self.dispatcher.snapshot(),
                 "jobs": self.engine.snapshot_jobs(now),
                 "tick_durations": self.engine.tick_stats(),
-                "catch_up": {"pending": self.engine.catching_up},
+                "catch_up": {"pending": self.engine.room.catching_up},
                 "discovery": self.discovery.name,
                 "detectors": enabled_names(self.cfg),
                 "asyncio_tasks": task_count(),
+            },
+        )
+
+    def metrics_state(self) -> DaemonState:
+        """What a scrape of the self-metrics reads (`service.metrics`): the same objects as `snapshot`."""
+        try:
+            pending: int | None = self.pipeline.outbox.pending_count()
+        except sqlite3.Error:
+            pending = None  # the store cannot be asked now: no sample rather than a stale one
+        return DaemonState(
+            jobs_watched=len(self.engine.jobs),
+            last_tick_at=self.health.last_tick_at,
+            detectors=dict(self.engine.checks),
+            incidents_open=self.pipeline.open_counts(),
+            outbox_pending=pending,
+            sources_up={
+                name: not edge.failing for name, edge in self.health.sources.items() if edge.kind == "source"
             },
         )
 
@@ -322,7 +326,7 @@ class LiveDaemon:
         )
 
         async def engine_loop() -> None:
-            await self.engine.run(lc.sleep, lambda: self.cfg.daemon.tick_seconds)
+            await TickLoop(self.engine).run(lc.sleep, lambda: self.cfg.daemon.tick_seconds)
 
         lc.add_task("engine", engine_loop)
 
@@ -371,7 +375,8 @@ async def wire_daemon(
         pipeline.outbox, notifiers, policy=RetryPolicy.from_config(cfg.delivery), observer=metrics
     )
     pipeline.on_enqueue = dispatcher.kick
-    add_notifier_notices(dispatcher, pipeline, metrics)
+    pipeline.on_queued = metrics.record_notifications
+    add_notifier_notices(dispatcher, pipeline)
     discovery = choose_discovery(cfg, discover, watch, offsets.known_jobs())
     watcher = ChangeWatcher()
     enricher = TsdbEnricher(cfg.tsdb, tick_s=cfg.daemon.tick_seconds)
@@ -398,6 +403,7 @@ async def wire_daemon(
         discovery=discovery,
     )
     lc.on_reload = daemon.reload
+    metrics.read_state(daemon.metrics_state)
     status = StatusServer(cfg.daemon.socket_path, daemon.snapshot, group=cfg.daemon.socket_group)
     lc.add_step("status socket", status.start, status.stop)
     if cfg.daemon.metrics_port:
@@ -428,7 +434,7 @@ async def run_daemon(
     StoreError / ExceptionGroup. Whatever fails while opening, what was opened before it is closed."""
     cfg = config.load(config_path)
     # Oldest-generation collections scan every step record of every job (50+ ms with 200 jobs);
-    # the engine runs them itself between ticks (Engine.run), so none lands inside a tick.
+    # the tick loop runs them itself between ticks (TickLoop.run), so none lands inside a tick.
     gc.set_threshold(700, 10, 1_000_000)
     if configure_logs:
         configure_logging(cfg.daemon.log_level)

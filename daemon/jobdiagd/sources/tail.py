@@ -12,7 +12,7 @@ summary of its steps (what the detectors and the per-tick triage read, exactly),
 step; the job-end report re-reads the files in full.
 
 Files are followed through truncation, rotation (new inode), a rename or a repointed job
-`log` link (same inode: the reader keeps its offset) and deletion (OSError -> the engine's
+`log` link (same inode: the reader keeps its offset) and deletion (OSError -> the reading room's
 "monitoring blind" notice, once per episode). Every open goes through the job's
 `logs.safeopen.LogAccess`: a FIFO, socket, device or directory in place of a log, a link out
 of the job's roots or another user's file is refused (RefusedFile, an OSError: the same
@@ -21,7 +21,7 @@ polls while an `lstat` of its path still shows the inode that open vetted
 (`PrefilterTailReader`): what a poll costs is then that `lstat` and the read.
 
 The arrival time of a job's newest step is written in the tick that read it (the hang clock
-must survive a crash or a wedge); other offsets once a minute (`service.engine`).
+must survive a crash or a wedge); other offsets once a minute (`service.reading`).
 """
 
 from __future__ import annotations
