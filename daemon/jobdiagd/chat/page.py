@@ -12,7 +12,8 @@ laid out as:
   carry them).
 
 Facts the page would repeat are left out (rule CHAT-1 in docs/rules.md): the detector and the
-step (the title names the kind; the lead has the last step), the lead's own facts, and the
+step (the title names the kind; the lead has the last step), the lead's own facts, a fact whose
+value the lead already says word for word (a TGS page's pattern, step range and magnitude), and the
 status and primary failure when they only restate the incident's kind ("hanging", "hang");
 otherwise the two are one line. A summary the lead already says (a hang's "no training step
 for … since step …; expected ≈ …") is left out too.
@@ -133,7 +134,14 @@ def _summary_repeats(summary: str, facts: dict[str, str]) -> bool:
     return stalled is not None and stalled in summary and (_value(facts, LAST_STEP) or "") in summary
 
 
-def _more(body: FindingBody, facts: dict[str, str], used: set[str], kind: str, what_is_summary: bool) -> str:
+# A fact whose value the lead already says word for word is a repeat (a TGS page's pattern, step
+# range and magnitude are its lead line); shorter values are too common to tell a repeat.
+MIN_REPEAT_CHARS = 5
+
+
+def _more(
+    body: FindingBody, facts: dict[str, str], used: set[str], kind: str, what_is_summary: bool, said: str
+) -> str:
     lines: list[str] = []
     if not what_is_summary and not _summary_repeats(body.summary, facts):
         lines += [body.summary, ""]
@@ -145,7 +153,7 @@ def _more(body: FindingBody, facts: dict[str, str], used: set[str], kind: str, w
         skip |= {"status", "primary failure"}
         lines.append(f"- **status**: {status} · **primary failure**: {primary}")
     for label, value in body.facts:
-        if label not in skip:
+        if label not in skip and not (len(value) >= MIN_REPEAT_CHARS and value in said):
             lines.append(f"- **{label}**: {value}")
     if body.evidence:
         lines += ["", "```text", *body.evidence, "```"]
@@ -163,5 +171,5 @@ def page(body: str, *, job_id: str, kind: str, as_of: str | None = None) -> Page
     facts = dict(parsed.facts)
     lead, used = _lead(parsed, facts, as_of)
     what_is_summary = _value(facts, WHAT) is None
-    more = _more(parsed, facts, used, kind, what_is_summary)
+    more = _more(parsed, facts, used, kind, what_is_summary, "\n".join(lead))
     return Page("\n".join(lead), more, job_name(facts, job_id))
