@@ -40,6 +40,7 @@ from jobdiagd.service.alert_sync import add_state_mirrors
 from jobdiagd.service.chat_backend import DaemonChatBackend
 from jobdiagd.service.discovery import Discovery, OutputsDiscovery, SlurmDiscovery
 from jobdiagd.service.engine import Engine
+from jobdiagd.service.goodput_digest import DigestScheduler
 from jobdiagd.service.health import Health
 from jobdiagd.service.housekeeping import prune_loop
 from jobdiagd.service.job_metrics import JobMetrics
@@ -429,6 +430,8 @@ async def wire_daemon(
     add_state_mirrors(lc, notifiers, pipeline, daemon.snapshot)
     lc.add_step("final delivery", cleanup=dispatcher.drain)
     daemon.add_tasks(lc, watcher, messages)
+    digest = DigestScheduler(lambda: daemon.cfg, pipeline, lc.sleep, watched_roots=watch)
+    lc.add_task("goodput digest", digest.run, drain=False)
     return daemon
 
 
