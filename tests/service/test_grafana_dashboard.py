@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from jobdiagd.detectors.hang import KIND as HANG
 from jobdiagd.service.metrics import JOB_GAUGES, DaemonMetrics, DaemonState, JobSample
 from jobdiagd_sim import lines as L
 from tests.helpers.daemon import start_daemon
@@ -259,7 +260,7 @@ enabled = true
         # The first scrapes landed: the hung job's page open, both jobs' goodput computed, the
         # daemon's counters scraped often enough for a rate.
         wait_until(
-            port, f'jobdiagd_job_open_incidents{{job_id="{hung.job_id}",kind="hang"}}', "the hang", deadline
+            port, f'jobdiagd_job_open_incidents{{job_id="{hung.job_id}",kind="{HANG}"}}', "the hang", deadline
         )
         wait_until(port, "count(jobdiagd_job_goodput_ratio) == 2", "both goodputs", deadline)
         wait_until(port, "count_over_time(jobdiagd_ticks_total[1m]) >= 3", "three scrapes", deadline)

@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from jobdiagd.alerts.pipeline import AlertPipeline
 from jobdiagd.config import Config, loads
 from jobdiagd.detectors import build
+from jobdiagd.detectors.hang import KIND as HANG
 from jobdiagd.detectors.hang import HangDetector, policy_from_config
 from jobdiagd.service.discovery import OutputsDiscovery
 from jobdiagd.service.engine import Engine
@@ -146,7 +147,7 @@ async def test_open_incidents_by_kind_and_a_job_that_leaves_the_watch_is_gone(tm
         await engine.tick(stalled)
         s = scrape(jm, stalled)
         assert s["jobdiagd_job_open_incidents"] == [
-            ({"job_id": j, "user": "alice", "partition": "mi300x", "kind": "hang"}, 1.0)
+            ({"job_id": j, "user": "alice", "partition": "mi300x", "kind": HANG}, 1.0)
             for j in ("9201", "9202")
         ]
         assert (
@@ -218,7 +219,7 @@ async def test_the_series_at_a_thousand_jobs(tmp_path: Path) -> None:
         stepped = n - n // 100
         assert counts["jobdiagd_job_step"] == stepped
         assert counts["jobdiagd_job_open_incidents"] == n
-        assert {lab["kind"] for lab, _ in s["jobdiagd_job_open_incidents"]} == {"hang"}
+        assert {lab["kind"] for lab, _ in s["jobdiagd_job_open_incidents"]} == {HANG}
         # Per job at most one series per gauge plus its open incidents' kinds: bounded by the jobs.
         assert sum(counts.values()) <= n * (len(JOB_GAUGES) + 1)
         assert sum(counts.values()) >= stepped * len(JOB_GAUGES)
