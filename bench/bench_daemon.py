@@ -17,6 +17,12 @@ catch-up included. Printed as JSON with the cost per job at each N and the ratio
 per job (1.0 = linear in the jobs). Targets (issue 12, at 1000 jobs x 10 lines/s): < 10 %
 of a core, RSS < 400 MB, full tick p99 < 250 ms, first tick < 5 s.
 
+From the first tick to the window's end, `/metrics` is scraped every `--scrape-every` seconds
+as Prometheus would (the per-job series included, rule GP-11; its cost is in the CPU figures):
+each scrape's wall time seen by the client (the daemon builds it on its event loop, so a scrape
+landing during a tick waits for it), and the series of the last one (all, and the per-job ones
+by name: budgets and goodputs fill in over the first minutes, rules GP-11 and GP-12) and its size.
+
 `--profile PATH`: cProfile the daemon's event-loop thread over the measurement window only (the
 steady state, after catch-up and warm-up; switched on and off by SIGUSR1/SIGUSR2) and write
 `PATH.<jobs>` (pstats) per run, with the top functions by own time on stderr. The profiler slows
@@ -29,10 +35,13 @@ import argparse
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -174,6 +183,58 @@ def caught_up(st: dict[str, Any]) -> bool:
     return first_tick_done(st) and not (st.get("catch_up") or {}).get("pending")
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Scraper(threading.Thread):
+    """Scrapes /metrics every `every` seconds, as Prometheus would, until stopped; keeps each
+    scrape's wall time and the last body."""
+
+    def __init__(self, port: int, every: float) -> None:
+        super().__init__(daemon=True)
+        self.url = f"http://127.0.0.1:{port}/metrics"
+        self.every = every
+        self.stop = threading.Event()
+        self.times: list[float] = []
+        self.failed = 0
+        self.body = b""
+
+    def run(self) -> None:
+        while True:
+            t = time.monotonic()
+            try:
+                with urllib.request.urlopen(self.url, timeout=60) as resp:
+                    self.body = resp.read()
+                self.times.append(time.monotonic() - t)
+            except OSError:
+                self.failed += 1
+            if self.stop.wait(max(0.0, self.every - (time.monotonic() - t))):
+                return
+
+    def figures(self) -> dict[str, Any]:
+        names: dict[str, int] = {}
+        for line in self.body.decode().splitlines():
+            if line and not line.startswith("#"):
+                name = line.split("{", 1)[0].split(" ", 1)[0]
+                names[name] = names.get(name, 0) + 1
+        per_job = {k: v for k, v in sorted(names.items()) if k.startswith("jobdiagd_job_")}
+        times = sorted(self.times)
+        return {
+            "every_s": self.every,
+            "scrapes": len(times),
+            "failed": self.failed,
+            "wall_ms_p50": round(times[len(times) // 2] * 1000, 1) if times else None,
+            "wall_ms_max": round(times[-1] * 1000, 1) if times else None,
+            "last_series": sum(names.values()),
+            "last_job_series": sum(per_job.values()),
+            "last_job_series_by_name": per_job,
+            "last_bytes": len(self.body),
+        }
+
+
 def run_one(jobs: int, a: argparse.Namespace, pkg: str) -> dict[str, Any]:
     """One daemon watching `jobs` simulated jobs: its cost over the window after catch-up."""
     with tempfile.TemporaryDirectory(prefix="jd-bench-", dir="/tmp") as d:
@@ -183,9 +244,10 @@ def run_one(jobs: int, a: argparse.Namespace, pkg: str) -> dict[str, Any]:
         count = work / "written"
         sock = work / "jd.sock"
         cfg = work / "cfg.toml"
+        port = free_port()
         cfg.write_text(
             f'[daemon]\nstate_dir = "{work}/state"\nsocket_path = "{sock}"\n'
-            f'tick_seconds = {a.tick}\nlog_level = "warning"\n'
+            f'tick_seconds = {a.tick}\nlog_level = "warning"\nmetrics_port = {port}\n'
             "[notifiers.console]\nenabled = false\n[notifiers.jsonl]\nenabled = true\n"
         )
         writer = subprocess.Popen(
@@ -217,6 +279,9 @@ def run_one(jobs: int, a: argparse.Namespace, pkg: str) -> dict[str, Any]:
             ready = wait_for(sock, caught_up, deadline) if first is not None else None
             caught_up_s = time.monotonic() - started if ready is not None else None
             startup_cpu_s = proc_cpu_seconds(daemon.pid)
+            scraper = Scraper(port, a.scrape_every) if a.scrape_every > 0 else None
+            if scraper is not None:
+                scraper.start()
             time.sleep(a.warmup)
             if prof_out:
                 daemon.send_signal(signal.SIGUSR1)
@@ -230,6 +295,10 @@ def run_one(jobs: int, a: argparse.Namespace, pkg: str) -> dict[str, Any]:
                 time.sleep(2.0)  # the dump happens between two of the loop's callbacks
             mem = proc_mem_mb(daemon.pid)
             st = status(sock, timeout=30) or {}
+            if scraper is not None:
+                scraper.stop.set()
+                scraper.join(timeout=90)
+            scrape = scraper.figures() if scraper is not None else None
             notes = work / "state" / "notifications.jsonl"
             alerts = sum(1 for _ in notes.open()) if notes.exists() else 0
         finally:
@@ -272,6 +341,7 @@ def run_one(jobs: int, a: argparse.Namespace, pkg: str) -> dict[str, Any]:
             "full_tick_cpu_p99_ms": round(full_cpu_p99 / jobs, 4) if full_cpu_p99 is not None else None,
         },
         "notifications": alerts,
+        "scrape": scrape,
         "daemon_exit": rc,
     }
 
@@ -303,6 +373,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--startup-timeout", type=float, default=600.0)
     p.add_argument("--tick", type=float, default=15.0)
     p.add_argument("--profile", metavar="PATH", help="cProfile the measurement window to PATH.<jobs>")
+    p.add_argument(
+        "--scrape-every",
+        type=float,
+        default=15.0,
+        help="scrape /metrics every S seconds from the first tick to the window's end (0: never)",
+    )
     p.add_argument(
         "--package-dir",
         default=str(Path(__file__).resolve().parents[1] / "daemon"),

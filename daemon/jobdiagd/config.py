@@ -721,6 +721,39 @@ class SitePrometheusConfig:
     metrics: SiteMetricsConfig = field(default_factory=SiteMetricsConfig)
 
 
+WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+
+
+@dataclass(frozen=True)
+class DigestConfig:
+    """[goodput.digest]: the weekly goodput digest, a silent report to a chat or channel (rules
+    GP-13, GP-14). Where it goes is a route like any notification's: kind "goodput-digest"."""
+
+    enabled: bool = False
+    # When it is sent: this day and hour, local time of `timezone` (empty: [chat] timezone, else
+    # the host's); a daemon down then sends it when back within a day, else skips that week.
+    weekday: Literal["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"] = "monday"
+    hour: int = field(default=9, metadata=_v(Bounded(0, 23, "an hour of the day")))
+    timezone: str = field(default="", metadata=_v(_timezone))
+    # The archive it accounts: these outputs roots; empty: [slurm] outputs_roots.
+    outputs_roots: tuple[Path, ...] = ()
+    # The ledger's cache (what `jobdiagd goodput --config` shares); unset: <state_dir>/goodput-cache.
+    cache_dir: Path | None = None
+    # Ask Slurm's accounting (sacct) when each run was submitted, started and ended.
+    accounting: bool = True
+    # Hangs this daemon did not page: replay their logs to find when it would have (cached per log).
+    replay: bool = True
+    timeout_seconds: float = field(
+        default=3600.0,
+        metadata=_v(Bounded(60, _DAY, "a first run reads every log of the archive; later ones use the cache")),
+    )
+
+
+@dataclass(frozen=True)
+class GoodputConfig:
+    digest: DigestConfig = field(default_factory=DigestConfig)
+
+
 @dataclass(frozen=True)
 class NotifiersConfig:
     console: ConsoleNotifierConfig = field(default_factory=ConsoleNotifierConfig)
@@ -743,6 +776,7 @@ class Config:
     # One schema for [tsdb], shared with `jobdiagd diagnose --config` (jobdiagd.tsdb.settings).
     tsdb: TsdbSettings = field(default_factory=TsdbSettings, metadata={"table_parser": settings_from_mapping})
     site_prometheus: SitePrometheusConfig = field(default_factory=SitePrometheusConfig)
+    goodput: GoodputConfig = field(default_factory=GoodputConfig)
     source: str = field(default="<defaults>", compare=False)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from jobdiagd.goodput.cache import CACHE_NAME, FactsCache, fingerprint
+from jobdiagd.goodput.cache import CACHE_NAME, COMMIT_EVERY, FactsCache, fingerprint
 from jobdiagd.goodput.facts import RunFacts
 from jobdiagd.model.jobref import JobRef
 
@@ -45,3 +45,15 @@ def test_an_unusable_cache_is_a_note_not_an_error(tmp_path: Path) -> None:
     assert cache.get("k", "fp") == []  # kept in memory for this run
     none = FactsCache(None)
     assert none.note is None and none.get("k", "fp") is None
+
+
+def test_a_run_stopped_midway_keeps_what_it_committed(tmp_path: Path) -> None:
+    cache = FactsCache(tmp_path / "cache")
+    for i in range(COMMIT_EVERY + 5):
+        cache.put(f"log{i}", "fp", [RunFacts(key=f"log{i}#0", job_id=str(i))])
+    # Never closed (a digest stopped at its timeout): another reader sees the committed rows.
+    other = FactsCache(tmp_path / "cache")
+    kept = sum(other.get(f"log{i}", "fp") is not None for i in range(COMMIT_EVERY + 5))
+    assert kept == COMMIT_EVERY
+    cache.close()
+    other.close()

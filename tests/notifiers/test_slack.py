@@ -537,3 +537,24 @@ async def test_a_page_delivered_late_dates_its_numbers_in_its_lead(
     finally:
         await h.transport.stop()
         h.pipeline.close()
+
+
+async def test_a_report_with_a_picture_is_its_message_then_the_file_in_the_channel(h: Harness) -> None:
+    rendered: list[object] = []
+
+    async def render(payload: object) -> list[bytes]:
+        rendered.append(payload)
+        return [PNG]
+
+    h.transport.render_plot = render  # type: ignore[assignment]
+    plot = {"type": "goodput_chart/1", "spec": {}}
+    title = "Goodput, week to 2026-03-02"
+    h.pipeline.report("", "goodput-digest", "2026-W10", title, "**Where**\n- x", h.now, plot=plot)
+    (n,) = [d.notification for d in h.pipeline.outbox.due("slack", h.now)]
+    await h.transport.send(n)
+    await h.transport.send(n)  # a retry after a lost mark posts nothing again, renders nothing
+    msg, shared = h.em.bot_messages(CHAN)
+    assert title in msg.visible and not msg.files and "<!here>" not in msg.text  # a report: silent
+    assert shared.thread_ts is None  # in the channel, beside the text
+    (f,) = shared.files
+    assert f.filename == "goodput-digest.png" and f.data == PNG and rendered == [plot]

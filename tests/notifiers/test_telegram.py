@@ -485,3 +485,30 @@ async def test_answers_are_silent_and_a_long_triage_is_two_messages(
     finally:
         await h.transport.stop()
         h.pipeline.close()
+
+
+async def test_a_report_with_a_picture_is_its_text_then_the_photo_once(h: Harness) -> None:
+    rendered: list[object] = []
+
+    async def render(payload: object) -> list[bytes]:
+        rendered.append(payload)
+        return [b"\x89PNG digest"]
+
+    h.transport.render_plot = render  # type: ignore[assignment]
+    plot = {"type": "goodput_chart/1", "spec": {}}
+    title = "Goodput, week to 2026-03-02"
+    h.pipeline.report("", "goodput-digest", "2026-W10", title, "**Where**\n- x", h.now, plot=plot)
+    (n,) = [d.notification for d in h.pipeline.outbox.due("telegram", h.now)]
+    await h.transport.send(n)
+    await h.transport.send(n)  # a retry after a lost mark posts nothing again, renders nothing
+    text, photo = h.tg.bot_messages(CHAT)
+    assert body(text).startswith(title) and "Where" in body(text)
+    assert photo.photo == b"\x89PNG digest" and body(photo) == title
+    assert text.silent and photo.silent and rendered == [plot]
+    # Without a renderer a report is its text alone.
+    h.transport.render_plot = None
+    assert await h.deliver() == (1, 0)
+    h.pipeline.report("", "goodput-digest", "2026-W11", "Goodput, week to 2026-03-09", "x", h.now, plot=plot)
+    assert await h.deliver() == (1, 0)
+    (last,) = h.tg.bot_messages(CHAT)[2:]
+    assert body(last).startswith("Goodput, week to 2026-03-09") and last.photo is None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -149,3 +150,27 @@ def test_with_a_config_the_fleet_figures_go_to_its_state_dir(
     assert fleet is not None and sum(fleet.events.values()) > 0 and fleet.restart_s > 0
     assert any("job-end advice written" in n for n in doc["notes"])
     assert (state / "goodput-cache").is_dir()  # the cache lives in the state dir too
+
+
+def test_the_digest_prints_what_the_daemon_would_send(
+    archive: tuple[Path, list[tuple[tuple[str, int], ...]]],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    root, _ = archive
+    ends = [r["end"] for c in json.loads((root / "archive.json").read_text())["chains"] for r in c["runs"]]
+    now = max(ends) + 600
+    png = tmp_path / "digest.png"
+    argv = ["goodput", str(root), "--digest", "--no-slurm", "--now", str(now), "--cache", str(tmp_path / "c")]
+    assert main([*argv, "--png", str(png)]) == 0
+    out = capsys.readouterr().out
+    day = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%d")
+    assert out.startswith(f"**Goodput, week to {day}: ") and " % of " in out.splitlines()[0]
+    for section in ("Where the lost GPU-hours went", "Suspect nodes", "Slowest hang detections"):
+        assert f"**{section}**" in out
+    assert "- hang: " in out  # the archive's hangs lost GPU-hours this week
+    assert f"Picture: {png}" in out and png.read_bytes()[:4] == b"\x89PNG"
+    assert main([*argv, "--no-png", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["title"] in out.splitlines()[0] and doc["markdown"] == out.split("\nPicture:")[0]
+    assert doc["png"] is None

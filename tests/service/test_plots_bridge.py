@@ -6,6 +6,7 @@ import dataclasses
 import json
 
 from jobdiagd.chat.plot_inputs import hang_chart
+from jobdiagd.goodput.report import GoodputChart
 from jobdiagd.model.plotdata import StepPoint
 from jobdiagd.model.triage import CheckpointConfig
 from jobdiagd.service import plots_bridge
@@ -41,3 +42,32 @@ def test_a_long_history_is_thinned_but_keeps_its_newest_steps() -> None:
     )
     assert thinned[0]["step"] == 0  # the start of training stays in view
     assert len(json.dumps(thinned)) < 200_000  # a small outbox row, whatever the job's length
+
+
+GOODPUT = GoodputChart(
+    title="Goodput, week to 2026-09-01: 71.0 % of 1,200 GPU-hours",
+    subtitle="GPU-hours per user by bucket; lost GPU-hours by class",
+    by="user",
+    groups=("alice", "bob"),
+    buckets=("productive", "startup", "stall_to_detection"),
+    hours=((600.0, 40.0, 60.0), (250.0, 20.0, 230.0)),
+    lost_by_class=(("hang", 290.0), ("completed", 60.0)),
+)
+
+
+def test_the_digest_picture_round_trips_through_json() -> None:
+    payload = json.loads(json.dumps(plots_bridge.goodput_payload(GOODPUT)))
+    assert payload["type"] == plots_bridge.GOODPUT
+    assert plots_bridge.goodput_from_payload(payload) == GOODPUT
+
+
+async def test_the_bridge_renders_the_digest_picture_in_its_worker() -> None:
+    from jobdiagd.chat.goodput_plot import render_goodput
+
+    bridge = plots_bridge.PlotBridge(timeout_s=120.0)
+    try:
+        (png,) = await bridge.render(json.loads(json.dumps(plots_bridge.goodput_payload(GOODPUT))))
+        assert png == render_goodput(GOODPUT)  # the same bytes as in process
+        assert await bridge.render({"type": plots_bridge.GOODPUT, "spec": {"title": "x"}}) == []  # bad: no picture
+    finally:
+        await bridge.close()

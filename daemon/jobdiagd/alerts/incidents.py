@@ -374,9 +374,17 @@ class IncidentBook:
 
 
 def make_report(
-    job_id: str, kind: str, key: str, title: str, body: str, now: float, owner: str | None = None
+    job_id: str,
+    kind: str,
+    key: str,
+    title: str,
+    body: str,
+    now: float,
+    owner: str | None = None,
+    plot: Mapping[str, Any] | None = None,
 ) -> Notification:
-    """A one-off report (e.g. a job-end summary); `key` makes its id stable so a retry is not a repeat."""
+    """A one-off report (e.g. a job-end summary); `key` makes its id stable so a retry is not a repeat.
+    `plot`: its picture's inputs (the weekly goodput digest's), rendered when it is sent."""
     return Notification(
         id=f"report:{job_id}:{kind}:{key}",
         job_id=job_id,
@@ -386,6 +394,7 @@ def make_report(
         body=body,
         created_at=now,
         owner=owner,
+        plot=plot,
     )
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -128,8 +128,9 @@ class AlertPipeline:
         body: str,
         now: float,
         owner: str | None = None,
+        plot: Mapping[str, Any] | None = None,
     ) -> list[Notification]:
-        return self._commit([make_report(job_id, kind, key, title, body, now, owner)], now)
+        return self._commit([make_report(job_id, kind, key, title, body, now, owner, plot)], now)
 
     def notice(
         self, key: str, title: str, body: str, now: float, severity: Severity = "info"

@@ -406,6 +406,16 @@ class AlertStore:
                 out[(r["job_id"], r["kind"])] = r["seq"]
         return out
 
+    # -- small facts the daemon remembers (the meta table) ---------------------
+
+    def meta(self, key: str) -> str | None:
+        row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_meta(self, key: str, value: str) -> None:
+        with self.transaction() as conn:
+            conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+
     # -- mutes -----------------------------------------------------------
 
     def replace_mutes(self, mutes: Iterable[Mute]) -> None:

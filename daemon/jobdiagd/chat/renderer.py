@@ -24,11 +24,12 @@ from typing import Literal
 
 import structlog
 
+from jobdiagd.goodput.report import GoodputChart
 from jobdiagd.model.plotdata import PowerStrip, StepChart
 
 log = structlog.get_logger(__name__)
 
-Spec = StepChart | PowerStrip
+Spec = StepChart | PowerStrip | GoodputChart
 Mode = Literal["process", "thread"]
 
 
@@ -38,6 +39,10 @@ class RenderError(Exception):
 
 def render_in_worker(spec: Spec) -> bytes:
     """Runs in the worker: the plotting module (and matplotlib) is imported there, not in the daemon."""
+    if isinstance(spec, GoodputChart):
+        from jobdiagd.chat.goodput_plot import render_goodput
+
+        return render_goodput(spec)
     from jobdiagd.chat.plots import render
 
     return render(spec)
@@ -107,7 +112,7 @@ class PlotRenderer:
         return await fut
 
     async def render(self, spec: Spec) -> bytes:
-        if not isinstance(spec, StepChart | PowerStrip):
+        if not isinstance(spec, StepChart | PowerStrip | GoodputChart):
             raise TypeError(f"cannot render {type(spec).__name__}")
         try:
             async with asyncio.timeout(self.timeout_s):

@@ -313,6 +313,13 @@ def _not_judged(view: WatchedJob) -> str | None:
     return None
 
 
+def stall_since(view: WatchedJob) -> float | None:
+    """Since when a job this detector judges has made no progress, on the daemon clock (None: not
+    judged: ended, not running, unreadable, past its final step). Computes no budget: what the
+    per-job metrics read at scrape time."""
+    return None if _not_judged(view) is not None else _stall_start(view)[0]
+
+
 def _stall_start(view: WatchedJob) -> tuple[float, str]:
     """Since when the job has made no progress, on the daemon clock, and what happened then."""
     last = view.last_step

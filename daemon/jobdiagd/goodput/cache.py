@@ -25,6 +25,9 @@ from jobdiagd.privatefs import UnsafePathError, check_private_file, ensure_priva
 
 CACHE_NAME = "goodput-cache.sqlite3"
 MAX_FILES = 512  # worker/rank logs stat()ed per job: the reader's own cap (logs.job)
+# Rows written are committed every this many: a run stopped midway (the daemon's digest past its
+# timeout, a ^C) keeps what it read.
+COMMIT_EVERY = 100
 
 
 def job_files(ref: JobRef) -> list[Path]:
@@ -64,6 +67,7 @@ class FactsCache:
         self._rows: dict[str, tuple[str, str]] = {}
         self.hits = 0
         self.misses = 0
+        self._unsaved = 0
         if directory is None:
             return
         try:
@@ -105,6 +109,10 @@ class FactsCache:
                 self._conn.execute(
                     "INSERT OR REPLACE INTO facts (key, fp, data) VALUES (?, ?, ?)", (key, fp, data)
                 )
+                self._unsaved += 1
+                if self._unsaved >= COMMIT_EVERY:
+                    self._conn.commit()
+                    self._unsaved = 0
             except sqlite3.Error as exc:
                 self.note = f"cache not written: {exc}"
 

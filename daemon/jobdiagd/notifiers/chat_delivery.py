@@ -27,6 +27,8 @@ from jobdiagd.model.alerts import Notification
 from jobdiagd.notifiers.base import NotifierError, PlotFn
 
 CONNECT_BACKOFF_MAX_S = 300.0
+# The recorded part of a report's picture: after any text parts and document of the report.
+REPORT_PICTURE_PART = 100
 
 
 class LibraryLogHandler(logging.Handler):
@@ -289,8 +291,37 @@ class ChatDelivery(Generic[SettingsT]):
         latest: dict[str, ChatMessageRef] = {}
         for p in parents:  # newest first: one reply per chat, under its newest incident message
             latest.setdefault(p.destination, p)
-        if not latest:
-            await self._post_reply(n, self._route(n), None)
-            return
-        for dest, parent in latest.items():
+        targets: list[tuple[str, ChatMessageRef | None]] = list(latest.items()) or [(self._route(n), None)]
+        for dest, parent in targets:
             await self._post_reply(n, dest, parent)
+        if n.plot:
+            await self._report_picture(n, targets)
+
+    async def _report_picture(self, n: Notification, targets: list[tuple[str, ChatMessageRef | None]]) -> None:
+        """A report's picture (the weekly goodput digest's) after its text, where the text went;
+        rendered once per send, and only while some destination still lacks it. A picture that
+        cannot be rendered is left out: the report has gone out already."""
+        done = {
+            r.destination
+            for r in self.messages.sent(n.id, self.name)
+            if r.role == "reply" and (r.extra or {}).get("part") == REPORT_PICTURE_PART
+        }
+        todo = [(dest, parent) for dest, parent in targets if dest not in done]
+        if not todo or self.render_plot is None or n.plot is None:
+            return
+        try:
+            pictures = list(await self.render_plot(n.plot))
+        except Exception as exc:
+            self._log.warning(f"{self.name}_plot_failed", report=n.id, error=f"{type(exc).__name__}: {exc}")
+            return
+        if not pictures:
+            return
+        for dest, parent in todo:
+            await self._post_report_picture(n, dest, parent, pictures[0])
+
+    async def _post_report_picture(
+        self, n: Notification, dest: str, parent: ChatMessageRef | None, png: bytes
+    ) -> None:
+        """Post a report's picture to `dest` (under `parent` when there is one), recorded as a
+        reply of part `REPORT_PICTURE_PART`."""
+        raise NotImplementedError

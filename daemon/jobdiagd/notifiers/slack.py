@@ -76,12 +76,18 @@ from jobdiagd.chat.routes import QuietHours, Route
 from jobdiagd.chat.slack_blocks import escape, render, with_buttons
 from jobdiagd.model.alerts import Notification
 from jobdiagd.notifiers.base import CheckResult, NotifierError, PlotFn
-from jobdiagd.notifiers.chat_delivery import ChatDelivery, LibraryLogHandler, route_library_logs
+from jobdiagd.notifiers.chat_delivery import (
+    REPORT_PICTURE_PART,
+    ChatDelivery,
+    LibraryLogHandler,
+    route_library_logs,
+)
 
 INTERACTIVE_RETRY_MAX_S = 5.0
 PLOT_NOTE = "📈 plot in the thread"
 PLOT_ALT = "Step time and tokens/s per device over training steps, the incident marked"
 STRIP_ALT = "GPU power and utilization per host over the last hour, the busy-wait band shaded"
+REPORT_ALT = "GPU-hours per group by where they went, and the GPU-hours lost by how runs ended"
 SEEN_EVENTS = 512
 
 # Slack error codes, grouped by what the sender should do about them.
@@ -459,6 +465,30 @@ class SlackTransport(ChatDelivery[SlackSettings]):
     async def _post_reply(self, n: Notification, dest: str, parent: ChatMessageRef | None) -> None:
         thread_ts = parent.message_id if parent is not None else None
         await self._post(n, dest, self._plain_message(n), thread_ts=thread_ts)
+
+    async def _post_report_picture(
+        self, n: Notification, dest: str, parent: ChatMessageRef | None, png: bytes
+    ) -> None:
+        """The report's picture as a file shared where its text went (in the incident's thread, or
+        the channel); one Slack refuses for good is logged and dropped, the report stays."""
+        thread_ts = parent.message_id if parent is not None else None
+        try:
+            file_id = await self._upload(
+                self.web,
+                dest,
+                data=png,
+                filename=f"{n.kind}.png",
+                title=n.title,
+                thread_ts=thread_ts,
+                alt_text=REPORT_ALT,
+            )
+        except SlackApiError as exc:
+            code, status = error_code(exc), status_of(exc)
+            if status == 429 or status >= 500 or code in ("ratelimited", *SERVER_ERRORS):
+                raise  # worth another try: the dispatcher comes back
+            self._log.warning("slack_picture_dropped", report=n.id, error=self.describe(exc))
+            file_id = f"dropped:{n.id}"
+        self._record_reply(n, dest, file_id, kind="file", part=REPORT_PICTURE_PART, thread_ts=thread_ts)
 
     async def _post(self, n: Notification, dest: str, msg: ChatMessage, *, thread_ts: str | None) -> None:
         """Post `msg` (text, then its file) to `dest`, skipping parts this notification already posted.

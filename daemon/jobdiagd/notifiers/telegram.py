@@ -69,7 +69,12 @@ from jobdiagd.chat.telegram_html import CAPTION_LIMIT, MESSAGE_LIMIT, escape, re
 from jobdiagd.config import bot_api_root
 from jobdiagd.model.alerts import Notification
 from jobdiagd.notifiers.base import CheckResult, NotifierError, PlotFn
-from jobdiagd.notifiers.chat_delivery import ChatDelivery, LibraryLogHandler, route_library_logs
+from jobdiagd.notifiers.chat_delivery import (
+    REPORT_PICTURE_PART,
+    ChatDelivery,
+    LibraryLogHandler,
+    route_library_logs,
+)
 
 MAX_PARTS = 8  # a reply longer than this many messages is cut (reports go as documents before that)
 _TOKEN_SHAPE = re.compile(r"^[0-9]{1,20}:[A-Za-z0-9_-]{20,}\Z")  # what Telegram accepts to look up
@@ -330,6 +335,12 @@ class TelegramTransport(ChatDelivery[TelegramSettings]):
 
     async def _post_reply(self, n: Notification, dest: str, parent: ChatMessageRef | None) -> None:
         await self._post(n, dest, self._plain_message(n), role="reply", reply_to=parent)
+
+    async def _post_report_picture(
+        self, n: Notification, dest: str, parent: ChatMessageRef | None, png: bytes
+    ) -> None:
+        msg = ChatMessage(n.title, picture=Picture(png, f"{n.kind}.png"), silent=self._silent(n))
+        await self._post(n, dest, msg, role="reply", reply_to=parent, first_part=REPORT_PICTURE_PART)
 
     async def _post(
         self,

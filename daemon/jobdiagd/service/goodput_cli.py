@@ -97,6 +97,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--no-png", action="store_true", help="do not render the picture")
     p.add_argument(
+        "--digest",
+        action="store_true",
+        help="print the weekly digest the daemon sends ([goodput.digest]) for the 7 days before --now, "
+        "its picture to --png",
+    )
+    p.add_argument(
         "--no-replay",
         action="store_true",
         help="hang pages only from the incident store, never from a replay",

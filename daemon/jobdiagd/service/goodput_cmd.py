@@ -29,6 +29,7 @@ from jobdiagd.goodput.advice import Advice, advise_chains
 from jobdiagd.goodput.cache import FactsCache, fingerprint
 from jobdiagd.goodput.chains import link
 from jobdiagd.goodput.collect import ProgressLine, collect_job, job_refs
+from jobdiagd.goodput.digest import weekly_digest
 from jobdiagd.goodput.facts import RunFacts
 from jobdiagd.goodput.ledger import Chain, Run, SlurmFacts, ledger_chain, resolve_run
 from jobdiagd.goodput.report import LEGEND, chart, document, group, render_table
@@ -256,6 +257,46 @@ def ledger(runs: Sequence[Run], *, window_s: float) -> list[Chain]:
     return [ledger_chain(ch) for ch in link(runs, window_s=window_s)]
 
 
+@dataclass
+class Archive:
+    """Every chain of an archive with its ledgers (`archive_ledger`), and what reading it noted."""
+
+    chains: list[Chain]
+    jobs: int
+    cached: int
+    failed: int
+    notes: list[str]
+
+
+def archive_ledger(
+    refs: Sequence[JobRef],
+    cfg: Config,
+    cache: FactsCache,
+    *,
+    now: float,
+    accounting: bool,
+    replay_ok: bool,
+    pages: dict[str, list[float]],
+    window_s: float,
+) -> Archive:
+    """The archive's chains: Slurm's accounting (when `accounting`), each job's runs (cached;
+    closes `cache`), jobdiagd's hang pages (`pages`: the incident store's, else replays when
+    `replay_ok`), restarts linked within `window_s`, every second accounted. What
+    `jobdiagd goodput` prints and the daemon's weekly digest sends."""
+    notes: list[str] = []
+    slurm = slurm_facts(refs, enabled=accounting, notes=notes)
+    got = collect(refs, slurm, cfg, cache, now=now, replay_ok=replay_ok)
+    cache.close()
+    if cache.note:
+        notes.append(cache.note)
+    runs, unplaced = place(got.facts, slurm, pages, now=now)
+    if unplaced:
+        notes.append(
+            f"{unplaced} run(s) left out: nothing dates them (no timestamp, no Wall, no Slurm record)"
+        )
+    return Archive(ledger(runs, window_s=window_s), len(refs), got.cache.hits, got.failed, notes)
+
+
 def _since(chains: Sequence[Chain], since_s: float | None, now: float) -> list[Chain]:
     """Chains cut to the runs that ended (or run) within the span; ledgers kept as computed."""
     if since_s is None:
@@ -350,6 +391,24 @@ def save_fleet(cfg: Config, chains: Sequence[Chain], now: float) -> str:
     return f"fleet figures for the daemon's job-end advice written to {path}"
 
 
+def print_digest(
+    chains: Sequence[Chain], now: float, png: Path | None, notes: list[str], *, as_json: bool = False
+) -> int:
+    """`--digest`: the weekly digest the daemon would send now, as Markdown (and its picture)."""
+    digest = weekly_digest(chains, now=now, advice=advise_chains(chains))
+    drawn = png is not None and render_png(png, digest.chart, notes)
+    if as_json:
+        doc = {"title": digest.title, "markdown": digest.markdown, "png": str(png) if drawn else None}
+        print(jsonsafe.dumps({**doc, "notes": notes}, indent=1))
+        return 0
+    print(digest.markdown, end="")
+    if drawn:
+        print(f"\nPicture: {png}")
+    for n in notes:
+        print(wrapped([f"Note: {n}"]))
+    return 0
+
+
 def _cache(args: argparse.Namespace, cfg: Config) -> FactsCache:
     if args.no_cache:
         return FactsCache(None)
@@ -368,21 +427,23 @@ def main(args: argparse.Namespace) -> int:
         print("jobdiagd goodput: no job with a log under the given outputs", file=sys.stderr)
         return 2
     notes: list[str] = []
-    slurm = slurm_facts(refs, enabled=not args.no_slurm, notes=notes)
-    cache = _cache(args, cfg)
-    got = collect(refs, slurm, cfg, cache, now=now, replay_ok=not args.no_replay)
-    cache.close()
-    if cache.note:
-        notes.append(cache.note)
     pages = incident_pages(cfg, bool(args.config), notes)
-    runs, unplaced = place(got.facts, slurm, pages, now=now)
-    if unplaced:
-        notes.append(
-            f"{unplaced} run(s) left out: nothing dates them (no timestamp, no Wall, no Slurm record)"
-        )
-    every = ledger(runs, window_s=args.link_window)
+    got = archive_ledger(
+        refs,
+        cfg,
+        _cache(args, cfg),
+        now=now,
+        accounting=not args.no_slurm,
+        replay_ok=not args.no_replay,
+        pages=pages,
+        window_s=args.link_window,
+    )
+    notes += got.notes
+    every = got.chains
     if args.config:
         notes.append(save_fleet(cfg, every, now))
+    if args.digest:
+        return print_digest(every, now, None if args.no_png else args.png, notes, as_json=args.json)
     chains = _since(every, args.since, now)
     rows = group(chains, args.by)
     kept = [r for ch in chains for r in ch.runs]
@@ -409,12 +470,12 @@ def main(args: argparse.Namespace) -> int:
                 "advice": [a.to_dict() for a in advice],
                 "png": str(png) if png else None,
                 "notes": notes,
-                "jobs": {"read": len(refs), "cached": got.cache.hits, "failed": got.failed},
+                "jobs": {"read": len(refs), "cached": got.cached, "failed": got.failed},
             },
         )
         print(jsonsafe.dumps(doc, indent=1, default=str))
     else:
-        print(f"{title}; cache: {got.cache.hits} of {len(refs)} jobs")
+        print(f"{title}; cache: {got.cached} of {len(refs)} jobs")
         print(render_table(rows, args.by))
         print(wrapped([LEGEND]))
         print()

@@ -21,11 +21,19 @@ Two kinds, by what they measure (decided here):
 An open-incident kind, once seen (open at a scrape, or opened), stays exported, at 0 when none is
 open, rather than vanish. Every name, type, label and help text is as before the split; one
 collector yields all families, in the order they always had.
+
+**Per-job series** (`jobdiagd_job_*`, after the daemon's own families) are state too: one
+`JobSample` per watched job, built at scrape time by `service.job_metrics` from the job views,
+the hang detector's budget memo and the incident book (rule GP-11). Their labels are only
+`job_id`, `user`, `partition` (and `kind` for open incidents), so the series are bounded by the
+watched jobs; a job that leaves the watch is simply not in the next scrape's state, so its series
+are gone from that scrape on, with nothing to remove. A number not known for a job (no step yet,
+no budget yet) is no sample rather than a made-up zero.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -50,6 +58,72 @@ class DetectorRun(NamedTuple):
     ok: bool
 
 
+JOB_LABELS = ("job_id", "user", "partition")
+
+
+@dataclass(frozen=True, slots=True)
+class JobSample:
+    """One watched job's numbers at a scrape (None: not known now, no sample)."""
+
+    job_id: str
+    user: str = ""
+    partition: str = ""
+    step: int | None = None
+    step_time_s: float | None = None
+    tokens_per_s_device: float | None = None
+    expected_step: int | None = None
+    stall_s: float | None = None
+    stall_budget_s: float | None = None
+    eta_s: float | None = None
+    goodput: float | None = None
+    productive_gpu_s: float | None = None
+    allocated_gpu_s: float | None = None
+    open_incidents: Mapping[str, int] = field(default_factory=dict)
+
+
+# (name, JobSample field, help): the per-job gauges, in the order they are exported.
+JOB_GAUGES: tuple[tuple[str, str, str], ...] = (
+    ("jobdiagd_job_step", "step", "The job's last training step read."),
+    ("jobdiagd_job_step_time_seconds", "step_time_s", "The job's steady-state step time."),
+    (
+        "jobdiagd_job_tokens_per_second_per_device",
+        "tokens_per_s_device",
+        "Tokens/s/device (TGS) of the job's last step.",
+    ),
+    (
+        "jobdiagd_job_expected_step",
+        "expected_step",
+        "The step the job should be at now, projected from its last step and step time.",
+    ),
+    (
+        "jobdiagd_job_stall_seconds",
+        "stall_s",
+        "Seconds since the job's last step was read (before its first: since training began or it was first seen).",
+    ),
+    (
+        "jobdiagd_job_stall_budget_seconds",
+        "stall_budget_s",
+        "The stall the hang detector allows the job now (its phase's budget).",
+    ),
+    ("jobdiagd_job_eta_seconds", "eta_s", "Seconds to the job's last step at its steady step time."),
+    (
+        "jobdiagd_job_goodput_ratio",
+        "goodput",
+        "Productive over allocated GPU-seconds of the job's run so far (refreshed every few minutes).",
+    ),
+    (
+        "jobdiagd_job_productive_gpu_seconds",
+        "productive_gpu_s",
+        "Productive GPU-seconds of the job's run so far (as of its goodput's refresh).",
+    ),
+    (
+        "jobdiagd_job_allocated_gpu_seconds",
+        "allocated_gpu_s",
+        "Allocated GPU-seconds of the job's run so far (as of its goodput's refresh).",
+    ),
+)
+
+
 @dataclass(frozen=True)
 class DaemonState:
     """The daemon's state as one scrape reads it."""
@@ -60,6 +134,7 @@ class DaemonState:
     incidents_open: Mapping[str, int] = field(default_factory=dict)
     outbox_pending: int | None = 0  # None: the store could not be asked (no sample this scrape)
     sources_up: Mapping[str, bool] = field(default_factory=dict)
+    jobs: Sequence[JobSample] = ()  # one per watched job (`service.job_metrics`)
 
 
 class DaemonMetrics(Collector):
@@ -176,6 +251,7 @@ class DaemonMetrics(Collector):
         yield from self.source_errors.collect()
         up = {name: 1 if ok else 0 for name, ok in state.sources_up.items()} if state is not None else {}
         yield _by("jobdiagd_source_up", "1 if the source's last read succeeded.", "source", up)
+        yield from _job_families(state.jobs if state is not None else ())
 
     def _open(self, state: DaemonState | None) -> dict[str, int]:
         """Open incidents by kind; a kind seen before and no longer open is 0 rather than absent."""
@@ -201,6 +277,24 @@ def _by(name: str, doc: str, label: str, values: Mapping[str, float]) -> GaugeMe
     for key, value in values.items():
         g.add_metric([key], value)
     return g
+
+
+def _job_families(jobs: Sequence[JobSample]) -> Iterator[Metric]:
+    """The per-job gauges: a sample per job and known number; open incidents per job and kind."""
+    for name, attr, doc in JOB_GAUGES:
+        g = GaugeMetricFamily(name, doc, labels=JOB_LABELS)
+        for j in jobs:
+            value = getattr(j, attr)
+            if value is not None:
+                g.add_metric([j.job_id, j.user, j.partition], value)
+        yield g
+    inc = GaugeMetricFamily(
+        "jobdiagd_job_open_incidents", "The job's open incidents by kind.", labels=[*JOB_LABELS, "kind"]
+    )
+    for j in jobs:
+        for kind, n in sorted(j.open_incidents.items()):
+            inc.add_metric([j.job_id, j.user, j.partition, kind], n)
+    yield inc
 
 
 class MetricsServer:

@@ -1,5 +1,6 @@
 """The daemon's edge to the alert pictures: plot inputs from a job view as bounded JSON, and rendering them
-off the event loop at send time (`chat.renderer`'s worker process).
+off the event loop at send time (`chat.renderer`'s worker process). The weekly goodput digest's
+picture travels the same way (`goodput_payload`).
 
 A hang/TGS `open` notification carries the picture's inputs rather than PNG bytes: the outbox
 row stays small, a restart re-renders the same picture, and the renderer (matplotlib, in a
@@ -27,6 +28,7 @@ from jobdiagd.chat.plot_inputs import (
     tgs_chart,
 )
 from jobdiagd.chat.renderer import PlotRenderer
+from jobdiagd.goodput.report import GoodputChart
 from jobdiagd.logsetup import get_logger
 from jobdiagd.model.plotdata import HostSeries, IncidentMarks, PowerBands, PowerStrip, StepChart, StepPoint
 from jobdiagd.service.jobs import JobView
@@ -38,6 +40,7 @@ MAX_POINTS = 1500
 KEEP_RECENT = 600
 PAYLOAD = "step_chart/1"
 STRIP = "power_strip/1"
+GOODPUT = "goodput_chart/1"
 
 
 def available() -> bool:
@@ -196,6 +199,26 @@ def strip_from_payload(payload: Mapping[str, Any]) -> PowerStrip:
     return PowerStrip(**spec)
 
 
+def goodput_payload(chart: GoodputChart) -> dict[str, Any]:
+    """The weekly digest's picture (`goodput.report.GoodputChart`) as JSON: a few groups x buckets."""
+    return {"type": GOODPUT, "spec": dataclasses.asdict(chart)}
+
+
+def goodput_from_payload(payload: Mapping[str, Any]) -> GoodputChart:
+    if payload.get("type") != GOODPUT:
+        raise ValueError(f"unknown plot payload {payload.get('type')!r}")
+    spec = dict(payload["spec"])
+    return GoodputChart(
+        title=str(spec["title"]),
+        subtitle=str(spec["subtitle"]),
+        by=str(spec["by"]),
+        groups=tuple(str(g) for g in spec["groups"]),
+        buckets=tuple(str(b) for b in spec["buckets"]),
+        hours=tuple(tuple(float(h) for h in row) for row in spec["hours"]),
+        lost_by_class=tuple((str(c), float(h)) for c, h in spec["lost_by_class"]),
+    )
+
+
 class PlotBridge:
     """Renders payloads to PNG in the plots helper's off-loop renderer; None when a picture fails."""
 
@@ -204,10 +227,14 @@ class PlotBridge:
         self._log = get_logger(component="plots")
 
     async def render(self, payload: Mapping[str, Any]) -> list[bytes]:
-        """The step chart, then (RAY=1 hang) the power strip; a picture that fails is left out."""
-        specs: list[StepChart | PowerStrip] = []
+        """The step chart, then (RAY=1 hang) the power strip, or the goodput digest's picture; a
+        picture that fails is left out."""
+        specs: list[StepChart | PowerStrip | GoodputChart] = []
         try:
-            specs.append(chart_from_payload(payload))
+            if payload.get("type") == GOODPUT:
+                specs.append(goodput_from_payload(payload))
+            else:
+                specs.append(chart_from_payload(payload))
             if isinstance(payload.get("strip"), Mapping):
                 specs.append(strip_from_payload(payload["strip"]))
         except (KeyError, TypeError, ValueError) as exc:

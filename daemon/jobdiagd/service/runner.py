@@ -40,11 +40,13 @@ from jobdiagd.service.alert_sync import add_state_mirrors
 from jobdiagd.service.chat_backend import DaemonChatBackend
 from jobdiagd.service.discovery import Discovery, OutputsDiscovery, SlurmDiscovery
 from jobdiagd.service.engine import Engine
+from jobdiagd.service.goodput_digest import DigestScheduler
 from jobdiagd.service.health import Health
 from jobdiagd.service.housekeeping import prune_loop
+from jobdiagd.service.job_metrics import JobMetrics
 from jobdiagd.service.jobs import JobView
 from jobdiagd.service.lifecycle import Lifecycle
-from jobdiagd.service.metrics import DaemonMetrics, DaemonState, MetricsServer
+from jobdiagd.service.metrics import DaemonMetrics, DaemonState, JobSample, MetricsServer
 from jobdiagd.service.plots_bridge import PlotBridge
 from jobdiagd.service.sdnotify import SdNotifier
 from jobdiagd.service.stages import PlotInputs
@@ -268,6 +270,7 @@ class LiveDaemon:
         self.dispatcher = dispatcher
         self.engine = engine
         self.discovery = discovery
+        self.job_metrics = JobMetrics(engine, pipeline)
         self._log = get_logger(component="runner")
 
     def snapshot(self) -> dict[str, Any]:
@@ -300,7 +303,16 @@ class LiveDaemon:
             sources_up={
                 name: not edge.failing for name, edge in self.health.sources.items() if edge.kind == "source"
             },
+            jobs=self._job_samples(),
         )
+
+    def _job_samples(self) -> list[JobSample]:
+        """The per-job series' state (`service.job_metrics`); a failure costs only those series."""
+        try:
+            return self.job_metrics.samples(clock.wall())
+        except Exception as exc:
+            self._log.error("job_metrics_failed", error=f"{type(exc).__name__}: {exc}")
+            return []
 
     def reload(self) -> None:
         new = config.load(self.config_path)
@@ -418,6 +430,8 @@ async def wire_daemon(
     add_state_mirrors(lc, notifiers, pipeline, daemon.snapshot)
     lc.add_step("final delivery", cleanup=dispatcher.drain)
     daemon.add_tasks(lc, watcher, messages)
+    digest = DigestScheduler(lambda: daemon.cfg, pipeline, lc.sleep, watched_roots=watch)
+    lc.add_task("goodput digest", digest.run, drain=False)
     return daemon
 
 

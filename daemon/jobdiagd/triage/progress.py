@@ -141,6 +141,13 @@ def configured_total(passthrough: dict[str, str], config: dict[str, str]) -> int
     return int_setting(passthrough.get("steps") or config.get("steps") or None)
 
 
+def eta_seconds(total: int | None, last: int | None, step_time: float | None) -> float | None:
+    """Seconds to the last step (`total - 1`) from step `last` at the steady step time."""
+    if total is None or last is None or not step_time:
+        return None
+    return max(0, total - 1 - last) * step_time
+
+
 def compute_progress(
     steps: list[StepRecord],
     *,
@@ -189,9 +196,7 @@ def compute_progress(
             lost_s, lost_estimated = exact, False
         else:
             lost_s, lost_estimated = _lost_seconds(steps, last - lost + 1, lost, run_seconds)
-    eta: float | None = None
-    if total is not None and last is not None and step_time:
-        eta = max(0, total - 1 - last) * step_time
+    eta = eta_seconds(total, last, step_time)
     train = sum(s.seconds for s in steps if s.seconds is not None) if steps else None
     if summed_seconds is not None and steps:
         train = summed_seconds
