@@ -20,6 +20,7 @@ from jobdiagd.durations import rounded_duration
 from jobdiagd.model.plotdata import (
     HostSeries,
     IncidentMarks,
+    MarkKind,
     PowerBands,
     PowerStrip,
     StepChart,
@@ -119,7 +120,7 @@ def hang_chart(
     if incident_id:
         facts.append(f"incident {incident_id}")
     marks = IncidentMarks(
-        "hang", last_step, projected_step=projected, stalled_s=stalled_s, step_time_s=step_time_s
+        MarkKind.HANG, last_step, projected_step=projected, stalled_s=stalled_s, step_time_s=step_time_s
     )
     evals = eval_interval if eval_interval is not None else ckpt.eval_period
     return _step_chart(title, points, marks, unit=unit, facts=facts, ckpt=ckpt, steps=(lo, hi), evals=evals)
@@ -152,7 +153,7 @@ def tgs_chart(
     if incident_id:
         facts.append(f"incident {incident_id}")
     marks = IncidentMarks(
-        "tgs",
+        MarkKind.TGS,
         start,
         baseline=analysis.baseline,
         degraded=analysis.recent,

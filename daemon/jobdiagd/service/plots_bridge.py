@@ -30,7 +30,15 @@ from jobdiagd.chat.plot_inputs import (
 from jobdiagd.chat.renderer import PlotRenderer
 from jobdiagd.goodput.report import GoodputChart
 from jobdiagd.logsetup import get_logger
-from jobdiagd.model.plotdata import HostSeries, IncidentMarks, PowerBands, PowerStrip, StepChart, StepPoint
+from jobdiagd.model.plotdata import (
+    HostSeries,
+    IncidentMarks,
+    MarkKind,
+    PowerBands,
+    PowerStrip,
+    StepChart,
+    StepPoint,
+)
 from jobdiagd.service.jobs import JobView
 from jobdiagd.triage.tgs import BASELINE_FROM, BASELINE_TO, analyze_tgs
 from jobdiagd.tsdb.gpu_strip import GpuStrip
@@ -138,6 +146,7 @@ def chart_from_payload(payload: Mapping[str, Any]) -> StepChart:
     marks = spec.get("marks")
     if marks is not None:
         marks = dict(marks)
+        marks["kind"] = MarkKind(marks["kind"])
         if marks.get("baseline_steps") is not None:
             marks["baseline_steps"] = tuple(marks["baseline_steps"])
         spec["marks"] = IncidentMarks(**marks)
