@@ -53,6 +53,7 @@ from jobdiagd.detectors.base import (
 )
 from jobdiagd.durations import exact_duration
 from jobdiagd.model.alerts import Finding
+from jobdiagd.model.kinds import IncidentKind
 from jobdiagd.model.triage import StallKnowledge, TriageResult
 from jobdiagd.rules.signatures import BY_CLASS, Tier
 from jobdiagd.triage.progress import steady_step_time
@@ -61,7 +62,7 @@ from jobdiagd.triage.stall import Budget, StallPolicy, stall_budget
 from jobdiagd.tsdb.gpu_hang import GpuVerdict
 
 NAME = "hang"
-KIND = "hang"
+KIND = IncidentKind.HANG
 REFRESH_S = 120.0
 MAX_REFRESHES = 10
 # First budgets computed per tick for jobs that cannot be stalled yet (below). After a start

@@ -32,7 +32,7 @@ from jobdiagd.detectors import Report
 from jobdiagd.detectors.hang import EARLY_DETAIL
 from jobdiagd.logsetup import get_logger
 from jobdiagd.model.alerts import Finding
-from jobdiagd.model.kinds import GpuHangState
+from jobdiagd.model.kinds import GpuHangState, IncidentKind
 from jobdiagd.service.early_page import EarlyConfirmer, QueryFn
 from jobdiagd.service.jobs import JobView
 from jobdiagd.service.plots_bridge import strip_payload
@@ -100,7 +100,7 @@ class TsdbEnricher:
         out: list[Finding] = []
         for f in findings:
             view = views.get(f.job_id)
-            if f.kind != "hang" or view is None:
+            if f.kind != IncidentKind.HANG or view is None:
                 out.append(f)
                 continue
             if f.resolved:
@@ -143,7 +143,7 @@ class TsdbEnricher:
             view = views.get(r.job_id)
             res = (view.final or view.analysis(now)) if view is not None else None
             failed = res is not None and res.status != "completed" and res.primary is not None
-            if r.kind != "job-end" or res is None or not failed or not res.ray:
+            if r.kind != IncidentKind.JOB_END or res is None or not failed or not res.ray:
                 out.append(r)
                 continue
             held: asyncio.Task[dict[str, Any] | None] = asyncio.get_running_loop().create_task(
