@@ -86,7 +86,8 @@ class BudgetMemo:
 _CASCADE_TIERS = (Tier.ROOT, Tier.SYMPTOM, Tier.CARRIER, Tier.INFRA)
 
 EARLY_PHASES = ("steady", "checkpoint")
-EARLY_DETAIL = "GPU-confirmed"  # a finding carrying it already has its GPU evidence
+# The detail line of a GPU-confirmed page, for people; code reads `Finding.gpu_confirmed`.
+EARLY_DETAIL = "GPU-confirmed"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -255,7 +256,19 @@ class HangDetector:
         if not evidence and view.main is not None and view.main.last_text:
             evidence = (f"last line read: {view.main.last_text[:300]}",)
         details = _details(view, res, primary, stall)
-        return [Finding(NAME, view.key, KIND, "critical", stall.summary(), details, evidence, at_step=last)]
+        return [
+            Finding(
+                NAME,
+                view.key,
+                KIND,
+                "critical",
+                stall.summary(),
+                details,
+                evidence,
+                at_step=last,
+                gpu_confirmed=early is not None,
+            )
+        ]
 
     def _defer_first_budget(self, view: WatchedJob, gap: float, now: float) -> bool:
         """Leave a job's first budget to a later tick: only past this tick's MAX_FIRST_BUDGETS,

@@ -45,6 +45,9 @@ class Finding:
     # The failure class the finding is about (a failure finding's root cause), as data: `details`
     # is for people and its labels may change.
     failure_class: str | None = None
+    # The GPUs confirmed the hang (the early page, rule HANG-GPU): the service pages it without
+    # asking them again. `details` carries the same news for people ("GPU-confirmed").
+    gpu_confirmed: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,7 +47,7 @@ from jobdiagd.alerts.incidents import IncidentBook
 from jobdiagd.config import Config, load_for_command
 from jobdiagd.detectors import Detector, EarlyMemo, early_memo
 from jobdiagd.detectors import build as build_detectors
-from jobdiagd.detectors.hang import EARLY_DETAIL, EarlyRule, HangDetector, policy_from_config
+from jobdiagd.detectors.hang import EarlyRule, HangDetector, policy_from_config
 from jobdiagd.logs.file_clock import FileClock, survey
 from jobdiagd.logs.job import load_job
 from jobdiagd.logs.reader import set_default_workers
@@ -474,7 +474,7 @@ def _tick(
             f.summary if f else n.title,
         )
         alert.at = now
-        alert.gpu_confirmed = f is not None and EARLY_DETAIL in f.details
+        alert.gpu_confirmed = f is not None and f.gpu_confirmed
         hang = next((d for d in detectors if isinstance(d, HangDetector)), None)
         memo = hang.budget_state(view.key) if hang is not None else None
         if n.kind == IncidentKind.HANG and memo is not None:

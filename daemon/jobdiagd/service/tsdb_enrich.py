@@ -13,8 +13,8 @@ down, stale metrics) never suppresses a page — lack of evidence is not health 
 failed RAY=1 job's end report is likewise held until its playbook ran
 (bounded by `report_timeout_s`), then sent as one message.
 
-A hang finding that the early page already confirmed from the GPUs (`detectors.hang`
-`EARLY_DETAIL`, evidence from `service.early_page`, which shares this ssh tunnel pool) goes
+A hang finding that the early page already confirmed from the GPUs (`Finding.gpu_confirmed`,
+evidence from `service.early_page`, which shares this ssh tunnel pool) goes
 out at once with the evidence it carries: holding it for a second verdict would undo the
 early page.
 """
@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobdiagd.detectors import Report
-from jobdiagd.detectors.hang import EARLY_DETAIL
 from jobdiagd.logsetup import get_logger
 from jobdiagd.model.alerts import Finding
 from jobdiagd.model.kinds import GpuHangState, IncidentKind
@@ -107,7 +106,7 @@ class TsdbEnricher:
                 self._forget(f.job_id)
                 out.append(f)
                 continue
-            if EARLY_DETAIL in f.details:
+            if f.gpu_confirmed:
                 out.append(f)  # GPU-confirmed already: page now
                 continue
             res = view.analysis(now)
