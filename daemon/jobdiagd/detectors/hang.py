@@ -53,7 +53,7 @@ from jobdiagd.detectors.base import (
 )
 from jobdiagd.durations import exact_duration
 from jobdiagd.model.alerts import Finding
-from jobdiagd.model.kinds import IncidentKind
+from jobdiagd.model.kinds import FailureClass, IncidentKind
 from jobdiagd.model.triage import StallKnowledge, TriageResult
 from jobdiagd.rules.signatures import BY_CLASS, Tier
 from jobdiagd.triage.progress import steady_step_time
@@ -241,7 +241,12 @@ class HangDetector:
         res = view.analysis(now, known)
         primary = res.primary
         sig = BY_CLASS.get(primary or "")
-        if early is None and primary not in (None, "hang") and sig is not None and sig.tier in _CASCADE_TIERS:
+        if (
+            early is None
+            and primary not in (None, FailureClass.HANG)
+            and sig is not None
+            and sig.tier in _CASCADE_TIERS
+        ):
             # One cascade, one incident: the failure-signature incident names the root cause; a
             # hang incident opened before the error was logged is closed as its consequence.
             # Not a GPU-confirmed stall: the GPUs show the job stuck now, burning its allocation,

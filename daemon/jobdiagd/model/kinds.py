@@ -63,6 +63,15 @@ class FailureClass(StrEnum):
     SOFT_SUCCESS = "soft-success"
     TGS_DEGRADATION = "tgs-degradation"
 
+    @classmethod
+    def named(cls, name: str | None) -> FailureClass | None:
+        """The class called `name`, or None: no name, or one this version does not know (a stored
+        record or a JSON document may hold any string)."""
+        try:
+            return None if name is None else cls(name)
+        except ValueError:
+            return None
+
 
 class StallPhase(StrEnum):
     """Which stall budget applies (rules HANG-1 to HANG-4)."""

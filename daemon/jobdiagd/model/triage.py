@@ -299,7 +299,7 @@ class TriageResult:
         if self.tgs.degraded:
             failures.append(
                 {
-                    "class": "tgs-degradation",
+                    "class": FailureClass.TGS_DEGRADATION,
                     "line": None,
                     "source": self.step_source,
                     "task": None,

@@ -160,7 +160,10 @@ def drain_reason(s: NodeSuspect, now: float) -> str:
 def summary(s: NodeSuspect, now: float) -> str:
     """ "in 3 hangs of 3 jobs in 48 h": what a node's record says, for people."""
     by_class = Counter(r.failure_class for r in s.records)
-    parts = [f"{n} {cls}s" if cls == "hang" and n > 1 else f"{n} {cls}" for cls, n in by_class.most_common()]
+    parts = [
+        f"{n} {cls}s" if cls == FailureClass.HANG and n > 1 else f"{n} {cls}"
+        for cls, n in by_class.most_common()
+    ]
     first = min((r.at for r in s.records), default=now)
     span = rounded_duration(max(now - first, 60.0))
     return f"in {', '.join(parts)} of {len(s.jobs)} job(s) in {span}"

@@ -8,8 +8,9 @@ without one gets `tsdb.playbooks.DEFAULT_PLAYBOOK`). tests/triage/test_classes.p
 every class has a row and every playbook named here is registered.
 
 A variant holds the templates of a wording family that decided the class (rules
-CL-SLURM-TIME-LIMIT, NF-3, CL-INIT): `triage.nextsteps` picks it, keyed `class/variant` in
-`NEXT_STEPS`.
+CL-SLURM-TIME-LIMIT, NF-3, CL-INIT): `triage.nextsteps` picks the row by its `FailureClass` and
+the variant by name. `NEXT_STEPS` lists every template set by a text key (`class`,
+`class/variant`), for the tests and for people reading the templates.
 """
 
 from __future__ import annotations
@@ -271,7 +272,8 @@ CLASSES: Mapping[FailureClass, ClassRow] = {
     ),
 }
 
-# Template key -> templates: the class's own, and `class/variant` for each of its variants.
+# Template key -> templates: the class's own, and `class/variant` for each of its variants (a view of
+# CLASSES by text; the code reads CLASSES).
 NEXT_STEPS: Mapping[str, tuple[str, ...]] = {
     **{str(c): row.next_steps for c, row in CLASSES.items()},
     **{f"{c}/{v}": steps for c, row in CLASSES.items() for v, steps in row.variants.items()},

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from jobdiagd import jsonsafe
 from jobdiagd.durations import exact_duration
+from jobdiagd.model.kinds import FailureClass
 from jobdiagd.rules.signatures import describe
 from jobdiagd.triage.classify import SETUP_BUDGET_S
 
@@ -35,27 +36,27 @@ def what_happened(r: TriageResult) -> str:
     at = f" at step {p.last_step}" if p.last_step is not None else " before the first training step"
     if primary is None:
         return _no_failure_text(r)
-    if primary == "soft-success":
+    if primary == FailureClass.SOFT_SUCCESS:
         v = c.soft_success_variant
         why = _SOFT_SUCCESS_WHY.get(v or "", "a post-training artifact")
         return (
             f"Training reached the final step {p.last_step} of steps={p.total_steps}; the non-zero exit is a post-training "
             f"artifact (soft-success {v}: {why}). Training data is intact."
         )
-    if primary == "hang":
+    if primary == FailureClass.HANG:
         return _hang_text(r, at)
-    if primary == "heartbeat-timeout":
+    if primary == FailureClass.HEARTBEAT_TIMEOUT:
         return _heartbeat_text(r, at)
-    if primary == "cancelled":
+    if primary == FailureClass.CANCELLED:
         return f"The job was cancelled by {_cancelled_by(c.cancel_reason)}{at}; training was progressing normally until then."
-    if primary == "unknown-death":
+    if primary == FailureClass.UNKNOWN_DEATH:
         return (
             f"The job stopped{at} without writing a JOB SUMMARY: the process was killed externally "
             "(SIGKILL / OOM-kill / preemption). Most common cause: host OOM-kill or Slurm preemption."
         )
-    if primary == "prolog-kill-no-log":
+    if primary == FailureClass.PROLOG_KILL_NO_LOG:
         return "slurmd killed the job before the batch script could run: no log was ever written."
-    if primary == "tgs-degradation":
+    if primary == FailureClass.TGS_DEGRADATION:
         return f"Training runs but underperforms: TGS {r.tgs.magnitude} over steps {r.tgs.range} ({r.tgs.pattern})."
     return _signature_text(r, primary, at)
 
@@ -92,7 +93,7 @@ def _hang_text(r: TriageResult, at: str) -> str:
     tail = f" for {exact_duration(gap)}{daemon}" if gap is not None else ""
     if r.status == "cancelled":
         return f"Training stopped advancing{at}{tail} and the job was then cancelled: the cancellation killed a hung job (RCCL/NCCL collective deadlock)."
-    if "train-timeout" in c.classes:
+    if FailureClass.TRAIN_TIMEOUT in c.classes:
         return (
             f"Training stopped advancing{at}{tail} until the training timeout killed it: a collective hang."
         )
@@ -144,9 +145,9 @@ def _heartbeat_text(r: TriageResult, at: str) -> str:
 def _signature_text(r: TriageResult, primary: str, at: str) -> str:
     c = r.cls
     s = f"{describe(primary, c.primary_rule)}{at}."
-    if primary in ("oom-host", "oom-gpu") and "nccl-timeout" in c.classes:
+    if primary in (FailureClass.OOM_HOST, FailureClass.OOM_GPU) and FailureClass.NCCL_TIMEOUT in c.classes:
         s += " The NCCL timeouts on the other nodes are a consequence (they waited for the dead node)."
-    if primary == "checkpoint-fs-error":
+    if primary == FailureClass.CHECKPOINT_FS_ERROR:
         s += " The checkpoint may still be intact — check the other workers."
     if c.heartbeat is not None and c.heartbeat.verdict == "true-positive":
         s += " The later heartbeat timeout was a consequence of this error."
@@ -406,9 +407,9 @@ def _finding_lines(r: TriageResult) -> list[str]:
     c, t = r.cls, r.tgs
     lines: list[str] = []
     for cls in (cls for cls in c.classes if cls != c.primary):
-        if cls == "tgs-degradation":
+        if cls == FailureClass.TGS_DEGRADATION:
             lines.append(f"- tgs-degradation: TGS {t.magnitude} over steps {t.range} ({t.pattern}).")
-        elif cls == "cancelled":
+        elif cls == FailureClass.CANCELLED:
             lines.append(
                 f"- cancelled: {_cancelled_by(c.cancel_reason)} ended the job (the mechanism, not the root cause)."
             )

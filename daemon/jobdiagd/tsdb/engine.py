@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 
+from jobdiagd.model.kinds import FailureClass
 from jobdiagd.tsdb.access import NoTsdb, SshTunnelPool, TsdbHandle, open_tsdb
 from jobdiagd.tsdb.anomaly import AnomalyReport, earliest_anomaly
 from jobdiagd.tsdb.context import DiagnosisContext
@@ -141,7 +142,7 @@ async def diagnose(
             if (
                 playbook is None
                 and name == "hang"
-                and ctx.primary_class in ("cancelled", "train-timeout")
+                and ctx.primary_class in (FailureClass.CANCELLED, FailureClass.TRAIN_TIMEOUT)
                 and not stalled(disc)
             ):
                 # Cancellation is only the mechanism; without a stall before it there was no hang to explain.

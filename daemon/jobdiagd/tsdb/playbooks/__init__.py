@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from jobdiagd.model.kinds import FailureClass
 from jobdiagd.triage.classes import CLASSES
 
 
@@ -35,9 +36,10 @@ PLAYBOOK_SPECS: tuple[PlaybookSpec, ...] = (
 # The playbooks by name, sorted (`jobdiagd diagnose --playbook`).
 PLAYBOOK_NAMES: tuple[str, ...] = tuple(sorted(s.name for s in PLAYBOOK_SPECS))
 
-CLASS_TO_PLAYBOOK: dict[str, str] = {c: row.playbook for c, row in CLASSES.items() if row.playbook}
+CLASS_TO_PLAYBOOK: dict[FailureClass, str] = {c: row.playbook for c, row in CLASSES.items() if row.playbook}
 DEFAULT_PLAYBOOK = "training-stability"
 
 
 def playbook_name_for_class(class_name: str | None) -> str:
-    return CLASS_TO_PLAYBOOK.get((class_name or "").strip().lower(), DEFAULT_PLAYBOOK)
+    cls = FailureClass.named((class_name or "").strip().lower())
+    return DEFAULT_PLAYBOOK if cls is None else CLASS_TO_PLAYBOOK.get(cls, DEFAULT_PLAYBOOK)

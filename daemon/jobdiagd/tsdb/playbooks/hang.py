@@ -51,6 +51,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from jobdiagd.model.kinds import FailureClass
 from jobdiagd.tsdb.client import Sample
 from jobdiagd.tsdb.patterns import (
     RateWindow,
@@ -1038,9 +1039,14 @@ def render_hang(env: PlaybookEnv, data: HangSeries, j: HangJudgement) -> Playboo
         else f"{iso(start)} to {iso(end)} ({int(w)} s after the GPUs left training power at {iso(last)}; no dated step)"
     )
     corr = ""
-    if env.ctx.primary_class in ("hang", "cancelled", "train-timeout", "heartbeat-timeout"):
+    if env.ctx.primary_class in (
+        FailureClass.HANG,
+        FailureClass.CANCELLED,
+        FailureClass.TRAIN_TIMEOUT,
+        FailureClass.HEARTBEAT_TIMEOUT,
+    ):
         confirms = j.verdict == "rccl-busy-wait-hang" or (
-            j.verdict == "hang-then-heartbeat" and env.ctx.primary_class == "hang"
+            j.verdict == "hang-then-heartbeat" and env.ctx.primary_class == FailureClass.HANG
         )
         corr = f"Triage classified this as {env.ctx.primary_class}. TSDB {'confirms' if confirms else 'refines'}: {j.verdict}."
     return PlaybookResult(

@@ -28,6 +28,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from jobdiagd.model.kinds import FailureClass
 from jobdiagd.tsdb.client import Sample, multi_arm, split_arms_series
 from jobdiagd.tsdb.playbooks.base import (
     EvidenceTable,
@@ -77,9 +78,9 @@ def heartbeat_reported(env: PlaybookEnv) -> bool:
     """Playbook 2's trigger: triage reports a heartbeat-timeout."""
     ctx = env.ctx
     return (
-        ctx.primary_class == "heartbeat-timeout"
+        ctx.primary_class == FailureClass.HEARTBEAT_TIMEOUT
         or ctx.heartbeat is not None
-        or any(f.cls == "heartbeat-timeout" for f in ctx.failures)
+        or any(f.cls == FailureClass.HEARTBEAT_TIMEOUT for f in ctx.failures)
     )
 
 
