@@ -160,3 +160,16 @@ class IncidentKind(StrEnum):
     FAILURE = "failure"
     JOB_END = "job-end"
     NOTICE = "notice"
+
+
+class PlaybookName(StrEnum):
+    """The TSDB playbooks, by the name `jobdiagd diagnose --playbook` takes (rule PB-MAP-1): the
+    failure classes name theirs in `triage.classes`, `tsdb.playbooks.PLAYBOOK_SPECS` registers them."""
+
+    HANG = "hang"
+    HEARTBEAT = "heartbeat"
+    OOM = "oom"
+    HARDWARE = "hardware"
+    GPU_HEALTH = "gpu-health"
+    NETWORK_HEALTH = "network-health"
+    TRAINING_STABILITY = "training-stability"

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from enum import StrEnum
 from types import MappingProxyType
 
-from jobdiagd.model.kinds import FailureClass
+from jobdiagd.model.kinds import FailureClass, PlaybookName
 
 RESTART_MARKER = "jobdiagd:restart-of="
 _ID = re.compile(r"[0-9]{1,12}\Z", re.ASCII)
@@ -148,9 +148,9 @@ HARDWARE_CLASSES: frozenset[FailureClass] = frozenset(
 # Playbook name (tsdb/playbooks/registry.py) -> the evidence its anomalous hosts are.
 PLAYBOOK_EVIDENCE: Mapping[str, Evidence] = MappingProxyType(
     {
-        "hang": Evidence.HANG_SUSPECT,
-        "hardware": Evidence.HARDWARE,
-        "gpu-health": Evidence.GPU_HEALTH,
-        "network-health": Evidence.NETWORK_OUTLIER,
+        PlaybookName.HANG: Evidence.HANG_SUSPECT,
+        PlaybookName.HARDWARE: Evidence.HARDWARE,
+        PlaybookName.GPU_HEALTH: Evidence.GPU_HEALTH,
+        PlaybookName.NETWORK_HEALTH: Evidence.NETWORK_OUTLIER,
     }
 )
