@@ -31,7 +31,7 @@ from typing import Any
 from jobdiagd.detectors import Report
 from jobdiagd.logsetup import get_logger
 from jobdiagd.model.alerts import Finding
-from jobdiagd.model.kinds import GpuHangState, IncidentKind
+from jobdiagd.model.kinds import GpuHangState, IncidentKind, JobStatus
 from jobdiagd.service.early_page import EarlyConfirmer, QueryFn
 from jobdiagd.service.jobs import JobView
 from jobdiagd.service.plots_bridge import strip_payload
@@ -141,7 +141,7 @@ class TsdbEnricher:
         for r in reports:
             view = views.get(r.job_id)
             res = (view.final or view.analysis(now)) if view is not None else None
-            failed = res is not None and res.status != "completed" and res.primary is not None
+            failed = res is not None and res.status != JobStatus.COMPLETED and res.primary is not None
             if r.kind != IncidentKind.JOB_END or res is None or not failed or not res.ray:
                 out.append(r)
                 continue

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jobdiagd.model.kinds import FailureClass
+from jobdiagd.model.kinds import FailureClass, JobStatus
 from jobdiagd.model.triage import TriageResult
 from jobdiagd.rules.slurm import CANCEL_EXITS
 from jobdiagd.triage.classes import CLASSES
@@ -11,7 +11,7 @@ from jobdiagd.triage.classes import CLASSES
 def _applies(template: str, r: TriageResult) -> bool:
     """Drop advice that cannot apply to this job: killing a job that already ended, querying
     a TSDB that a RAY=0 job never had."""
-    live = r.status in ("running", "hanging")
+    live = r.status in (JobStatus.RUNNING, JobStatus.HANGING)
     if (template.startswith("Kill the job") or "job is still live" in template) and not live:
         return False
     if template.startswith("If RAY=1") and not r.ray:
@@ -74,7 +74,7 @@ def next_steps(r: TriageResult) -> list[str]:
         )
     if r.tgs.degraded and primary != FailureClass.TGS_DEGRADATION:
         steps.extend(t.format(**fill) for t in CLASSES[FailureClass.TGS_DEGRADATION].next_steps)
-    if r.status in ("running", "hanging") and r.ray and r.live.head_node:
+    if r.status in (JobStatus.RUNNING, JobStatus.HANGING) and r.ray and r.live.head_node:
         steps.append(
             f"Job is live: its Prometheus is on {r.live.head_node}:{r.live.prometheus_port or 9190} (127.0.0.1 only) — "
             f"`jobdiagd diagnose {fill['target']}` reaches it over ssh."

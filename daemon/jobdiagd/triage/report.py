@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from jobdiagd import jsonsafe
 from jobdiagd.durations import exact_duration
-from jobdiagd.model.kinds import FailureClass
+from jobdiagd.model.kinds import FailureClass, JobStatus
 from jobdiagd.rules.signatures import describe
 from jobdiagd.triage.classify import SETUP_BUDGET_S
 
@@ -63,13 +63,13 @@ def what_happened(r: TriageResult) -> str:
 
 def _no_failure_text(r: TriageResult) -> str:
     p = r.progress
-    if r.status == "completed":
+    if r.status == JobStatus.COMPLETED:
         s = f"The job completed all {p.total_steps or '?'} steps" if p.reached_end else "The job completed"
         s += f" (last step {p.last_step})." if p.last_step is not None else "."
         if r.tgs.degraded:
             s += f" It ran slower than it should have: TGS {r.tgs.magnitude} ({r.tgs.pattern})."
         return s
-    if r.status == "running":
+    if r.status == JobStatus.RUNNING:
         expected = f", expected {p.expected_step_now}" if p.expected_step_now is not None else ""
         return f"Training is progressing (last step {p.last_step}{expected})."
     return f"Status {r.status}; no failure signature found."
@@ -91,7 +91,7 @@ def _hang_text(r: TriageResult, at: str) -> str:
             "deadlocked (init-phase hang, often a transient race)."
         )
     tail = f" for {exact_duration(gap)}{daemon}" if gap is not None else ""
-    if r.status == "cancelled":
+    if r.status == JobStatus.CANCELLED:
         return f"Training stopped advancing{at}{tail} and the job was then cancelled: the cancellation killed a hung job (RCCL/NCCL collective deadlock)."
     if FailureClass.TRAIN_TIMEOUT in c.classes:
         return (
@@ -173,11 +173,11 @@ def _silence_row(r: TriageResult) -> tuple[str, str] | None:
     shows its own.)"""
     c, p = r.cls, r.progress
     stall = c.stall
-    if r.status not in ("cancelled", "unknown-death") or stall is None or stall.gap_s is None:
+    if r.status not in (JobStatus.CANCELLED, JobStatus.UNKNOWN_DEATH) or stall is None or stall.gap_s is None:
         return None
     if stall.gap_s < max(120.0, 3 * (p.step_time_s or 0.0)) and not stall.stalled:
         return None
-    end = "the cancel" if r.status == "cancelled" else "the end of the job"
+    end = "the cancel" if r.status == JobStatus.CANCELLED else "the end of the job"
     how = "measured from timestamps" if stall.basis == "timestamps" else "wall time − summed steps − setup"
     after = f"after step {p.last_step}" if p.last_step is not None else "before the first step"
     flag = (
@@ -231,10 +231,14 @@ def _step_rows(r: TriageResult) -> list[tuple[str, str]]:
 
 def _expected_step_row(r: TriageResult) -> tuple[str, str]:
     p = r.progress
-    if r.status == "completed":
+    if r.status == JobStatus.COMPLETED:
         return ("Expected step by now", "n/a (job completed)")
     if p.expected_step_now is not None:
-        label = "Expected step by now" if r.status in ("running", "hanging") else "Expected step at job end"
+        label = (
+            "Expected step by now"
+            if r.status in (JobStatus.RUNNING, JobStatus.HANGING)
+            else "Expected step at job end"
+        )
         return (label, f"{p.expected_step_now} (last step {p.last_step} at {_when(p.last_step_time)})")
     return ("Expected step by now", "n/a (no timestamps on step lines)" if r.steps else "n/a")
 
@@ -259,7 +263,7 @@ def _lost_rows(r: TriageResult) -> list[tuple[str, str]]:
     if p.progress_lost_steps is None:
         return [] if r.steps else [("Progress lost", "0 steps (training never completed a step)")]
     lost_time = ("≈ " if p.progress_lost_s_estimated else "") + exact_duration(p.progress_lost_s)
-    if r.status == "completed":
+    if r.status == JobStatus.COMPLETED:
         return [("Progress lost", "0 steps (job completed)")]
     if p.last_checkpoint_step is None and p.start != "restored":
         return [("Progress lost", f"all — no periodic ckpt ({p.progress_lost_steps} steps, {lost_time})")]
@@ -268,7 +272,7 @@ def _lost_rows(r: TriageResult) -> list[tuple[str, str]]:
 
 def _remaining_row(r: TriageResult) -> tuple[str, str]:
     p = r.progress
-    if r.status == "completed":
+    if r.status == JobStatus.COMPLETED:
         return ("Estimated time remaining", "0 (job completed)")
     if p.eta_s is not None:
         return (
@@ -429,7 +433,7 @@ def _live_lines(r: TriageResult) -> list[str]:
     if lv.tunnel:
         out.append(f"Tunnel: `{lv.tunnel}`")
     out.append(f"Head node: {lv.head_node or 'unknown'}; Prometheus port: {lv.prometheus_port or 'unknown'}")
-    if r.status in ("running", "hanging"):
+    if r.status in (JobStatus.RUNNING, JobStatus.HANGING):
         out.append(
             "The job is live: want port forwarding set up to reach the Ray Dashboard (8265), TensorBoard (6006) and Prometheus?"
         )

@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jobdiagd.model.kinds import FailureClass
+from jobdiagd.model.kinds import FailureClass, JobStatus
 
 if TYPE_CHECKING:  # only for the annotation: the CLI's start-up does not import the triage model
     from jobdiagd.model.triage import TriageResult
 
-LIVE_STATUSES = frozenset({"running", "hanging"})
+LIVE_STATUSES = frozenset({JobStatus.RUNNING, JobStatus.HANGING})
 
 
 def short_host(name: str) -> str:
