@@ -53,7 +53,7 @@ from jobdiagd.detectors.base import (
 )
 from jobdiagd.durations import exact_duration
 from jobdiagd.model.alerts import Finding
-from jobdiagd.model.kinds import FailureClass, IncidentKind
+from jobdiagd.model.kinds import FailureClass, IncidentKind, StallPhase
 from jobdiagd.model.triage import StallKnowledge, TriageResult
 from jobdiagd.rules.signatures import BY_CLASS, Tier
 from jobdiagd.triage.progress import steady_step_time
@@ -85,7 +85,7 @@ class BudgetMemo:
 
 _CASCADE_TIERS = (Tier.ROOT, Tier.SYMPTOM, Tier.CARRIER, Tier.INFRA)
 
-EARLY_PHASES = ("steady", "checkpoint")
+EARLY_PHASES = (StallPhase.STEADY, StallPhase.CHECKPOINT)
 # The detail line of a GPU-confirmed page, for people; code reads `Finding.gpu_confirmed`.
 EARLY_DETAIL = "GPU-confirmed"
 
@@ -209,7 +209,7 @@ class HangDetector:
             memo is not None
             and last is not None
             and memo.adjacency == adj
-            and memo.budget.phase == "steady"
+            and memo.budget.phase == StallPhase.STEADY
             and (now - memo.at < REFRESH_S or not self._ration.spend(now))
         ):
             return memo.budget, memo.step_time

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from jobdiagd import jsonsafe
 from jobdiagd.durations import exact_duration
-from jobdiagd.model.kinds import FailureClass, JobStatus
+from jobdiagd.model.kinds import FailureClass, HeartbeatPhase, HeartbeatVerdict, JobStatus, StallBasis
 from jobdiagd.rules.signatures import describe
 from jobdiagd.triage.classify import SETUP_BUDGET_S
 
@@ -78,7 +78,7 @@ def _no_failure_text(r: TriageResult) -> str:
 def _hang_text(r: TriageResult, at: str) -> str:
     c = r.cls
     gap = c.stall.gap_s if c.stall else None
-    if c.heartbeat is not None and c.heartbeat.verdict == "hang":
+    if c.heartbeat is not None and c.heartbeat.verdict == HeartbeatVerdict.HANG:
         return (
             f"Training stalled{at} ({exact_duration(c.heartbeat.stall_s)} without a step before the heartbeat error): "
             "an RCCL/NCCL collective hang. The heartbeat timeout that ended the job was the kill mechanism "
@@ -103,7 +103,7 @@ def _hang_text(r: TriageResult, at: str) -> str:
 def _daemon_clock(r: TriageResult) -> str:
     """How the daemon timed a live job's stall (rule VIEW-1), worded as its hang page words it."""
     stall = r.cls.stall
-    if stall is None or stall.basis != "daemon-clock":
+    if stall is None or stall.basis != StallBasis.DAEMON:
         return ""
     early = (
         "; GPU-confirmed before it ran out"
@@ -116,7 +116,7 @@ def _daemon_clock(r: TriageResult) -> str:
 def _daemon_stall_row(r: TriageResult) -> tuple[str, str] | None:
     """A live job the daemon watches: the time since it read the last step, against its budget."""
     stall = r.cls.stall
-    if stall is None or stall.basis != "daemon-clock" or stall.gap_s is None:
+    if stall is None or stall.basis != StallBasis.DAEMON or stall.gap_s is None:
         return None
     last = r.progress.last_step
     since = f"step {last} was read" if last is not None else "the barrier was read (or watching began)"
@@ -131,7 +131,7 @@ def _daemon_stall_row(r: TriageResult) -> tuple[str, str] | None:
 def _heartbeat_text(r: TriageResult, at: str) -> str:
     hb = r.cls.heartbeat
     tasks = ", ".join(str(t) for t in hb.accused_tasks) if hb and hb.accused_tasks else "?"
-    if hb is not None and hb.phase == "init":
+    if hb is not None and hb.phase == HeartbeatPhase.INIT:
         return (
             f"The JAX coordination service declared task(s) {tasks} dead before any training step: the heartbeat "
             f"timeout ({hb.timeout_s:.0f}s) is shorter than compilation + initial checkpoint time. A false positive."
@@ -149,7 +149,7 @@ def _signature_text(r: TriageResult, primary: str, at: str) -> str:
         s += " The NCCL timeouts on the other nodes are a consequence (they waited for the dead node)."
     if primary == FailureClass.CHECKPOINT_FS_ERROR:
         s += " The checkpoint may still be intact — check the other workers."
-    if c.heartbeat is not None and c.heartbeat.verdict == "true-positive":
+    if c.heartbeat is not None and c.heartbeat.verdict == HeartbeatVerdict.TRUE_POSITIVE:
         s += " The later heartbeat timeout was a consequence of this error."
     return s
 
@@ -178,7 +178,11 @@ def _silence_row(r: TriageResult) -> tuple[str, str] | None:
     if stall.gap_s < max(120.0, 3 * (p.step_time_s or 0.0)) and not stall.stalled:
         return None
     end = "the cancel" if r.status == JobStatus.CANCELLED else "the end of the job"
-    how = "measured from timestamps" if stall.basis == "timestamps" else "wall time − summed steps − setup"
+    how = (
+        "measured from timestamps"
+        if stall.basis == StallBasis.TIMESTAMPS
+        else "wall time − summed steps − setup"
+    )
     after = f"after step {p.last_step}" if p.last_step is not None else "before the first step"
     flag = (
         f" — beyond the {exact_duration(stall.budget_s)} stall budget: training had stopped"
