@@ -33,7 +33,7 @@ from jobdiagd.rules.recovery import (
     Evidence,
 )
 from jobdiagd.tsdb.gpu_hang import GpuVerdict
-from jobdiagd.tsdb.playbooks.base import PlaybookResult
+from jobdiagd.tsdb.playbooks.base import PlaybookResult, Verdict
 
 HORIZON_HALF_LIVES = 10  # older evidence weighs under 0.1 %: not read, and pruned
 _MAX_EVIDENCE_TEXT = 300
@@ -85,7 +85,7 @@ def _from_triage(res: TriageResult) -> list[NodeEvidence]:
 
 def _from_playbook(pr: PlaybookResult) -> list[NodeEvidence]:
     kind = PLAYBOOK_EVIDENCE.get(pr.playbook)
-    if kind is None or not pr.applicable or pr.verdict == "healthy":
+    if kind is None or not pr.applicable or pr.verdict == Verdict.HEALTHY:
         return []
     hosts = set(pr.anomalous_hosts)
     for f in pr.findings:

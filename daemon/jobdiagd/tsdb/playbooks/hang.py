@@ -1028,7 +1028,7 @@ def render_hang(env: PlaybookEnv, data: HangSeries, j: HangJudgement) -> Playboo
         Finding(
             "Hang mechanism",
             root or "No hang signature in the GPU metrics.",
-            "critical" if j.verdict != "healthy" else "info",
+            "critical" if j.verdict != Verdict.HEALTHY else "info",
             tuple(j.anomalous),
             evidence_tables(data, j, host_state),
         ),
@@ -1047,8 +1047,8 @@ def render_hang(env: PlaybookEnv, data: HangSeries, j: HangJudgement) -> Playboo
         FailureClass.TRAIN_TIMEOUT,
         FailureClass.HEARTBEAT_TIMEOUT,
     ):
-        confirms = j.verdict == "rccl-busy-wait-hang" or (
-            j.verdict == "hang-then-heartbeat" and env.ctx.primary_class == FailureClass.HANG
+        confirms = j.verdict == Verdict.RCCL_BUSY_WAIT_HANG or (
+            j.verdict == Verdict.HANG_THEN_HEARTBEAT and env.ctx.primary_class == FailureClass.HANG
         )
         corr = f"Triage classified this as {env.ctx.primary_class}. TSDB {'confirms' if confirms else 'refines'}: {j.verdict}."
     return PlaybookResult(

@@ -562,7 +562,7 @@ def render_heartbeat(
         Finding(
             "Accused hosts from heartbeat-stop time to crash",
             root,
-            "critical" if j.verdict != "heartbeat-false-positive" else "warning",
+            "critical" if j.verdict != Verdict.HEARTBEAT_FALSE_POSITIVE else "warning",
             tuple(accused),
             evidence,
         )
