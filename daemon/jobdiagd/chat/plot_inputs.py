@@ -17,6 +17,7 @@ import math
 from collections.abc import Iterable, Sequence
 
 from jobdiagd.durations import rounded_duration
+from jobdiagd.model.kinds import TgsPattern
 from jobdiagd.model.plotdata import (
     HostSeries,
     IncidentMarks,
@@ -148,7 +149,7 @@ def tgs_chart(
         facts.append(f"TGS {analysis.change_pct:+.0f}%")
     if analysis.range:
         facts.append(f"steps {analysis.range}")
-    if analysis.pattern and analysis.pattern != "none":
+    if analysis.pattern and analysis.pattern != TgsPattern.NONE:
         facts.append(analysis.pattern)
     if incident_id:
         facts.append(f"incident {incident_id}")
@@ -159,7 +160,7 @@ def tgs_chart(
         degraded=analysis.recent,
         change_pct=analysis.change_pct,
         baseline_steps=(lo + baseline_steps[0], lo + baseline_steps[1]) if points else None,
-        pattern=analysis.pattern if analysis.pattern != "none" else None,
+        pattern=analysis.pattern if analysis.pattern != TgsPattern.NONE else None,
     )
     unit = analysis.metric if points else unit
     evals = eval_interval if eval_interval is not None else ckpt.eval_period

@@ -1,6 +1,6 @@
-"""The fixed vocabularies of a triage (status, failure class, stall phase, heartbeat verdict), of
-the GPU-hang judge (one GPU's state, the job's GPU verdict) and of the alerts (incident kind) as
-StrEnums.
+"""The fixed vocabularies of a triage (status, failure class, stall phase, TGS pattern, heartbeat
+verdict), of the GPU-hang judge (one GPU's state, the job's GPU verdict), of the TSDB playbooks
+(their names) and of the alerts (incident kind) as StrEnums.
 
 Each member's value is the string reports, JSON documents and the daemon have always used: a
 StrEnum *is* that string (`==`, hashing, `json.dumps`, f-strings and `str()` all give the
@@ -90,6 +90,17 @@ class StallBasis(StrEnum):
     WALL_TIME = "wall-time"
     DAEMON = "daemon-clock"
     NONE = "none"
+
+
+class TgsPattern(StrEnum):
+    """The shape of a throughput change (rules TGS-4 to TGS-7); `none`: no shape found."""
+
+    NONE = "none"
+    CONSTANT_DROP = "constant-drop"
+    ONE_TIME = "one-time"
+    PHASED = "phased"
+    GRADUAL = "gradual"
+    PERIODIC = "periodic"
 
 
 class HeartbeatVerdict(StrEnum):
