@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 
 from jobdiagd.model.kinds import FailureClass, PlaybookName
 from jobdiagd.tsdb.access import NoTsdb, SshTunnelPool, TsdbHandle, open_tsdb
-from jobdiagd.tsdb.anomaly import AnomalyReport, earliest_anomaly
+from jobdiagd.tsdb.anomaly import AnomalyReport, Shift, earliest_anomaly
 from jobdiagd.tsdb.context import DiagnosisContext
 from jobdiagd.tsdb.discovery import Discovery, WrongDatabase, discover
 from jobdiagd.tsdb.playbooks import playbook_name_for_class
@@ -89,7 +89,7 @@ def adopt_earliest_root(res: PlaybookResult, rep: AnomalyReport) -> PlaybookResu
         res.playbook in (PlaybookName.HANG, PlaybookName.HEARTBEAT)
         and res.verdict in (Verdict.RCCL_BUSY_WAIT_HANG, Verdict.HANG_THEN_HEARTBEAT)
         and root.family.startswith(NETWORK_ERROR_PREFIXES)
-        and root.kind == "up"
+        and root.kind == Shift.UP
         and not root.peers_alike  # a cluster-wide rise is not one host's trigger
         and root.onset <= rep.incident
         and root.host not in res.anomalous_hosts
