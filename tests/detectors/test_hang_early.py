@@ -88,6 +88,7 @@ def test_a_confirmed_verdict_pages_at_the_early_point_not_before() -> None:
     assert not f.resolved and f.severity == "critical" and f.at_step == 29
     assert f.summary.startswith("GPU-confirmed hang (busy-wait)")
     assert EARLY_DETAIL in f.details and "busy-wait" in str(f.details["mechanism"])
+    assert f.gpu_confirmed
     assert f.details["suspect host"] == "none singled out"
 
 
@@ -106,7 +107,7 @@ def test_without_confirmation_the_step_budget_decides() -> None:
     job.view.gpu_check = EarlyMemo(29, GpuVerdict(GpuHangState.NOT_A_HANG, "eval", T0), job.view.last_step_at)
     assert one(det.check(job.view, last + 100.0)).resolved
     f = one(det.check(job.view, last + 121.0))
-    assert not f.resolved and EARLY_DETAIL not in f.details
+    assert not f.resolved and EARLY_DETAIL not in f.details and not f.gpu_confirmed
     job.view.gpu_check = EarlyMemo(
         29, GpuVerdict(GpuHangState.NO_DATA, "metrics stale", T0), job.view.last_step_at
     )
@@ -126,7 +127,7 @@ def test_a_confirmed_page_stays_until_a_new_step() -> None:
     job.view.gpu_check = EarlyMemo(29, BUSY, job.view.last_step_at)
     for dt in (EARLY_AT, 90.0, 130.0, 600.0):  # before and after the step budget
         f = one(det.check(job.view, last + dt))
-        assert not f.resolved and EARLY_DETAIL in f.details, dt
+        assert not f.resolved and EARLY_DETAIL in f.details and f.gpu_confirmed, dt
     job.step(30, last + 700.0)
     f = one(det.check(job.view, last + 700.0))
     assert f.resolved and f.summary == "steps resumed at step 30"
@@ -203,7 +204,7 @@ def test_a_failure_signature_does_not_hold_back_a_gpu_confirmed_page(line: str, 
     job.view.gpu_check = EarlyMemo(29, BUSY, job.view.last_step_at)
     f = one(det.check(job.view, last + EARLY_AT))
     assert not f.resolved and f.summary.startswith("GPU-confirmed hang (busy-wait)")
-    assert f.details["primary failure"] == primary and EARLY_DETAIL in f.details
+    assert f.details["primary failure"] == primary and EARLY_DETAIL in f.details and f.gpu_confirmed
 
 
 def test_without_gpu_evidence_a_root_cause_still_supersedes_the_stall() -> None:

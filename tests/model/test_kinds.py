@@ -26,3 +26,9 @@ def test_members_equal_and_hash_as_plain_strings() -> None:
     assert FailureClass(JobStatus.CANCELLED) is FailureClass.CANCELLED
     assert {"node-fail": 1}[FailureClass.NODE_FAIL] == 1
     assert FailureClass("oom-host") is FailureClass.OOM_HOST
+
+
+def test_a_class_named_by_a_string_is_its_member_or_none() -> None:
+    assert FailureClass.named("oom-host") is FailureClass.OOM_HOST
+    assert FailureClass.named(None) is None
+    assert FailureClass.named("not-a-class") is None  # a stored record may name any string

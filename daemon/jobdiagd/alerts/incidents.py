@@ -10,6 +10,7 @@ from typing import Any
 from jobdiagd.config import IncidentsConfig
 from jobdiagd.durations import rounded_duration
 from jobdiagd.model.alerts import SEVERITY_RANK, Event, Finding, Incident, Mute, Notification, Severity
+from jobdiagd.model.kinds import IncidentKind
 
 ALL = "*"
 
@@ -403,7 +404,7 @@ def make_notice(key: str, title: str, body: str, now: float, *, severity: Severi
     return Notification(
         id=f"notice:{key}",
         job_id="",
-        kind="notice",
+        kind=IncidentKind.NOTICE,
         event="notice",
         title=title,
         body=body,

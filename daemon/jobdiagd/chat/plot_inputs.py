@@ -17,9 +17,11 @@ import math
 from collections.abc import Iterable, Sequence
 
 from jobdiagd.durations import rounded_duration
+from jobdiagd.model.kinds import TgsPattern
 from jobdiagd.model.plotdata import (
     HostSeries,
     IncidentMarks,
+    MarkKind,
     PowerBands,
     PowerStrip,
     StepChart,
@@ -119,7 +121,7 @@ def hang_chart(
     if incident_id:
         facts.append(f"incident {incident_id}")
     marks = IncidentMarks(
-        "hang", last_step, projected_step=projected, stalled_s=stalled_s, step_time_s=step_time_s
+        MarkKind.HANG, last_step, projected_step=projected, stalled_s=stalled_s, step_time_s=step_time_s
     )
     evals = eval_interval if eval_interval is not None else ckpt.eval_period
     return _step_chart(title, points, marks, unit=unit, facts=facts, ckpt=ckpt, steps=(lo, hi), evals=evals)
@@ -147,18 +149,18 @@ def tgs_chart(
         facts.append(f"TGS {analysis.change_pct:+.0f}%")
     if analysis.range:
         facts.append(f"steps {analysis.range}")
-    if analysis.pattern and analysis.pattern != "none":
+    if analysis.pattern and analysis.pattern != TgsPattern.NONE:
         facts.append(analysis.pattern)
     if incident_id:
         facts.append(f"incident {incident_id}")
     marks = IncidentMarks(
-        "tgs",
+        MarkKind.TGS,
         start,
         baseline=analysis.baseline,
         degraded=analysis.recent,
         change_pct=analysis.change_pct,
         baseline_steps=(lo + baseline_steps[0], lo + baseline_steps[1]) if points else None,
-        pattern=analysis.pattern if analysis.pattern != "none" else None,
+        pattern=analysis.pattern if analysis.pattern != TgsPattern.NONE else None,
     )
     unit = analysis.metric if points else unit
     evals = eval_interval if eval_interval is not None else ckpt.eval_period

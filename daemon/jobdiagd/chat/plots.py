@@ -53,8 +53,8 @@ from PIL import Image
 from jobdiagd.durations import rounded_duration
 from jobdiagd.model.plotdata import (
     HostSeries,
-    IncidentKind,
     IncidentMarks,
+    MarkKind,
     PowerBands,
     PowerStrip,
     StepChart,
@@ -66,8 +66,8 @@ __all__ = [
     "MAX_POINTS",
     "WIDTH_PX",
     "HostSeries",
-    "IncidentKind",
     "IncidentMarks",
+    "MarkKind",
     "PowerBands",
     "PowerStrip",
     "StepChart",
@@ -151,7 +151,7 @@ def _view(chart: StepChart, first: int, last: int) -> tuple[float, float, int]:
     """(x_lo, x_hi, first step shown)."""
     m = chart.marks
     lo, hi = first, last
-    if m is not None and m.kind == "hang" and m.start_step is not None:
+    if m is not None and m.kind == MarkKind.HANG and m.start_step is not None:
         end = max(m.projected_step or m.start_step, m.start_step)
         gap = end - m.start_step
         lo = max(first, m.start_step - max(int(2.5 * gap), MIN_CONTEXT_STEPS))
@@ -359,7 +359,7 @@ def step_figure(chart: StepChart) -> Figure:
     have = [p.step for p in chart.points if _finite([_num(p.seconds), _num(p.tokens_per_s)])]
     if not have:
         msg = "no training step with step time or throughput yet"
-        if m is not None and m.kind == "hang" and m.stalled_s is not None:
+        if m is not None and m.kind == MarkKind.HANG and m.stalled_s is not None:
             msg += f"\n(no step for {rounded_duration(m.stalled_s)})"
         _placeholder(fig, msg)
         return fig
@@ -406,9 +406,9 @@ def step_figure(chart: StepChart) -> Figure:
         )
     if _marks((ax_t, ax_s), chart.evals, x_lo, x_hi, C_EVAL, "--"):
         legend.append(Line2D([], [], color=C_EVAL, linestyle="--", linewidth=1.4, label=chart.eval_label))
-    if m is not None and m.kind == "hang":
+    if m is not None and m.kind == MarkKind.HANG:
         legend += _hang_marks(ax_t, ax_s, m, x_lo, x_hi)
-    elif m is not None and m.kind == "tgs":
+    elif m is not None and m.kind == MarkKind.TGS:
         legend += _tgs_marks(ax_t, ax_s, m, last, x_lo, x_hi, chart.throughput_unit)
     if shown_from > first:
         ax_t.text(

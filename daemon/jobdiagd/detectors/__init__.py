@@ -7,7 +7,8 @@ Adding a detector (say `straggler`):
    no I/O, no clock; read only the `WatchedJob`), `forget(key)` (drop what it keeps about a job)
    and `status(view, now)` (its columns of `jobdiagd status`, or None). Per-job state lives in
    the detector, keyed by `view.key`; `base.RefreshRation`, `base.staggered` and
-   `base.resolved_finding` are the shared pieces for rationed refreshes and resolutions.
+   `base.resolved_finding` are the shared pieces for rationed refreshes and resolutions. Its
+   findings' `kind` is an `IncidentKind` member (`model/kinds.py`; a new kind, a new member).
 2. Export `SPEC = DetectorSpec(NAME, default_enabled, factory, description[, idle_status])`;
    the factory builds the detector from the config.
 3. Add `straggler.SPEC` to `CATALOG` below.

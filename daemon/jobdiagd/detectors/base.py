@@ -12,6 +12,7 @@ from jobdiagd.config import Config
 from jobdiagd.logs.state import LogState
 from jobdiagd.model.alerts import Finding
 from jobdiagd.model.jobref import JobRef
+from jobdiagd.model.kinds import IncidentKind
 from jobdiagd.model.records import StepRecord
 from jobdiagd.model.triage import CheckpointConfig, StallKnowledge, TriageResult
 from jobdiagd.sources.slurm_parse import SlurmJob
@@ -94,7 +95,7 @@ class Report:
     """A one-off message (the job-end triage report); the engine sends it with `pipeline.report`."""
 
     job_id: str
-    kind: str
+    kind: IncidentKind
     key: str
     title: str
     body: str
@@ -210,7 +211,7 @@ def staggered(now: float, key: str, period: float) -> float:
     return now - zlib.crc32(key.encode()) % int(period)
 
 
-def resolved_finding(name: str, key: str, kind: str, summary: str, at_step: int | None = None) -> Finding:
+def resolved_finding(name: str, key: str, kind: IncidentKind, summary: str, at_step: int | None = None) -> Finding:
     """The finding that closes a detector's open incident of `kind` for the job."""
     return Finding(name, key, kind, "info", summary, at_step=at_step, resolved=True)
 

@@ -24,11 +24,12 @@ from jobdiagd.detectors.base import (
     resolved_finding,
 )
 from jobdiagd.model.alerts import Finding, Severity
+from jobdiagd.model.kinds import IncidentKind, JobStatus
 from jobdiagd.model.triage import TriageResult
 from jobdiagd.rules.signatures import BY_CLASS, Tier, describe
 
 NAME = "failure_signature"
-KIND = "failure"
+KIND = IncidentKind.FAILURE
 _PAGING = (Tier.INFRA, Tier.ROOT, Tier.SYMPTOM, Tier.CARRIER)
 MAX_EVIDENCE = 6
 
@@ -101,7 +102,7 @@ class FailureSignatureDetector:
             for e in res.cls.evidence[:MAX_EVIDENCE]
         )
         severity: Severity = (
-            "critical" if sig.tier is not Tier.SYMPTOM or res.status != "running" else "warning"
+            "critical" if sig.tier is not Tier.SYMPTOM or res.status != JobStatus.RUNNING else "warning"
         )
         return [
             Finding(

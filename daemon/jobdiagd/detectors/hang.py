@@ -53,6 +53,7 @@ from jobdiagd.detectors.base import (
 )
 from jobdiagd.durations import exact_duration
 from jobdiagd.model.alerts import Finding
+from jobdiagd.model.kinds import FailureClass, IncidentKind, StallPhase
 from jobdiagd.model.triage import StallKnowledge, TriageResult
 from jobdiagd.rules.signatures import BY_CLASS, Tier
 from jobdiagd.triage.progress import steady_step_time
@@ -61,7 +62,7 @@ from jobdiagd.triage.stall import Budget, StallPolicy, stall_budget
 from jobdiagd.tsdb.gpu_hang import GpuVerdict
 
 NAME = "hang"
-KIND = "hang"
+KIND = IncidentKind.HANG
 REFRESH_S = 120.0
 MAX_REFRESHES = 10
 # First budgets computed per tick for jobs that cannot be stalled yet (below). After a start
@@ -84,8 +85,9 @@ class BudgetMemo:
 
 _CASCADE_TIERS = (Tier.ROOT, Tier.SYMPTOM, Tier.CARRIER, Tier.INFRA)
 
-EARLY_PHASES = ("steady", "checkpoint")
-EARLY_DETAIL = "GPU-confirmed"  # a finding carrying it already has its GPU evidence
+EARLY_PHASES = (StallPhase.STEADY, StallPhase.CHECKPOINT)
+# The detail line of a GPU-confirmed page, for people; code reads `Finding.gpu_confirmed`.
+EARLY_DETAIL = "GPU-confirmed"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -207,7 +209,7 @@ class HangDetector:
             memo is not None
             and last is not None
             and memo.adjacency == adj
-            and memo.budget.phase == "steady"
+            and memo.budget.phase == StallPhase.STEADY
             and (now - memo.at < REFRESH_S or not self._ration.spend(now))
         ):
             return memo.budget, memo.step_time
@@ -239,7 +241,12 @@ class HangDetector:
         res = view.analysis(now, known)
         primary = res.primary
         sig = BY_CLASS.get(primary or "")
-        if early is None and primary not in (None, "hang") and sig is not None and sig.tier in _CASCADE_TIERS:
+        if (
+            early is None
+            and primary not in (None, FailureClass.HANG)
+            and sig is not None
+            and sig.tier in _CASCADE_TIERS
+        ):
             # One cascade, one incident: the failure-signature incident names the root cause; a
             # hang incident opened before the error was logged is closed as its consequence.
             # Not a GPU-confirmed stall: the GPUs show the job stuck now, burning its allocation,
@@ -254,7 +261,19 @@ class HangDetector:
         if not evidence and view.main is not None and view.main.last_text:
             evidence = (f"last line read: {view.main.last_text[:300]}",)
         details = _details(view, res, primary, stall)
-        return [Finding(NAME, view.key, KIND, "critical", stall.summary(), details, evidence, at_step=last)]
+        return [
+            Finding(
+                NAME,
+                view.key,
+                KIND,
+                "critical",
+                stall.summary(),
+                details,
+                evidence,
+                at_step=last,
+                gpu_confirmed=early is not None,
+            )
+        ]
 
     def _defer_first_budget(self, view: WatchedJob, gap: float, now: float) -> bool:
         """Leave a job's first budget to a later tick: only past this tick's MAX_FIRST_BUDGETS,

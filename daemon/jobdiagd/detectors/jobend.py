@@ -26,11 +26,12 @@ from pathlib import Path
 from jobdiagd.config import Config
 from jobdiagd.detectors.base import DetectorSpec, NoData, Outcome, Report, StatusPart, WatchedJob
 from jobdiagd.goodput.fleet import FLEET_NAME, Fleet, advice_section, job_advice, read_fleet
+from jobdiagd.model.kinds import IncidentKind
 from jobdiagd.model.triage import TriageResult
 from jobdiagd.triage.report import render_markdown
 
 NAME = "job_end"
-KIND = "job-end"
+KIND = IncidentKind.JOB_END
 
 
 def untriaged_report(view: WatchedJob) -> Report:

@@ -28,12 +28,13 @@ from jobdiagd.detectors.base import (
     staggered,
 )
 from jobdiagd.model.alerts import Finding
+from jobdiagd.model.kinds import IncidentKind
 from jobdiagd.model.records import StepRecord
 from jobdiagd.model.triage import TgsAnalysis
 from jobdiagd.triage.tgs import BASELINE_FROM, RECENT, analyze_tgs
 
 NAME = "tgs"
-KIND = "tgs-degradation"
+KIND = IncidentKind.TGS_DEGRADATION
 RECOMPUTE_STEPS = 5
 # ... and at most this often per job (staggered per job so 200 jobs do not all recompute in one tick).
 RECOMPUTE_S = 120.0

@@ -15,6 +15,7 @@ from jobdiagd.logs.reader import read_file
 from jobdiagd.logs.safeopen import ANYWHERE, LogAccess, RefusedFile
 from jobdiagd.logs.state import LogState
 from jobdiagd.model.jobref import JobRef
+from jobdiagd.model.kinds import FailureClass
 from jobdiagd.rules.hostlist import expand_hostlist
 
 _RANK = re.compile(r"^rank-(\d+)\.log$")
@@ -43,7 +44,7 @@ class JobLogs:
         m = self.main
         if self.workers:
             return True
-        if m is None or m.ray_fallback or "ray-start-fail" in m.hits:
+        if m is None or m.ray_fallback or FailureClass.RAY_START_FAIL in m.hits:
             return False
         return (
             m.header.get("RAY", m.env.get("RAY", "0")).strip() == "1"

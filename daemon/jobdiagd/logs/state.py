@@ -28,6 +28,7 @@ from typing import Protocol, TypeVar
 from jobdiagd.logs.prefixes import Stamp, strip, strip_ansi
 from jobdiagd.logs.scan import HARMLESS_ONLY, NeedleGate
 from jobdiagd.logs.steps import TRIAGE, Retention, StepSeries, plausible_seconds, step_record
+from jobdiagd.model.kinds import FailureClass
 from jobdiagd.model.records import (
     CancelLine,
     ClassHits,
@@ -751,7 +752,7 @@ class LogState:
         hits.add(ev)
         if (
             task is not None
-            and cls not in ("heartbeat-timeout", "node-fail", "stage-fail")
+            and cls not in (FailureClass.HEARTBEAT_TIMEOUT, FailureClass.NODE_FAIL, FailureClass.STAGE_FAIL)
             and cls not in EVIDENCE_CLASSES
             and task not in self.first_error_by_task
             and self._task_ok(task, self.first_error_by_task)
@@ -835,11 +836,11 @@ class LogState:
         )
         for hit in hits:
             ev = self._add_hit(hit.cls, text, task, when, lineno, offset, hit.rule)
-            if hit.cls == "heartbeat-timeout":
+            if hit.cls == FailureClass.HEARTBEAT_TIMEOUT:
                 self._on_heartbeat(ev, text, task)
             if hit.rule == "PY-traceback":
                 self._tracebacks[task] = ev
-            elif hit.cls != "python-exception" and carried is None:
+            elif hit.cls != FailureClass.PYTHON_EXCEPTION and carried is None:
                 carried = hit.cls
         if in_traceback and is_exception_line(text):
             # The traceback ends in this exception: it carries that class, it is not an error of its own.
@@ -995,7 +996,7 @@ class LogState:
         m = _STEPD_CANCEL.search(text)
         if m and self.cancel is None:
             self.cancel = CancelLine(m.group(2) or "", m.group(3), m.group(4).strip(), lineno)
-            self.cancel_evidence = self._evidence("cancelled", text, task, when, lineno, offset)
+            self.cancel_evidence = self._evidence(FailureClass.CANCELLED, text, task, when, lineno, offset)
 
     def _on_tunnel(self, text: str) -> None:
         """The job script's printed `ssh -J ... -L ...` tunnel to the Ray head's dashboards."""

@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, cast, get_args
 
+from jobdiagd.model.kinds import IncidentKind
+
 Severity = Literal["info", "warning", "critical"]
 # "update": the incident's state changed without news from the job (acked, muted, unmuted): chat
 # transports edit the incident's message in place; line-oriented notifiers may show it as a line.
@@ -28,7 +30,7 @@ class Finding:
 
     detector: str
     job_id: str
-    kind: str
+    kind: IncidentKind
     severity: Severity
     summary: str
     details: Mapping[str, Any] = field(default_factory=dict)
@@ -43,6 +45,9 @@ class Finding:
     # The failure class the finding is about (a failure finding's root cause), as data: `details`
     # is for people and its labels may change.
     failure_class: str | None = None
+    # The GPUs confirmed the hang (the early page, rule HANG-GPU): the service pages it without
+    # asking them again. `details` carries the same news for people ("GPU-confirmed").
+    gpu_confirmed: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,11 +1,15 @@
-"""The fixed vocabularies of a triage (status, failure class, stall phase, heartbeat verdict) and of
-the GPU-hang judge (one GPU's state, the job's GPU verdict) as StrEnums.
+"""The fixed vocabularies of a triage (status, failure class, stall phase, TGS pattern, heartbeat
+verdict), of the GPU-hang judge (one GPU's state, the job's GPU verdict), of the TSDB playbooks
+(their names) and of the alerts (incident kind) as StrEnums.
 
 Each member's value is the string reports, JSON documents and the daemon have always used: a
 StrEnum *is* that string (`==`, hashing, `json.dumps`, f-strings and `str()` all give the
 value), so typing a field with one of these changes no output. `FailureClass` holds every class
 of the signature table (`rules.signatures`; tests/rules checks the two agree) and the classes
 triage derives without a signature line of their own.
+
+Code compares with members, never with the values written out (tests/model/test_vocabulary.py
+fails on a literal): a misspelt member is an error where a misspelt string is a silent `False`.
 """
 
 from __future__ import annotations
@@ -59,6 +63,15 @@ class FailureClass(StrEnum):
     SOFT_SUCCESS = "soft-success"
     TGS_DEGRADATION = "tgs-degradation"
 
+    @classmethod
+    def named(cls, name: str | None) -> FailureClass | None:
+        """The class called `name`, or None: no name, or one this version does not know (a stored
+        record or a JSON document may hold any string)."""
+        try:
+            return None if name is None else cls(name)
+        except ValueError:
+            return None
+
 
 class StallPhase(StrEnum):
     """Which stall budget applies (rules HANG-1 to HANG-4)."""
@@ -77,6 +90,17 @@ class StallBasis(StrEnum):
     WALL_TIME = "wall-time"
     DAEMON = "daemon-clock"
     NONE = "none"
+
+
+class TgsPattern(StrEnum):
+    """The shape of a throughput change (rules TGS-4 to TGS-7); `none`: no shape found."""
+
+    NONE = "none"
+    CONSTANT_DROP = "constant-drop"
+    ONE_TIME = "one-time"
+    PHASED = "phased"
+    GRADUAL = "gradual"
+    PERIODIC = "periodic"
 
 
 class HeartbeatVerdict(StrEnum):
@@ -129,3 +153,34 @@ class GpuHangState(StrEnum):
     @property
     def denies(self) -> bool:
         return self in (GpuHangState.TRAINING, GpuHangState.NOT_A_HANG)
+
+
+class IncidentKind(StrEnum):
+    """What a finding, an incident, a report or a notice is about: their `kind`.
+
+    The detectors' kinds (`hang`, `tgs-degradation`, `failure`), the job-end report's and the
+    daemon's own notices'. It is the incident's identity with the job (`<job_id>:<kind>:<seq>`),
+    the alert's `kind` label and the `alertname` (`JobdiagdHang`), and what people name in
+    `/ack`, `/mute`. The stored records (incidents, notifications, mutes in the state store;
+    a mute's kind may be `*`) keep `kind` as `str`, so a store written by another version of the
+    daemon still loads; what the daemon produces is typed.
+    """
+
+    HANG = "hang"
+    TGS_DEGRADATION = "tgs-degradation"
+    FAILURE = "failure"
+    JOB_END = "job-end"
+    NOTICE = "notice"
+
+
+class PlaybookName(StrEnum):
+    """The TSDB playbooks, by the name `jobdiagd diagnose --playbook` takes (rule PB-MAP-1): the
+    failure classes name theirs in `triage.classes`, `tsdb.playbooks.PLAYBOOK_SPECS` registers them."""
+
+    HANG = "hang"
+    HEARTBEAT = "heartbeat"
+    OOM = "oom"
+    HARDWARE = "hardware"
+    GPU_HEALTH = "gpu-health"
+    NETWORK_HEALTH = "network-health"
+    TRAINING_STABILITY = "training-stability"

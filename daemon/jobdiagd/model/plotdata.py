@@ -8,9 +8,15 @@ layer (`tsdb/gpu_strip.py`) builds `HostSeries` and may not import upward into c
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from enum import StrEnum
 
-IncidentKind = Literal["hang", "tgs"]
+
+class MarkKind(StrEnum):
+    """The incident a step chart marks, in the chart's own words (not `kinds.IncidentKind`: "tgs" is
+    the TGS slide). Stored in the outbox with the picture inputs, so the values stay as they are."""
+
+    HANG = "hang"
+    TGS = "tgs"
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +39,7 @@ class IncidentMarks:
     the baseline was measured on.
     """
 
-    kind: IncidentKind
+    kind: MarkKind
     start_step: int | None
     projected_step: int | None = None
     stalled_s: float | None = None

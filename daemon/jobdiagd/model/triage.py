@@ -18,6 +18,7 @@ from jobdiagd.model.kinds import (
     JobStatus,
     StallBasis,
     StallPhase,
+    TgsPattern,
 )
 from jobdiagd.model.records import Evidence, NodeExit, StepRecord, Summary
 
@@ -141,7 +142,7 @@ class TgsAnalysis:
     recent: float | None
     change_pct: float | None
     degraded: bool
-    pattern: str
+    pattern: TgsPattern
     range: str | None
     range_steps: tuple[int, int] | None
     magnitude: str | None
@@ -157,7 +158,7 @@ class TgsAnalysis:
             recent=None,
             change_pct=None,
             degraded=False,
-            pattern="none",
+            pattern=TgsPattern.NONE,
             range=None,
             range_steps=None,
             magnitude=None,
@@ -299,7 +300,7 @@ class TriageResult:
         if self.tgs.degraded:
             failures.append(
                 {
-                    "class": "tgs-degradation",
+                    "class": FailureClass.TGS_DEGRADATION,
                     "line": None,
                     "source": self.step_source,
                     "task": None,

@@ -33,7 +33,7 @@ from jobdiagd.rules.recovery import (
     Evidence,
 )
 from jobdiagd.tsdb.gpu_hang import GpuVerdict
-from jobdiagd.tsdb.playbooks.base import PlaybookResult
+from jobdiagd.tsdb.playbooks.base import PlaybookResult, Verdict
 
 HORIZON_HALF_LIVES = 10  # older evidence weighs under 0.1 %: not read, and pruned
 _MAX_EVIDENCE_TEXT = 300
@@ -85,7 +85,7 @@ def _from_triage(res: TriageResult) -> list[NodeEvidence]:
 
 def _from_playbook(pr: PlaybookResult) -> list[NodeEvidence]:
     kind = PLAYBOOK_EVIDENCE.get(pr.playbook)
-    if kind is None or not pr.applicable or pr.verdict == "healthy":
+    if kind is None or not pr.applicable or pr.verdict == Verdict.HEALTHY:
         return []
     hosts = set(pr.anomalous_hosts)
     for f in pr.findings:
@@ -160,7 +160,10 @@ def drain_reason(s: NodeSuspect, now: float) -> str:
 def summary(s: NodeSuspect, now: float) -> str:
     """ "in 3 hangs of 3 jobs in 48 h": what a node's record says, for people."""
     by_class = Counter(r.failure_class for r in s.records)
-    parts = [f"{n} {cls}s" if cls == "hang" and n > 1 else f"{n} {cls}" for cls, n in by_class.most_common()]
+    parts = [
+        f"{n} {cls}s" if cls == FailureClass.HANG and n > 1 else f"{n} {cls}"
+        for cls, n in by_class.most_common()
+    ]
     first = min((r.at for r in s.records), default=now)
     span = rounded_duration(max(now - first, 60.0))
     return f"in {', '.join(parts)} of {len(s.jobs)} job(s) in {span}"

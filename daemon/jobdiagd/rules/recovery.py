@@ -23,6 +23,8 @@ from collections.abc import Mapping
 from enum import StrEnum
 from types import MappingProxyType
 
+from jobdiagd.model.kinds import FailureClass, PlaybookName
+
 RESTART_MARKER = "jobdiagd:restart-of="
 _ID = re.compile(r"[0-9]{1,12}\Z", re.ASCII)
 # The marker may share the comment with other text (a site's own tags): it is a token of its own.
@@ -63,39 +65,47 @@ class Family(StrEnum):
 
 
 # Rule REC-4: the classes the runbook restarts, by family. Allow-list: anything else is manual.
-RECOVERABLE: Mapping[str, Family] = MappingProxyType(
+RECOVERABLE: Mapping[FailureClass, Family] = MappingProxyType(
     {
-        "hang": Family.HANG,
+        FailureClass.HANG: Family.HANG,
         # A collective that timed out, or a heartbeat timeout, is a hang the watchdog ended.
-        "nccl-timeout": Family.HANG,
-        "heartbeat-timeout": Family.HANG,
-        "node-fail": Family.NODE,
-        "ecc-timeout": Family.NODE,
-        "no-gpu": Family.NODE,
-        "nccl-nic-fail": Family.NODE,
-        "checkpoint-fs-error": Family.CHECKPOINT,
+        FailureClass.NCCL_TIMEOUT: Family.HANG,
+        FailureClass.HEARTBEAT_TIMEOUT: Family.HANG,
+        FailureClass.NODE_FAIL: Family.NODE,
+        FailureClass.ECC_TIMEOUT: Family.NODE,
+        FailureClass.NO_GPU: Family.NODE,
+        FailureClass.NCCL_NIC_FAIL: Family.NODE,
+        FailureClass.CHECKPOINT_FS_ERROR: Family.CHECKPOINT,
     }
 )
 
 # Rule REC-2: user errors and non-failures. Never restarted, and never counted against a node.
-USER_ERRORS: frozenset[str] = frozenset(
+USER_ERRORS: frozenset[FailureClass] = frozenset(
     {
-        "python-exception",
-        "model-not-found",
-        "patch-branch-fail",
-        "xla-compile-fail",
-        "oom-gpu",
-        "oom-host",
-        "container-load-fail",
-        "subprocess-fail",
-        "actor-fail",
+        FailureClass.PYTHON_EXCEPTION,
+        FailureClass.MODEL_NOT_FOUND,
+        FailureClass.PATCH_BRANCH_FAIL,
+        FailureClass.XLA_COMPILE_FAIL,
+        FailureClass.OOM_GPU,
+        FailureClass.OOM_HOST,
+        FailureClass.CONTAINER_LOAD_FAIL,
+        FailureClass.SUBPROCESS_FAIL,
+        FailureClass.ACTOR_FAIL,
     }
 )
-NOT_FAILURES: frozenset[str] = frozenset({"soft-success", "cancelled", "tgs-degradation", "train-timeout"})
+NOT_FAILURES: frozenset[FailureClass] = frozenset(
+    {
+        FailureClass.SOFT_SUCCESS,
+        FailureClass.CANCELLED,
+        FailureClass.TGS_DEGRADATION,
+        FailureClass.TRAIN_TIMEOUT,
+    }
+)
 
 
 def family_of(failure_class: str | None) -> Family | None:
-    return RECOVERABLE.get(failure_class or "")
+    cls = FailureClass.named(failure_class)
+    return None if cls is None else RECOVERABLE.get(cls)
 
 
 class Evidence(StrEnum):
@@ -125,16 +135,22 @@ EVIDENCE_WEIGHTS: Mapping[str, float] = MappingProxyType(
 
 # Rule REC-20: which failure classes make a NODE_EXIT host evidence against the node (a hang's or
 # a cancel's NODE_EXIT lines are every task's exit 143: consequences, not the node's fault).
-HARDWARE_CLASSES: frozenset[str] = frozenset(
-    {"node-fail", "ecc-timeout", "no-gpu", "nccl-nic-fail", "signal-kill"}
+HARDWARE_CLASSES: frozenset[FailureClass] = frozenset(
+    {
+        FailureClass.NODE_FAIL,
+        FailureClass.ECC_TIMEOUT,
+        FailureClass.NO_GPU,
+        FailureClass.NCCL_NIC_FAIL,
+        FailureClass.SIGNAL_KILL,
+    }
 )
 
 # Playbook name (tsdb/playbooks/registry.py) -> the evidence its anomalous hosts are.
 PLAYBOOK_EVIDENCE: Mapping[str, Evidence] = MappingProxyType(
     {
-        "hang": Evidence.HANG_SUSPECT,
-        "hardware": Evidence.HARDWARE,
-        "gpu-health": Evidence.GPU_HEALTH,
-        "network-health": Evidence.NETWORK_OUTLIER,
+        PlaybookName.HANG: Evidence.HANG_SUSPECT,
+        PlaybookName.HARDWARE: Evidence.HARDWARE,
+        PlaybookName.GPU_HEALTH: Evidence.GPU_HEALTH,
+        PlaybookName.NETWORK_HEALTH: Evidence.NETWORK_OUTLIER,
     }
 )

@@ -43,6 +43,8 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
+from jobdiagd.model.kinds import FailureClass
+
 SRC_INFRA = "job-log-triage.md § Failure classification table › Infrastructure failures"
 SRC_STAGE = "job-log-triage.md § Failure classification table › Stage timeouts"
 SRC_TRAIN = "job-log-triage.md § Failure classification table › Training failures"
@@ -953,19 +955,25 @@ EVIDENCE_CLASSES: frozenset[str] = frozenset(s.cls for s in EVIDENCE_SIGNATURES)
 FAMILIES: dict[str, Family] = {f.rule: f for s in (*SIGNATURES, *EVIDENCE_SIGNATURES) for f in s.families}
 
 # Classes decided from progress or job state rather than a line signature.
-DERIVED_CLASSES: tuple[str, ...] = ("hang", "cancelled", "unknown-death", "soft-success", "tgs-degradation")
+DERIVED_CLASSES: tuple[FailureClass, ...] = (
+    FailureClass.HANG,
+    FailureClass.CANCELLED,
+    FailureClass.UNKNOWN_DEATH,
+    FailureClass.SOFT_SUCCESS,
+    FailureClass.TGS_DEGRADATION,
+)
 
 # Every class name job-log-triage defines (docs/rules.md §3), in its table order (hang sits before heartbeat).
 ALL_CLASSES: tuple[str, ...] = (
     *(s.cls for s in SIGNATURES if s.source in (SRC_INFRA, SRC_STAGE)),
-    "hang",
+    FailureClass.HANG,
     *(s.cls for s in SIGNATURES if s.source == SRC_TRAIN),
-    "tgs-degradation",
-    "cancelled",
-    "node-fail",
-    "unknown-death",
-    "stage-fail",
-    "soft-success",
+    FailureClass.TGS_DEGRADATION,
+    FailureClass.CANCELLED,
+    FailureClass.NODE_FAIL,
+    FailureClass.UNKNOWN_DEATH,
+    FailureClass.STAGE_FAIL,
+    FailureClass.SOFT_SUCCESS,
 )
 
 
@@ -1081,9 +1089,9 @@ def match_line(
     if not found or is_harmless(text):
         return []
     classes = {m.cls for m in found}
-    if "oom-host" in classes and "oom-gpu" in classes:
+    if FailureClass.OOM_HOST in classes and FailureClass.OOM_GPU in classes:
         # "Memory cgroup out of memory: Killed process" is the kernel, not the GPU allocator.
-        found = [m for m in found if m.cls != "oom-gpu"]
+        found = [m for m in found if m.cls != FailureClass.OOM_GPU]
     return found
 
 

@@ -47,7 +47,7 @@ from jobdiagd.alerts.incidents import IncidentBook
 from jobdiagd.config import Config, load_for_command
 from jobdiagd.detectors import Detector, EarlyMemo, early_memo
 from jobdiagd.detectors import build as build_detectors
-from jobdiagd.detectors.hang import EARLY_DETAIL, EarlyRule, HangDetector, policy_from_config
+from jobdiagd.detectors.hang import EarlyRule, HangDetector, policy_from_config
 from jobdiagd.logs.file_clock import FileClock, survey
 from jobdiagd.logs.job import load_job
 from jobdiagd.logs.reader import set_default_workers
@@ -64,6 +64,7 @@ from jobdiagd.logs.state import LogState
 from jobdiagd.logs.steps import TAIL
 from jobdiagd.model.alerts import Finding
 from jobdiagd.model.jobref import JobRef
+from jobdiagd.model.kinds import FailureClass, IncidentKind
 from jobdiagd.rules.hostlist import expand_hostlist
 from jobdiagd.rules.slurm import end_state
 from jobdiagd.service.jobs import JobView
@@ -457,7 +458,7 @@ def _tick(
     judged = Judged()
     run_detectors(detectors, view, now, judged)
     findings = judged.kept(book)
-    by_kind = {f.kind: f for f in findings}
+    by_kind: dict[str, Finding] = {f.kind: f for f in findings}
     base = t0 if t0 is not None else view.first_seen
     for n in book.observe_all(findings, now):
         if n.event != "open":
@@ -473,10 +474,10 @@ def _tick(
             f.summary if f else n.title,
         )
         alert.at = now
-        alert.gpu_confirmed = f is not None and EARLY_DETAIL in f.details
+        alert.gpu_confirmed = f is not None and f.gpu_confirmed
         hang = next((d for d in detectors if isinstance(d, HangDetector)), None)
         memo = hang.budget_state(view.key) if hang is not None else None
-        if n.kind == "hang" and memo is not None:
+        if n.kind == IncidentKind.HANG and memo is not None:
             alert.budget_s, alert.phase = memo.budget.seconds, memo.budget.phase
         out.alerts.append(alert)
     for r in judged.reports:
@@ -497,10 +498,10 @@ def _tick(
 def _alert_class(f: Finding | None) -> str | None:
     if f is None:
         return None
-    if f.kind == "failure":
-        return f.failure_class or "failure"
-    if f.kind == "tgs-degradation":
-        return "tgs-degradation"
+    if f.kind == IncidentKind.FAILURE:
+        return f.failure_class or f.kind
+    if f.kind == IncidentKind.TGS_DEGRADATION:
+        return FailureClass.TGS_DEGRADATION
     return f.kind
 
 

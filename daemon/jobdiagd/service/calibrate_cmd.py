@@ -23,6 +23,7 @@ from jobdiagd.goodput.cache import FactsCache
 from jobdiagd.goodput.collect import ProgressLine, job_refs
 from jobdiagd.goodput.facts import RunFacts
 from jobdiagd.model.jobref import JobRef
+from jobdiagd.model.kinds import FailureClass, IncidentKind
 from jobdiagd.service.goodput_cmd import collect, default_cache_dir, roots, slurm_facts
 
 EARLY_SLACK_S = 1.0  # a page this much before the last step's line is still at the stall
@@ -47,7 +48,7 @@ def load_truth(path: Path) -> dict[str, bool]:
     out: dict[str, bool] = {}
     for j in jobs:
         if isinstance(j, dict) and j.get("job_id") is not None and j.get("is_job", True):
-            out[str(j["job_id"])] = j.get("primary_failure") == "hang"
+            out[str(j["job_id"])] = j.get("primary_failure") == FailureClass.HANG
     return out
 
 
@@ -57,10 +58,10 @@ def outcome(ref: JobRef, cfg: Config, *, tick: float, now: float, group: str, ha
 
     rep = replay(ref, cfg, tick=tick, ref_time=now)
     onset = rep.last_step_at_s if rep.last_step_at_s is not None else (rep.barrier_at_s or 0.0)
-    pages = [a for a in rep.alerts if a.kind == "hang" and a.event == "open"]
+    pages = [a for a in rep.alerts if a.kind == IncidentKind.HANG and a.event == "open"]
     at_stall = [a for a in pages if a.at_s >= onset - EARLY_SLACK_S]
     early = [a for a in pages if a.at_s < onset - EARLY_SLACK_S]  # steps went on: a false page
-    failures = [a.at_s for a in rep.alerts if a.kind == "failure" and a.event == "open"]
+    failures = [a.at_s for a in rep.alerts if a.kind == IncidentKind.FAILURE and a.event == "open"]
     false = bool(early)
     if not hang:
         # A stall paged before the failure that ended the job was a real stall, not a false page.

@@ -38,7 +38,7 @@ from jobdiagd.chat.ports import TaskError, TaskResult
 from jobdiagd.config import Config
 from jobdiagd.durations import exact_duration, rounded_duration
 from jobdiagd.model.alerts import Incident
-from jobdiagd.model.kinds import StallBasis
+from jobdiagd.model.kinds import IncidentKind, StallBasis
 from jobdiagd.service.engine import Engine
 from jobdiagd.service.plots_bridge import PlotBridge, chart_payload
 from jobdiagd.service.reading import Watched
@@ -315,7 +315,11 @@ class DaemonChatBackend:
         if self.plots is None:
             raise TaskError("pictures are not available in this build (matplotlib / chat.plots missing)")
         now = self._now()
-        kind = "hang" if self.pipeline.book.get(job_id, "hang") is not None else "tgs-degradation"
+        kind = (
+            IncidentKind.HANG
+            if self.pipeline.book.get(job_id, IncidentKind.HANG) is not None
+            else IncidentKind.TGS_DEGRADATION
+        )
         tgs = self.cfg.detectors.tgs
         payload = chart_payload(
             w.view,

@@ -35,6 +35,7 @@ from jobdiagd.goodput.ledger import Chain, Run, SlurmFacts, ledger_chain, resolv
 from jobdiagd.goodput.report import LEGEND, chart, document, group, render_table
 from jobdiagd.logs.safeopen import LogAccess
 from jobdiagd.model.jobref import JobRef
+from jobdiagd.model.kinds import IncidentKind
 from jobdiagd.sources.accounting import query_accounting, scontrol_comments
 from jobdiagd.triage.resolve import job_access
 
@@ -115,7 +116,7 @@ def incident_pages(cfg: Config, explicit_config: bool, notes: list[str]) -> dict
     try:
         out: dict[str, list[float]] = {}
         for inc in store.load_incidents(open_only=False):
-            if inc.kind == "hang":
+            if inc.kind == IncidentKind.HANG:
                 out.setdefault(inc.job_id, []).append(inc.opened_at)
         return out
     finally:
@@ -133,7 +134,7 @@ def replay_pages(ref: JobRef, cfg: Config, *, now: float) -> list[float]:
 
     tick = cfg.daemon.tick_seconds
     rep = replay(ref, cfg, tick=tick, ref_time=now)
-    return [a.at for a in rep.alerts if a.kind == "hang" and a.event == "open" and a.at is not None]
+    return [a.at for a in rep.alerts if a.kind == IncidentKind.HANG and a.event == "open" and a.at is not None]
 
 
 def log_writes(ref: JobRef, access: LogAccess, now: float) -> list[float]:

@@ -30,7 +30,16 @@ from jobdiagd.chat.plot_inputs import (
 from jobdiagd.chat.renderer import PlotRenderer
 from jobdiagd.goodput.report import GoodputChart
 from jobdiagd.logsetup import get_logger
-from jobdiagd.model.plotdata import HostSeries, IncidentMarks, PowerBands, PowerStrip, StepChart, StepPoint
+from jobdiagd.model.kinds import IncidentKind
+from jobdiagd.model.plotdata import (
+    HostSeries,
+    IncidentMarks,
+    MarkKind,
+    PowerBands,
+    PowerStrip,
+    StepChart,
+    StepPoint,
+)
 from jobdiagd.service.jobs import JobView
 from jobdiagd.triage.tgs import BASELINE_FROM, BASELINE_TO, analyze_tgs
 from jobdiagd.tsdb.gpu_strip import GpuStrip
@@ -77,7 +86,7 @@ def chart_for_view(
     steps = view.sorted_steps()
     ckpt = view.checkpoint()
     name = _job_name(view)
-    if kind == "hang":
+    if kind == IncidentKind.HANG:
         last, at = view.last_step, view.last_step_at
         step_time = view.step_time()
         since = at if at is not None else (view.marker_at if view.marker_at is not None else view.first_seen)
@@ -91,7 +100,7 @@ def chart_for_view(
             step_time_s=step_time,
             incident_id=incident_id,
         )
-    if kind == "tgs-degradation":
+    if kind == IncidentKind.TGS_DEGRADATION:
         analysis = analyze_tgs(steps, ckpt, threshold_pct=tgs_threshold_pct, baseline_steps=baseline_steps)
         # The whole run: a tailed job keeps only some step records (the detectors' windows), so the
         # line is drawn from its bounded history (bucket means) when that covers more of the run.
@@ -119,7 +128,7 @@ def chart_payload(
     baseline_steps: tuple[int, int] = (5, 15),
 ) -> dict[str, Any] | None:
     """The step chart of a watched job for an incident kind, as bounded JSON (None: not plottable)."""
-    if kind not in ("hang", "tgs-degradation"):
+    if kind not in (IncidentKind.HANG, IncidentKind.TGS_DEGRADATION):
         return None
     chart = chart_for_view(
         view, kind, now, tgs_threshold_pct=tgs_threshold_pct, baseline_steps=baseline_steps
@@ -138,6 +147,7 @@ def chart_from_payload(payload: Mapping[str, Any]) -> StepChart:
     marks = spec.get("marks")
     if marks is not None:
         marks = dict(marks)
+        marks["kind"] = MarkKind(marks["kind"])
         if marks.get("baseline_steps") is not None:
             marks["baseline_steps"] = tuple(marks["baseline_steps"])
         spec["marks"] = IncidentMarks(**marks)

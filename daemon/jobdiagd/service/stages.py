@@ -50,12 +50,13 @@ from jobdiagd.alerts.pipeline import AlertPipeline
 from jobdiagd.detectors import Report, keep_resolution
 from jobdiagd.logsetup import get_logger
 from jobdiagd.model.alerts import Finding, Notification
+from jobdiagd.model.kinds import IncidentKind
 from jobdiagd.service.jobs import JobView
 from jobdiagd.service.tsdb_enrich import TsdbEnricher
 
 # (view, incident kind, now) -> bounded JSON-ready inputs of the incident's picture, or None.
 PlotInputs = Callable[[JobView, str, float], dict[str, Any] | None]
-PLOTTED_KINDS = frozenset({"hang", "tgs-degradation"})
+PLOTTED_KINDS = frozenset({IncidentKind.HANG, IncidentKind.TGS_DEGRADATION})
 
 _log = get_logger(component="engine")
 

@@ -13,8 +13,8 @@ down, stale metrics) never suppresses a page — lack of evidence is not health 
 failed RAY=1 job's end report is likewise held until its playbook ran
 (bounded by `report_timeout_s`), then sent as one message.
 
-A hang finding that the early page already confirmed from the GPUs (`detectors.hang`
-`EARLY_DETAIL`, evidence from `service.early_page`, which shares this ssh tunnel pool) goes
+A hang finding that the early page already confirmed from the GPUs (`Finding.gpu_confirmed`,
+evidence from `service.early_page`, which shares this ssh tunnel pool) goes
 out at once with the evidence it carries: holding it for a second verdict would undo the
 early page.
 """
@@ -29,10 +29,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobdiagd.detectors import Report
-from jobdiagd.detectors.hang import EARLY_DETAIL
 from jobdiagd.logsetup import get_logger
 from jobdiagd.model.alerts import Finding
-from jobdiagd.model.kinds import GpuHangState
+from jobdiagd.model.kinds import GpuHangState, IncidentKind, JobStatus
 from jobdiagd.service.early_page import EarlyConfirmer, QueryFn
 from jobdiagd.service.jobs import JobView
 from jobdiagd.service.plots_bridge import strip_payload
@@ -100,14 +99,14 @@ class TsdbEnricher:
         out: list[Finding] = []
         for f in findings:
             view = views.get(f.job_id)
-            if f.kind != "hang" or view is None:
+            if f.kind != IncidentKind.HANG or view is None:
                 out.append(f)
                 continue
             if f.resolved:
                 self._forget(f.job_id)
                 out.append(f)
                 continue
-            if EARLY_DETAIL in f.details:
+            if f.gpu_confirmed:
                 out.append(f)  # GPU-confirmed already: page now
                 continue
             res = view.analysis(now)
@@ -142,8 +141,8 @@ class TsdbEnricher:
         for r in reports:
             view = views.get(r.job_id)
             res = (view.final or view.analysis(now)) if view is not None else None
-            failed = res is not None and res.status != "completed" and res.primary is not None
-            if r.kind != "job-end" or res is None or not failed or not res.ray:
+            failed = res is not None and res.status != JobStatus.COMPLETED and res.primary is not None
+            if r.kind != IncidentKind.JOB_END or res is None or not failed or not res.ray:
                 out.append(r)
                 continue
             held: asyncio.Task[dict[str, Any] | None] = asyncio.get_running_loop().create_task(

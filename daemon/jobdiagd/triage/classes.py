@@ -8,8 +8,9 @@ without one gets `tsdb.playbooks.DEFAULT_PLAYBOOK`). tests/triage/test_classes.p
 every class has a row and every playbook named here is registered.
 
 A variant holds the templates of a wording family that decided the class (rules
-CL-SLURM-TIME-LIMIT, NF-3, CL-INIT): `triage.nextsteps` picks it, keyed `class/variant` in
-`NEXT_STEPS`.
+CL-SLURM-TIME-LIMIT, NF-3, CL-INIT): `triage.nextsteps` picks the row by its `FailureClass` and
+the variant by name. `NEXT_STEPS` lists every template set by a text key (`class`,
+`class/variant`), for the tests and for people reading the templates.
 """
 
 from __future__ import annotations
@@ -17,17 +18,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from jobdiagd.model.kinds import FailureClass
+from jobdiagd.model.kinds import FailureClass, PlaybookName
 
 
 @dataclass(frozen=True, slots=True)
 class ClassRow:
     next_steps: tuple[str, ...]
-    playbook: str | None = None  # the TSDB playbook for it (rule PB-MAP-1); None: the default
+    playbook: PlaybookName | None = None  # the TSDB playbook for it (rule PB-MAP-1); None: the default
     variants: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 F = FailureClass
+P = PlaybookName
 
 # Runbook "Next-step templates by failure class"; classes the runbook gives none get one
 # written from their row (rule NS-1). Playbooks: runbook "Integration with Triage".
@@ -56,7 +58,7 @@ CLASSES: Mapping[FailureClass, ClassRow] = {
             "Check that the node has GPUs (rocm-smi or nvidia-smi).",
             "Check container device flags in _container.sh.",
         ),
-        playbook="gpu-health",
+        playbook=P.GPU_HEALTH,
     ),
     F.NCCL_NIC_FAIL: ClassRow(
         (
@@ -106,14 +108,14 @@ CLASSES: Mapping[FailureClass, ClassRow] = {
             "Check the GPU driver on the allocated nodes (dmesg, rocm-smi).",
             'Increase timeout: STAGE_TIMEOUTS="ecc:600" only after ruling out a driver issue.',
         ),
-        playbook="gpu-health",
+        playbook=P.GPU_HEALTH,
     ),
     F.TRAIN_TIMEOUT: ClassRow(
         (
             'Increase timeout: STAGE_TIMEOUTS="train:<seconds>".',
             "Verify it's not a hang (check if training was progressing).",
         ),
-        playbook="hang",
+        playbook=P.HANG,
     ),
     F.HEARTBEAT_TIMEOUT: ClassRow(
         (
@@ -122,7 +124,7 @@ CLASSES: Mapping[FailureClass, ClassRow] = {
             "Use jobdiagd (step-progress hang detection) for independent hang detection.",
             "Follow the heartbeat diagnosis checklist to confirm (`jobdiagd diagnose {target} --playbook heartbeat` for RAY=1 jobs).",
         ),
-        playbook="heartbeat",
+        playbook=P.HEARTBEAT,
     ),
     F.OOM_HOST: ClassRow(
         (
@@ -130,7 +132,7 @@ CLASSES: Mapping[FailureClass, ClassRow] = {
             "Enable remat_policy=full.",
             "Check for checkpoint memory spike (DP replica #0 pattern).",
         ),
-        playbook="oom",
+        playbook=P.OOM,
     ),
     F.OOM_GPU: ClassRow(
         (
@@ -139,7 +141,7 @@ CLASSES: Mapping[FailureClass, ClassRow] = {
             "Try remat_policy=full.",
             "Check XLA buffer assignment for memory usage.",
         ),
-        playbook="gpu-health",
+        playbook=P.GPU_HEALTH,
     ),
     F.NCCL_TIMEOUT: ClassRow(
         (
@@ -147,7 +149,7 @@ CLASSES: Mapping[FailureClass, ClassRow] = {
             "Run with _env_NCCL_DEBUG=INFO for detailed NCCL logs.",
             "Check if specific nodes are consistently failing.",
         ),
-        playbook="network-health",
+        playbook=P.NETWORK_HEALTH,
     ),
     F.XLA_COMPILE_FAIL: ClassRow(
         (
@@ -170,7 +172,7 @@ CLASSES: Mapping[FailureClass, ClassRow] = {
             "If logs show NCCL_DMABUF_ENABLE=1, check for the runtime warning Forcing NCCL_DMABUF_ENABLE=0 (missing /boot kernel metadata safeguard).",
             "See docs/debugging.md.",
         ),
-        playbook="hardware",
+        playbook=P.HARDWARE,
     ),
     F.SUBPROCESS_FAIL: ClassRow(
         (
@@ -192,7 +194,7 @@ CLASSES: Mapping[FailureClass, ClassRow] = {
             "For RAY=1 jobs: query TSDB for I/O pressure (hw_io_pressure_full_pct) and TCP retransmits (rate(hw_tcp_retransmits_total[5m])) on checkpoint-writing nodes during the failure window.",
             "Check VAST/NFS storage health.",
         ),
-        playbook="training-stability",
+        playbook=P.TRAINING_STABILITY,
     ),
     F.NODE_FAIL: ClassRow(
         (
@@ -200,7 +202,7 @@ CLASSES: Mapping[FailureClass, ClassRow] = {
             "Read their task output.",
             "For exit 137: likely OOM. For exit 134/139: check core dumps.",
         ),
-        playbook="hardware",
+        playbook=P.HARDWARE,
         variants={
             # A Slurm node failure (rule NF-3): the node itself went down.
             "slurm": (
@@ -230,13 +232,13 @@ CLASSES: Mapping[FailureClass, ClassRow] = {
             "Retry on the same nodes first — init-phase hangs (before step 0) are often transient RCCL race conditions. If the retry succeeds, no further action needed; note TCP retransmit outliers for awareness only.",
             "Only if the hang recurs: exclude suspect nodes (--exclude=<nodes> targeting TCP retransmit or GPU pattern outliers), add _env_NCCL_DEBUG=INFO, and keep jobdiagd watching for early detection.",
         ),
-        playbook="hang",
+        playbook=P.HANG,
     ),
     F.CANCELLED: ClassRow(
         (
             "Cancellation is the mechanism, not the root cause; no underlying hang or failure was found, so no action is needed.",
         ),
-        playbook="hang",  # cancellation is the mechanism; the usual underlying cause is a hang
+        playbook=P.HANG,  # cancellation is the mechanism; the usual underlying cause is a hang
         variants={
             # Slurm's own time-limit cancel (rule CL-SLURM-TIME-LIMIT), not the job script's train stage timeout.
             "time-limit": (
@@ -251,7 +253,7 @@ CLASSES: Mapping[FailureClass, ClassRow] = {
             "Check Slurm state: scontrol show job {job_id}.",
             "If recurring: run with RAY=1 for TSDB diagnostics.",
         ),
-        playbook="hardware",
+        playbook=P.HARDWARE,
     ),
     F.SOFT_SUCCESS: ClassRow(
         (
@@ -267,11 +269,12 @@ CLASSES: Mapping[FailureClass, ClassRow] = {
             "Identify the offending nodes from per-host RDMA retransmit rates.",
             "Resubmit with --exclude=<bad_nodes> targeting nodes with RDMA retry exhaustion or sustained RDMA retransmits.",
         ),
-        playbook="training-stability",
+        playbook=P.TRAINING_STABILITY,
     ),
 }
 
-# Template key -> templates: the class's own, and `class/variant` for each of its variants.
+# Template key -> templates: the class's own, and `class/variant` for each of its variants (a view of
+# CLASSES by text; the code reads CLASSES).
 NEXT_STEPS: Mapping[str, tuple[str, ...]] = {
     **{str(c): row.next_steps for c, row in CLASSES.items()},
     **{f"{c}/{v}": steps for c, row in CLASSES.items() for v, steps in row.variants.items()},

@@ -255,7 +255,7 @@ def classify(
     """Status, primary failure, evidence and notes of one job: the rules of docs/rules.md
     §§ 2-8, in order (status, harmless drops and cascades, stall, candidates, primary, evidence).
     `known`: what the daemon knows of the job's progress, which times a live job's stall (rule VIEW-1)."""
-    if logs.ref.problem == "prolog-kill-no-log" or logs.main is None:
+    if logs.ref.problem == FailureClass.PROLOG_KILL_NO_LOG or logs.main is None:
         return _no_log(logs)
     main = logs.main
     job = _Job(
@@ -371,12 +371,12 @@ def _cancel_exit_or_line(main: LogState) -> bool:
 
 def _drop_clean_cancel_node_exits(hits: Hits) -> Hits:
     """Rule HL-3: NODE_EXIT / srun exit 143 (130) is the clean scancel pattern, never node-fail."""
-    return _keep(hits, "node-fail", lambda e: not _exit_is(e.text, CANCEL_EXITS))
+    return _keep(hits, FailureClass.NODE_FAIL, lambda e: not _exit_is(e.text, CANCEL_EXITS))
 
 
 def _drop_cancel_carriers(hits: Hits) -> Hits:
     """Rule CAS-5: a cancelled job's exit-143 / SIGTERM carrier lines are the cancel itself."""
-    for cls in ("stage-fail", "subprocess-fail", "signal-kill"):
+    for cls in (FailureClass.STAGE_FAIL, FailureClass.SUBPROCESS_FAIL, FailureClass.SIGNAL_KILL):
         hits = _keep(
             hits, cls, lambda e: not _exit_is(e.text, CANCEL_EXITS | {15}) and "SIGTERM" not in e.text
         )
@@ -395,9 +395,9 @@ def _after_cancel_note(dropped: int) -> list[str]:
 def _drop_abort_after_compile_fail(hits: Hits) -> Hits:
     """Rule CAS-6: the abort after a compiler fatal (LLVM / ptxas / CHECK abort) is its
     consequence, dropped."""
-    if "xla-compile-fail" not in hits:
+    if FailureClass.XLA_COMPILE_FAIL not in hits:
         return hits
-    return _keep(hits, "signal-kill", lambda e: not _is_abort(e.text))
+    return _keep(hits, FailureClass.SIGNAL_KILL, lambda e: not _is_abort(e.text))
 
 
 def _main_log_first(hits: Hits, main: LogState) -> Hits:
@@ -415,7 +415,7 @@ def _infra_hits(hits: Hits, classes: list[str]) -> list[Evidence]:
     (Preflight, Docker pull, ECC check: the job never trained), which outranks the NODE_EXIT
     that carried it."""
     infra = _tier_hits(hits, classes, Tier.INFRA)
-    return infra + [e for e in hits.get("stage-fail", []) if "== Training " not in e.text][:1]
+    return infra + [e for e in hits.get(FailureClass.STAGE_FAIL, []) if "== Training " not in e.text][:1]
 
 
 def _status(
@@ -476,7 +476,10 @@ def _time_limit_as_soft_success(main: LogState, derived: Hits) -> Hits:
     time-limit line is its evidence."""
     if main.cancel_evidence is None:
         return derived
-    return {**derived, "soft-success": [replace(main.cancel_evidence, cls="soft-success")]}
+    return {
+        **derived,
+        FailureClass.SOFT_SUCCESS: [replace(main.cancel_evidence, cls=FailureClass.SOFT_SUCCESS)],
+    }
 
 
 def _route_srun_killed(
@@ -485,16 +488,19 @@ def _route_srun_killed(
     """Rule UD-2: srun's `task N: Killed` is the OOM kill itself when an OOM report exists
     (oom-host evidence), the unknown-death checklist's evidence of an external kill without a
     JOB SUMMARY, and node-fail evidence otherwise (left as it is)."""
-    killed = [e for e in hits.get("node-fail", []) if e.rule == "NODE-srun-killed"]
-    if not killed or not (status is JobStatus.UNKNOWN_DEATH or "oom-host" in hits):
+    killed = [e for e in hits.get(FailureClass.NODE_FAIL, []) if e.rule == "NODE-srun-killed"]
+    if not killed or not (status is JobStatus.UNKNOWN_DEATH or FailureClass.OOM_HOST in hits):
         return hits, derived, classes
-    if "oom-host" in hits:
-        oom = [*hits["oom-host"], *(replace(e, cls="oom-host") for e in killed)]
-        hits = {**hits, "oom-host": sorted(oom, key=lambda e: (e.source != main.source, e.line))}
+    if FailureClass.OOM_HOST in hits:
+        oom = [*hits[FailureClass.OOM_HOST], *(replace(e, cls=FailureClass.OOM_HOST) for e in killed)]
+        hits = {**hits, FailureClass.OOM_HOST: sorted(oom, key=lambda e: (e.source != main.source, e.line))}
     else:
-        ud = [*derived.get("unknown-death", []), *(replace(e, cls="unknown-death") for e in killed)]
-        derived = {**derived, "unknown-death": ud}
-    hits = _keep(hits, "node-fail", lambda e: e.rule != "NODE-srun-killed")
+        ud = [
+            *derived.get(FailureClass.UNKNOWN_DEATH, []),
+            *(replace(e, cls=FailureClass.UNKNOWN_DEATH) for e in killed),
+        ]
+        derived = {**derived, FailureClass.UNKNOWN_DEATH: ud}
+    hits = _keep(hits, FailureClass.NODE_FAIL, lambda e: e.rule != "NODE-srun-killed")
     return hits, derived, [c for c in classes if c in hits]
 
 
@@ -502,11 +508,14 @@ def _status_evidence(derived: Hits, status: JobStatus, main: LogState) -> Hits:
     """Rules UD-3, CL-10: the preemption cancel line quoted for an unknown death (checklist
     item 3); the cancel line (or the summary's Status) for a cancelled job."""
     if status is JobStatus.UNKNOWN_DEATH and main.cancel_evidence is not None:
-        ud = [*derived.get("unknown-death", []), replace(main.cancel_evidence, cls="unknown-death")]
-        derived = {**derived, "unknown-death": ud}
+        ud = [
+            *derived.get(FailureClass.UNKNOWN_DEATH, []),
+            replace(main.cancel_evidence, cls=FailureClass.UNKNOWN_DEATH),
+        ]
+        derived = {**derived, FailureClass.UNKNOWN_DEATH: ud}
     cancel_ev = _cancel_evidence(main) if status is JobStatus.CANCELLED else None
     if cancel_ev is not None:
-        derived = {**derived, "cancelled": [cancel_ev]}
+        derived = {**derived, FailureClass.CANCELLED: [cancel_ev]}
     return derived
 
 
@@ -576,11 +585,15 @@ def _candidates(job: _Job, hits: Hits, classes: list[str]) -> _Candidates:
                     break
         return out
 
-    roots = [e for e in live_hits(Tier.ROOT) if e.cls not in ("heartbeat-timeout", "train-timeout")]
+    roots = [
+        e
+        for e in live_hits(Tier.ROOT)
+        if e.cls not in (FailureClass.HEARTBEAT_TIMEOUT, FailureClass.TRAIN_TIMEOUT)
+    ]
     carriers = live_hits(Tier.CARRIER)
     # Rule NF-3 looks for Slurm's node-failure line among node-fail's hits, not only the first.
     nf = next(
-        (e for e in hits.get("node-fail", []) if e.rule == "NODE-slurm-node-failure"),
+        (e for e in hits.get(FailureClass.NODE_FAIL, []) if e.rule == "NODE-slurm-node-failure"),
         None,
     )
     if nf is not None and nf not in carriers and not _survived(nf, states, last_step_time):
@@ -592,7 +605,7 @@ def _carried_by_other_carrier(e: Evidence, hits: Hits) -> bool:
     """Rule PY-CARRIER: a traceback whose exception line is another carrier's signature (a JAX
     start-up deadline raised as XlaRuntimeError, node-fail) is that signature's carrier, not a
     python-exception candidate of its own."""
-    if e.cls != "python-exception" or not e.carries or e.carries not in hits:
+    if e.cls != FailureClass.PYTHON_EXCEPTION or not e.carries or e.carries not in hits:
         return False
     sig = BY_CLASS.get(e.carries)
     return sig is not None and sig.tier is Tier.CARRIER
@@ -600,7 +613,7 @@ def _carried_by_other_carrier(e: Evidence, hits: Hits) -> bool:
 
 def _heartbeat_info(job: _Job, hits: Hits, cands: _Candidates) -> HeartbeatInfo | None:
     """Rule CL-5: a heartbeat-timeout runs the full checklist (rules HB-1 to HB-6)."""
-    hb = _merged_heartbeat(job.logs) if "heartbeat-timeout" in hits else None
+    hb = _merged_heartbeat(job.logs) if FailureClass.HEARTBEAT_TIMEOUT in hits else None
     if hb is None:
         return None
     return _heartbeat_checklist(hb, cands.roots + cands.symptoms + cands.carriers, job)
@@ -650,7 +663,7 @@ def _heartbeat_false_positive_primary(hb_info: HeartbeatInfo | None) -> FailureC
 
 def _train_timeout_primary(hits: Hits, stall: Stall) -> FailureClass | None:
     """Rules CL-7, CAS-3: a train-timeout after a stall is a hang the timeout killed."""
-    if "train-timeout" not in hits:
+    if FailureClass.TRAIN_TIMEOUT not in hits:
         return None
     return FailureClass.HANG if stall.stalled else FailureClass.TRAIN_TIMEOUT
 
@@ -673,8 +686,8 @@ def _carrier_primary(cands: _Candidates, status: JobStatus) -> FailureClass | No
     if not cands.carriers or status is JobStatus.COMPLETED:
         return None
     carriers = cands.carriers
-    if any(e.cls == "node-fail" for e in carriers):
-        carriers = [e for e in carriers if e.cls != "stage-fail"]
+    if any(e.cls == FailureClass.NODE_FAIL for e in carriers):
+        carriers = [e for e in carriers if e.cls != FailureClass.STAGE_FAIL]
     return _pick([], [], carriers)
 
 
@@ -722,7 +735,7 @@ def _node_failure_stall_note(primary: FailureClass | None, hits: Hits, stall: St
     """Rule NF-3: a stall before Slurm's node-failure report is the survivors waiting for the dead node."""
     if primary is not FailureClass.NODE_FAIL or not stall.stalled or stall.gap_s is None:
         return []
-    if not any(e.rule == "NODE-slurm-node-failure" for e in hits.get("node-fail", [])):
+    if not any(e.rule == "NODE-slurm-node-failure" for e in hits.get(FailureClass.NODE_FAIL, [])):
         return []
     return [
         f"Training had stopped advancing {stall.gap_s:.0f}s before the job ended: the remaining tasks were "
@@ -778,7 +791,9 @@ def _cancel_evidence(main: LogState) -> Evidence | None:
     if summ is None or summ.status_text is None:
         return None
     text = f"Status: {summ.status_text}"
-    return Evidence("cancelled", summ.status_line or summ.line, 0, main.source, None, None, text, None, text)
+    return Evidence(
+        FailureClass.CANCELLED, summ.status_line or summ.line, 0, main.source, None, None, text, None, text
+    )
 
 
 def _measured_setup_s(logs: JobLogs, steps: list[StepRecord]) -> float | None:
@@ -850,7 +865,11 @@ def _heartbeat_checklist(hb_state: LogState, errors: list[Evidence], job: _Job) 
             # trained past is what silenced it: it comes before the others noticed.
             or (e.source != first.source and e.task in accused and (e.time is None or first.time is None))
         )
-        if not before or e.cls in ("heartbeat-timeout",) or e.carries == "heartbeat-timeout":
+        if (
+            not before
+            or e.cls in (FailureClass.HEARTBEAT_TIMEOUT,)
+            or e.carries == FailureClass.HEARTBEAT_TIMEOUT
+        ):
             continue
         if e.task is None or e.task in accused or not accused:
             earlier = e
@@ -914,7 +933,7 @@ def _killed_before(main: LogState, first: Evidence, accused: set[int], nodes: li
         if (tasks & accused) or err.host in hosts or not accused:
             task = min(tasks & accused) if tasks & accused else None
             text = f"srun: error: {err.host}: {err.text}"
-            return Evidence("node-fail", err.line, 0, main.source, task, err.host, text, None)
+            return Evidence(FailureClass.NODE_FAIL, err.line, 0, main.source, task, err.host, text, None)
     return None
 
 
@@ -942,7 +961,11 @@ def _soft_variant(main: LogState, exit_code: int, hits: dict[str, list[Evidence]
         cascade = exit_code == 143
     for cls, evs in hits.items():
         sig = BY_CLASS.get(cls)
-        if sig is None or sig.tier is not Tier.ROOT or cls in ("heartbeat-timeout", "train-timeout"):
+        if (
+            sig is None
+            or sig.tier is not Tier.ROOT
+            or cls in (FailureClass.HEARTBEAT_TIMEOUT, FailureClass.TRAIN_TIMEOUT)
+        ):
             continue
         if len({e.task if e.task is not None else e.source for e in evs}) > 1:
             return None
@@ -1022,7 +1045,7 @@ def _evidence_order(
 
     if primary is not None:
         own = derived.get(primary, []) if primary in derived else hits.get(primary, [])
-        if primary == "node-fail":
+        if primary == FailureClass.NODE_FAIL:
             # Rules NF-3, CL-INIT: the line that says which node failed (Slurm's, the JAX
             # coordinator's) first; the NODE_EXIT carriers after it.
             own = sorted(own, key=lambda e: e.rule not in NODE_FAIL_CAUSE_RULES)
@@ -1030,29 +1053,29 @@ def _evidence_order(
     for cls in classes:
         if cls != primary:
             take(hits[cls], 3)
-    if primary != "cancelled" and "cancelled" in derived:
+    if primary != FailureClass.CANCELLED and FailureClass.CANCELLED in derived:
         # Not twice: Slurm's cancel line may already be the primary's evidence (rule NF-3).
         quoted = {(e.source, e.line) for e in out}
-        take([e for e in derived["cancelled"] if (e.source, e.line) not in quoted], 1)
+        take([e for e in derived[FailureClass.CANCELLED] if (e.source, e.line) not in quoted], 1)
     return out
 
 
 def _stage(
     primary: str | None, main: LogState, steps: list[StepRecord], rule: str | None = None
 ) -> str | None:
-    if primary is None or primary == "soft-success":
+    if primary is None or primary == FailureClass.SOFT_SUCCESS:
         return None
-    if primary == "node-fail" and rule in ("NODE-jax-init", "NODE-jax-init-deadline"):
+    if primary == FailureClass.NODE_FAIL and rule in ("NODE-jax-init", "NODE-jax-init-deadline"):
         return "Job start (JAX distributed initialization)"  # rule CL-INIT
     sig = BY_CLASS.get(primary)
-    if primary == "stage-fail":
+    if primary == FailureClass.STAGE_FAIL:
         failed = [s for s in main.stages if s.kind == "FAILED"]
         return failed[-1].stage if failed else None
     if sig is not None and sig.stage:
         if sig.stage == "Training" and not steps:
             return "Training (before the first step: startup/compilation)"
         return sig.stage
-    if primary == "hang":
+    if primary == FailureClass.HANG:
         if not steps:
             return (
                 "Training (init: first collective after the barrier)"
@@ -1060,9 +1083,13 @@ def _stage(
                 else "Training (startup)"
             )
         return "Training"
-    if primary == "cancelled" and main.cancel is not None and "TIME LIMIT" in main.cancel.reason.upper():
+    if (
+        primary == FailureClass.CANCELLED
+        and main.cancel is not None
+        and "TIME LIMIT" in main.cancel.reason.upper()
+    ):
         return "Slurm time limit (--time)"  # rule CL-SLURM-TIME-LIMIT
-    if primary in ("unknown-death", "cancelled", "tgs-degradation"):
+    if primary in (FailureClass.UNKNOWN_DEATH, FailureClass.CANCELLED, FailureClass.TGS_DEGRADATION):
         return "Training" if steps else None
     # A carrier without a stage of its own (node-fail, ...): the stage the job script says failed.
     failed = [s for s in main.stages if s.kind in ("FAILED", "TIMEOUT")]

@@ -20,6 +20,7 @@ from jobdiagd.logs.job import JobLogs, load_job
 from jobdiagd.logs.safeopen import LogAccess
 from jobdiagd.logs.state import LogState
 from jobdiagd.model.jobref import JobRef
+from jobdiagd.model.kinds import JobStatus
 from jobdiagd.model.records import Restart, RestoreLine, StepRecord
 from jobdiagd.model.stepguard import implausible_top
 from jobdiagd.model.triage import Live, StallKnowledge, TriageResult
@@ -211,7 +212,7 @@ def analyze(
         known=stall,
     )
     cls.notes.extend(_run_notes(main, restart, ignored))
-    if cls.status == "completed" and progress.progress_lost_steps not in (0, None):
+    if cls.status == JobStatus.COMPLETED and progress.progress_lost_steps not in (0, None):
         # A soft-success has no exit 0, so progress saw "not completed"; nothing was lost.
         progress = replace(progress, progress_lost_steps=0, progress_lost_s=0.0)
     live = _live(logs, nodes)

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+from jobdiagd.model.kinds import FailureClass, JobStatus
 from jobdiagd.model.triage import TriageResult
 from jobdiagd.rules.slurm import CANCEL_EXITS
-from jobdiagd.triage.classes import NEXT_STEPS
+from jobdiagd.triage.classes import CLASSES
 
 
 def _applies(template: str, r: TriageResult) -> bool:
     """Drop advice that cannot apply to this job: killing a job that already ended, querying
     a TSDB that a RAY=0 job never had."""
-    live = r.status in ("running", "hanging")
+    live = r.status in (JobStatus.RUNNING, JobStatus.HANGING)
     if (template.startswith("Kill the job") or "job is still live" in template) and not live:
         return False
     if template.startswith("If RAY=1") and not r.ray:
@@ -29,16 +30,20 @@ def _fit(template: str, r: TriageResult) -> str:
     return template
 
 
-def _template_key(r: TriageResult, primary: str) -> str:
-    """The template of the primary class, or of the wording family that decided it."""
+def _templates(r: TriageResult, primary: FailureClass) -> tuple[str, ...]:
+    """The templates of the primary class, or of the wording family that decided it (its variant)."""
+    row = CLASSES.get(primary)
+    if row is None:
+        return ()
     rule = r.cls.primary_rule
-    if primary == "cancelled" and "TIME LIMIT" in (r.cls.cancel_reason or ""):
-        return "cancelled/time-limit"
-    if primary == "node-fail" and rule == "NODE-slurm-node-failure":
-        return "node-fail/slurm"
-    if primary == "node-fail" and rule in ("NODE-jax-init", "NODE-jax-init-deadline"):
-        return "node-fail/init"
-    return primary
+    variant = None
+    if primary == FailureClass.CANCELLED and "TIME LIMIT" in (r.cls.cancel_reason or ""):
+        variant = "time-limit"
+    elif primary == FailureClass.NODE_FAIL and rule == "NODE-slurm-node-failure":
+        variant = "slurm"
+    elif primary == FailureClass.NODE_FAIL and rule in ("NODE-jax-init", "NODE-jax-init-deadline"):
+        variant = "init"
+    return row.next_steps if variant is None else row.variants.get(variant, ())
 
 
 def next_steps(r: TriageResult) -> list[str]:
@@ -60,17 +65,16 @@ def next_steps(r: TriageResult) -> list[str]:
         or "see NODE_EXIT lines",
     }
     if primary is not None:
-        key = _template_key(r, primary)
-        steps.extend(_fit(t, r).format(**fill) for t in NEXT_STEPS.get(key, ()) if _applies(t, r))
+        steps.extend(_fit(t, r).format(**fill) for t in _templates(r, primary) if _applies(t, r))
     hb = r.cls.heartbeat
-    if hb is not None and primary != "heartbeat-timeout":
+    if hb is not None and primary != FailureClass.HEARTBEAT_TIMEOUT:
         steps.append(
             "The heartbeat timeout was the kill mechanism, not the root cause: raising "
             "jax_distributed_heartbeat_timeout_seconds only delays the kill; fix the root cause above."
         )
-    if r.tgs.degraded and primary != "tgs-degradation":
-        steps.extend(t.format(**fill) for t in NEXT_STEPS["tgs-degradation"])
-    if r.status in ("running", "hanging") and r.ray and r.live.head_node:
+    if r.tgs.degraded and primary != FailureClass.TGS_DEGRADATION:
+        steps.extend(t.format(**fill) for t in CLASSES[FailureClass.TGS_DEGRADATION].next_steps)
+    if r.status in (JobStatus.RUNNING, JobStatus.HANGING) and r.ray and r.live.head_node:
         steps.append(
             f"Job is live: its Prometheus is on {r.live.head_node}:{r.live.prometheus_port or 9190} (127.0.0.1 only) — "
             f"`jobdiagd diagnose {fill['target']}` reaches it over ssh."

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from jobdiagd import jsonsafe
 from jobdiagd.durations import exact_duration
+from jobdiagd.model.kinds import FailureClass, HeartbeatPhase, HeartbeatVerdict, JobStatus, StallBasis
 from jobdiagd.rules.signatures import describe
 from jobdiagd.triage.classify import SETUP_BUDGET_S
 
@@ -35,40 +36,40 @@ def what_happened(r: TriageResult) -> str:
     at = f" at step {p.last_step}" if p.last_step is not None else " before the first training step"
     if primary is None:
         return _no_failure_text(r)
-    if primary == "soft-success":
+    if primary == FailureClass.SOFT_SUCCESS:
         v = c.soft_success_variant
         why = _SOFT_SUCCESS_WHY.get(v or "", "a post-training artifact")
         return (
             f"Training reached the final step {p.last_step} of steps={p.total_steps}; the non-zero exit is a post-training "
             f"artifact (soft-success {v}: {why}). Training data is intact."
         )
-    if primary == "hang":
+    if primary == FailureClass.HANG:
         return _hang_text(r, at)
-    if primary == "heartbeat-timeout":
+    if primary == FailureClass.HEARTBEAT_TIMEOUT:
         return _heartbeat_text(r, at)
-    if primary == "cancelled":
+    if primary == FailureClass.CANCELLED:
         return f"The job was cancelled by {_cancelled_by(c.cancel_reason)}{at}; training was progressing normally until then."
-    if primary == "unknown-death":
+    if primary == FailureClass.UNKNOWN_DEATH:
         return (
             f"The job stopped{at} without writing a JOB SUMMARY: the process was killed externally "
             "(SIGKILL / OOM-kill / preemption). Most common cause: host OOM-kill or Slurm preemption."
         )
-    if primary == "prolog-kill-no-log":
+    if primary == FailureClass.PROLOG_KILL_NO_LOG:
         return "slurmd killed the job before the batch script could run: no log was ever written."
-    if primary == "tgs-degradation":
+    if primary == FailureClass.TGS_DEGRADATION:
         return f"Training runs but underperforms: TGS {r.tgs.magnitude} over steps {r.tgs.range} ({r.tgs.pattern})."
     return _signature_text(r, primary, at)
 
 
 def _no_failure_text(r: TriageResult) -> str:
     p = r.progress
-    if r.status == "completed":
+    if r.status == JobStatus.COMPLETED:
         s = f"The job completed all {p.total_steps or '?'} steps" if p.reached_end else "The job completed"
         s += f" (last step {p.last_step})." if p.last_step is not None else "."
         if r.tgs.degraded:
             s += f" It ran slower than it should have: TGS {r.tgs.magnitude} ({r.tgs.pattern})."
         return s
-    if r.status == "running":
+    if r.status == JobStatus.RUNNING:
         expected = f", expected {p.expected_step_now}" if p.expected_step_now is not None else ""
         return f"Training is progressing (last step {p.last_step}{expected})."
     return f"Status {r.status}; no failure signature found."
@@ -77,7 +78,7 @@ def _no_failure_text(r: TriageResult) -> str:
 def _hang_text(r: TriageResult, at: str) -> str:
     c = r.cls
     gap = c.stall.gap_s if c.stall else None
-    if c.heartbeat is not None and c.heartbeat.verdict == "hang":
+    if c.heartbeat is not None and c.heartbeat.verdict == HeartbeatVerdict.HANG:
         return (
             f"Training stalled{at} ({exact_duration(c.heartbeat.stall_s)} without a step before the heartbeat error): "
             "an RCCL/NCCL collective hang. The heartbeat timeout that ended the job was the kill mechanism "
@@ -90,9 +91,9 @@ def _hang_text(r: TriageResult, at: str) -> str:
             "deadlocked (init-phase hang, often a transient race)."
         )
     tail = f" for {exact_duration(gap)}{daemon}" if gap is not None else ""
-    if r.status == "cancelled":
+    if r.status == JobStatus.CANCELLED:
         return f"Training stopped advancing{at}{tail} and the job was then cancelled: the cancellation killed a hung job (RCCL/NCCL collective deadlock)."
-    if "train-timeout" in c.classes:
+    if FailureClass.TRAIN_TIMEOUT in c.classes:
         return (
             f"Training stopped advancing{at}{tail} until the training timeout killed it: a collective hang."
         )
@@ -102,7 +103,7 @@ def _hang_text(r: TriageResult, at: str) -> str:
 def _daemon_clock(r: TriageResult) -> str:
     """How the daemon timed a live job's stall (rule VIEW-1), worded as its hang page words it."""
     stall = r.cls.stall
-    if stall is None or stall.basis != "daemon-clock":
+    if stall is None or stall.basis != StallBasis.DAEMON:
         return ""
     early = (
         "; GPU-confirmed before it ran out"
@@ -115,7 +116,7 @@ def _daemon_clock(r: TriageResult) -> str:
 def _daemon_stall_row(r: TriageResult) -> tuple[str, str] | None:
     """A live job the daemon watches: the time since it read the last step, against its budget."""
     stall = r.cls.stall
-    if stall is None or stall.basis != "daemon-clock" or stall.gap_s is None:
+    if stall is None or stall.basis != StallBasis.DAEMON or stall.gap_s is None:
         return None
     last = r.progress.last_step
     since = f"step {last} was read" if last is not None else "the barrier was read (or watching began)"
@@ -130,7 +131,7 @@ def _daemon_stall_row(r: TriageResult) -> tuple[str, str] | None:
 def _heartbeat_text(r: TriageResult, at: str) -> str:
     hb = r.cls.heartbeat
     tasks = ", ".join(str(t) for t in hb.accused_tasks) if hb and hb.accused_tasks else "?"
-    if hb is not None and hb.phase == "init":
+    if hb is not None and hb.phase == HeartbeatPhase.INIT:
         return (
             f"The JAX coordination service declared task(s) {tasks} dead before any training step: the heartbeat "
             f"timeout ({hb.timeout_s:.0f}s) is shorter than compilation + initial checkpoint time. A false positive."
@@ -144,11 +145,11 @@ def _heartbeat_text(r: TriageResult, at: str) -> str:
 def _signature_text(r: TriageResult, primary: str, at: str) -> str:
     c = r.cls
     s = f"{describe(primary, c.primary_rule)}{at}."
-    if primary in ("oom-host", "oom-gpu") and "nccl-timeout" in c.classes:
+    if primary in (FailureClass.OOM_HOST, FailureClass.OOM_GPU) and FailureClass.NCCL_TIMEOUT in c.classes:
         s += " The NCCL timeouts on the other nodes are a consequence (they waited for the dead node)."
-    if primary == "checkpoint-fs-error":
+    if primary == FailureClass.CHECKPOINT_FS_ERROR:
         s += " The checkpoint may still be intact — check the other workers."
-    if c.heartbeat is not None and c.heartbeat.verdict == "true-positive":
+    if c.heartbeat is not None and c.heartbeat.verdict == HeartbeatVerdict.TRUE_POSITIVE:
         s += " The later heartbeat timeout was a consequence of this error."
     return s
 
@@ -172,12 +173,16 @@ def _silence_row(r: TriageResult) -> tuple[str, str] | None:
     shows its own.)"""
     c, p = r.cls, r.progress
     stall = c.stall
-    if r.status not in ("cancelled", "unknown-death") or stall is None or stall.gap_s is None:
+    if r.status not in (JobStatus.CANCELLED, JobStatus.UNKNOWN_DEATH) or stall is None or stall.gap_s is None:
         return None
     if stall.gap_s < max(120.0, 3 * (p.step_time_s or 0.0)) and not stall.stalled:
         return None
-    end = "the cancel" if r.status == "cancelled" else "the end of the job"
-    how = "measured from timestamps" if stall.basis == "timestamps" else "wall time − summed steps − setup"
+    end = "the cancel" if r.status == JobStatus.CANCELLED else "the end of the job"
+    how = (
+        "measured from timestamps"
+        if stall.basis == StallBasis.TIMESTAMPS
+        else "wall time − summed steps − setup"
+    )
     after = f"after step {p.last_step}" if p.last_step is not None else "before the first step"
     flag = (
         f" — beyond the {exact_duration(stall.budget_s)} stall budget: training had stopped"
@@ -230,10 +235,14 @@ def _step_rows(r: TriageResult) -> list[tuple[str, str]]:
 
 def _expected_step_row(r: TriageResult) -> tuple[str, str]:
     p = r.progress
-    if r.status == "completed":
+    if r.status == JobStatus.COMPLETED:
         return ("Expected step by now", "n/a (job completed)")
     if p.expected_step_now is not None:
-        label = "Expected step by now" if r.status in ("running", "hanging") else "Expected step at job end"
+        label = (
+            "Expected step by now"
+            if r.status in (JobStatus.RUNNING, JobStatus.HANGING)
+            else "Expected step at job end"
+        )
         return (label, f"{p.expected_step_now} (last step {p.last_step} at {_when(p.last_step_time)})")
     return ("Expected step by now", "n/a (no timestamps on step lines)" if r.steps else "n/a")
 
@@ -258,7 +267,7 @@ def _lost_rows(r: TriageResult) -> list[tuple[str, str]]:
     if p.progress_lost_steps is None:
         return [] if r.steps else [("Progress lost", "0 steps (training never completed a step)")]
     lost_time = ("≈ " if p.progress_lost_s_estimated else "") + exact_duration(p.progress_lost_s)
-    if r.status == "completed":
+    if r.status == JobStatus.COMPLETED:
         return [("Progress lost", "0 steps (job completed)")]
     if p.last_checkpoint_step is None and p.start != "restored":
         return [("Progress lost", f"all — no periodic ckpt ({p.progress_lost_steps} steps, {lost_time})")]
@@ -267,7 +276,7 @@ def _lost_rows(r: TriageResult) -> list[tuple[str, str]]:
 
 def _remaining_row(r: TriageResult) -> tuple[str, str]:
     p = r.progress
-    if r.status == "completed":
+    if r.status == JobStatus.COMPLETED:
         return ("Estimated time remaining", "0 (job completed)")
     if p.eta_s is not None:
         return (
@@ -406,9 +415,9 @@ def _finding_lines(r: TriageResult) -> list[str]:
     c, t = r.cls, r.tgs
     lines: list[str] = []
     for cls in (cls for cls in c.classes if cls != c.primary):
-        if cls == "tgs-degradation":
+        if cls == FailureClass.TGS_DEGRADATION:
             lines.append(f"- tgs-degradation: TGS {t.magnitude} over steps {t.range} ({t.pattern}).")
-        elif cls == "cancelled":
+        elif cls == FailureClass.CANCELLED:
             lines.append(
                 f"- cancelled: {_cancelled_by(c.cancel_reason)} ended the job (the mechanism, not the root cause)."
             )
@@ -428,7 +437,7 @@ def _live_lines(r: TriageResult) -> list[str]:
     if lv.tunnel:
         out.append(f"Tunnel: `{lv.tunnel}`")
     out.append(f"Head node: {lv.head_node or 'unknown'}; Prometheus port: {lv.prometheus_port or 'unknown'}")
-    if r.status in ("running", "hanging"):
+    if r.status in (JobStatus.RUNNING, JobStatus.HANGING):
         out.append(
             "The job is live: want port forwarding set up to reach the Ray Dashboard (8265), TensorBoard (6006) and Prometheus?"
         )

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import statistics
 
+from jobdiagd.model.kinds import TgsPattern
 from jobdiagd.model.records import StepRecord
 from jobdiagd.model.triage import CheckpointConfig, TgsAnalysis
 
@@ -85,10 +86,10 @@ def analyze_tgs(
 
     keys = [k for k, _ in clean]
     shape = _shape([v for _, v in clean], baseline, threshold_pct)
-    pattern = "none"
+    pattern = TgsPattern.NONE
     rng: tuple[int, int] | None = None
     magnitude: str | None = None
-    if shape is not None and (degraded or shape[0] == "phased"):
+    if shape is not None and (degraded or shape[0] == TgsPattern.PHASED):
         pattern, a, b = shape
         rng = (keys[a], keys[b])
         low_vals = [v for _, v in clean[a : b + 1]]
@@ -96,11 +97,11 @@ def analyze_tgs(
         pct = (level - baseline) / baseline * 100.0
         magnitude = f"{_fmt(baseline, metric)} → {_fmt(level, metric)}, {pct:+.0f}%"
     elif spikes and not degraded:
-        pattern = "periodic"
-    if pattern in ("none", "periodic") and degraded:
+        pattern = TgsPattern.PERIODIC
+    if pattern in (TgsPattern.NONE, TgsPattern.PERIODIC) and degraded:
         # The recent steps are low but no episode or slide shows in the smoothed series (a short
         # run): the decline is spread out.
-        pattern = "gradual"
+        pattern = TgsPattern.GRADUAL
         rng = (keys[0], keys[-1]) if keys else None
         magnitude = f"{_fmt(baseline, metric)} → {_fmt(recent, metric)}, {change:+.0f}%"
     return TgsAnalysis(
@@ -123,7 +124,7 @@ def _window(n: int) -> int:
     return w if w % 2 else w + 1
 
 
-def _shape(vals: list[float], baseline: float, thr_pct: float) -> tuple[str, int, int] | None:
+def _shape(vals: list[float], baseline: float, thr_pct: float) -> tuple[TgsPattern, int, int] | None:
     """(pattern, first index, last index) of the degradation in `vals`, or None when the
     smoothed series never stays below the threshold."""
     n = len(vals)
@@ -136,24 +137,24 @@ def _shape(vals: list[float], baseline: float, thr_pct: float) -> tuple[str, int
     if not episodes:
         return None
     if len(episodes) >= 2:
-        return ("phased", episodes[0][0], episodes[-1][1])
+        return (TgsPattern.PHASED, episodes[0][0], episodes[-1][1])
     a, b = episodes[0]
     slide = _slide(vals, w)
     if slide is not None:
         start, drop = slide
         if drop >= thr:
-            return ("gradual", min(start, a), b)
+            return (TgsPattern.GRADUAL, min(start, a), b)
     seg = vals[a : b + 1]
     if len(seg) >= 2 * w:
         # Two distinct levels inside the episode (a slide was ruled out above) are phases too.
         c, l1, l2, _ = _best_step(seg, w)
         if abs(l1 - l2) > thr * 2 / 3:
-            return ("phased", a, b)
+            return (TgsPattern.PHASED, a, b)
     # One sustained shift: most of the run degraded at one level is the RDMA-style constant
     # drop; a shift late in an otherwise healthy run, or one that keeps sinking, is one-time.
     trend = _line_drop(seg)
     flat = abs(trend) < thr / 2
-    return ("constant-drop" if flat and a < n / 2 else "one-time", a, b)
+    return (TgsPattern.CONSTANT_DROP if flat and a < n / 2 else TgsPattern.ONE_TIME, a, b)
 
 
 def _candidates(n: int, margin: int) -> list[int]:

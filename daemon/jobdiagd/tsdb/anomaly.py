@@ -17,6 +17,7 @@ import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 
 from jobdiagd.tsdb.align import Timeline, checkpoint_steps
 from jobdiagd.tsdb.client import PromClient, Series, multi_arm, regex_union, split_arms_series
@@ -56,6 +57,16 @@ def is_symptom(name: str) -> bool:
     return name.startswith(SYMPTOM_PREFIXES)
 
 
+class Shift(StrEnum):
+    """How a metric left its baseline (`Deviation.kind`)."""
+
+    UP = "up"
+    DOWN = "down"
+    ABSENT = "absent"  # the series stopped reporting
+    STALLED = "stalled"  # training steps stopped advancing
+    RAMP = "ramp"  # a steady ramp already under way in the baseline
+
+
 @dataclass(frozen=True)
 class Deviation:
     family: str
@@ -63,7 +74,7 @@ class Deviation:
     onset: float
     baseline: float
     value: float
-    kind: str  # "up" | "down" | "absent" | "stalled" | "ramp"
+    kind: Shift
     threshold: float = 0.0
     counter: bool = False
     peers_alike: bool = False  # a network counter rise the other hosts show alike: not this host's trigger
@@ -72,15 +83,15 @@ class Deviation:
     def symptom(self) -> bool:
         # A GPU that cools down follows its power (symptom); one that heats up may be the cause.
         if self.family == "hw_gpu_temperature_celsius":
-            return self.kind == "down"
+            return self.kind == Shift.DOWN
         return is_symptom(self.family)
 
     def describe(self) -> str:
-        if self.kind == "absent":
+        if self.kind == Shift.ABSENT:
             return f"{self.family} on {self.host}: stopped reporting at {iso(self.onset)}"
-        if self.kind == "stalled":
+        if self.kind == Shift.STALLED:
             return f"training steps stopped advancing at {iso(self.onset)} (last step {self.value:.0f})"
-        if self.kind == "ramp":
+        if self.kind == Shift.RAMP:
             return f"{self.family} on {self.host}: steady ramp from {self.baseline:.4g} to {self.value:.4g}, under way by {iso(self.onset)}"
         alike = " (the other hosts alike)" if self.peers_alike else ""
         return f"{self.family} on {self.host}: {self.kind} from {self.baseline:.4g} to {self.value:.4g} at {iso(self.onset)}{alike}"
@@ -88,7 +99,7 @@ class Deviation:
     @property
     def process_gone(self) -> bool:
         return self.family == "hw_gpu_user_processes" and (
-            self.kind == "absent" or (self.kind == "down" and self.value <= 0)
+            self.kind == Shift.ABSENT or (self.kind == Shift.DOWN and self.value <= 0)
         )
 
 
@@ -211,7 +222,7 @@ def detect(
     rare: bool = False,
     trend: bool = True,
     ignore: Callable[[float], bool] | None = None,
-) -> tuple[float, float, float, str, float] | None:
+) -> tuple[float, float, float, Shift, float] | None:
     """First persistent deviation after `split` relative to the robust baseline before it.
 
     `ignore` masks timestamps (checkpoint saves) that are expected to look anomalous.
@@ -232,7 +243,7 @@ def detect(
         slope, r2 = linear_fit(bpts)
         growth = slope * (bpts[-1][0] - bpts[0][0])
         if r2 >= 0.9 and abs(growth) >= 0.2 * abs(statistics.median(base)) and abs(growth) > 0:
-            return bpts[0][0], bpts[0][1], bpts[-1][1], "ramp", 0.0
+            return bpts[0][0], bpts[0][1], bpts[-1][1], Shift.RAMP, 0.0
     med = statistics.median(base)
     mad = statistics.median(abs(v - med) for v in base) * 1.4826
     floor = 0.5 if counter else 1e-6
@@ -243,7 +254,7 @@ def detect(
             hits = sum(1 for _, x in nxt if abs(x - med) > thr)
             persistent = rare or (bool(nxt) and hits >= min(2, len(nxt)))
             if persistent:
-                return t, med, v, "up" if v > med else "down", thr
+                return t, med, v, Shift.UP if v > med else Shift.DOWN, thr
     return None
 
 
@@ -336,7 +347,9 @@ def training_deviations(
         st = tl.median_step_time() or 30.0
         if tl.last_time + 2 * st <= end:
             devs.append(
-                Deviation("tb_step", "rank0", tl.last_time + 2 * st, 0.0, float(tl.last_step or 0), "stalled")
+                Deviation(
+                    "tb_step", "rank0", tl.last_time + 2 * st, 0.0, float(tl.last_step or 0), Shift.STALLED
+                )
             )
     pre = [p for p in tl.points if start <= p.t <= end]
     for attr, fam in (
@@ -361,7 +374,7 @@ def earliest_first(devs: list[Deviation]) -> list[Deviation]:
     return sorted(
         devs,
         key=lambda d: (
-            d.onset - (2 * 10.0 if d.kind == "absent" or d.process_gone else 0.0),
+            d.onset - (2 * 10.0 if d.kind == Shift.ABSENT or d.process_gone else 0.0),
             d.symptom,
             d.family,
             d.host,
@@ -419,9 +432,9 @@ async def earliest_anomaly(
     absent_hosts = stale_stamps(stamps.get("host", []), split, step)
     procs_absent = stale_stamps(stamps.get("procs", []), split, step)
     devs = series_deviations(series, split, step, th, in_ckpt, absent_hosts)
-    devs += [Deviation("up (scrapes)", host, t, 1.0, 0.0, "absent") for host, t in absent_hosts.items()]
+    devs += [Deviation("up (scrapes)", host, t, 1.0, 0.0, Shift.ABSENT) for host, t in absent_hosts.items()]
     devs += [
-        Deviation("hw_gpu_user_processes", host, t, 1.0, 0.0, "absent")
+        Deviation("hw_gpu_user_processes", host, t, 1.0, 0.0, Shift.ABSENT)
         for host, t in procs_absent.items()
         if host not in absent_hosts
     ]
@@ -446,9 +459,9 @@ async def refine(
         d
         for d in devs
         if d.onset <= first + 2 * step
-        and d.kind in ("up", "down")
+        and d.kind in (Shift.UP, Shift.DOWN)
         and d.host != "rank0"
-        and (not d.counter or is_network_error(d.family) or (d.kind == "up" and d.baseline == 0))
+        and (not d.counter or is_network_error(d.family) or (d.kind == Shift.UP and d.baseline == 0))
     ][:max_candidates]
     if len(cands) < 2:
         return devs

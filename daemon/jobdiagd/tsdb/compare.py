@@ -35,7 +35,7 @@ from jobdiagd.tsdb.client import PromClient, multi_arm, split_arms_series
 from jobdiagd.tsdb.context import DiagnosisContext
 from jobdiagd.tsdb.discovery import Discovery, WrongDatabase, discover
 from jobdiagd.tsdb.logevidence import head_worker_waves
-from jobdiagd.tsdb.playbooks.base import fmt, host_of, iso, short_host
+from jobdiagd.tsdb.playbooks.base import Verdict, fmt, host_of, iso, short_host
 from jobdiagd.tsdb.settings import TsdbSettings
 
 # (key, label, range-query expression, unit)
@@ -112,7 +112,7 @@ class Comparison:
     rows: list[tuple[str, str, str, str, str]] = field(default_factory=list)
     tgs: dict[str, Any] = field(default_factory=dict)
     procs: dict[str, Any] = field(default_factory=dict)
-    verdict: str | None = "healthy"
+    verdict: str | None = Verdict.HEALTHY
     root_cause: str = ""
     spans: dict[str, tuple[float, float]] = field(default_factory=dict)  # wall-clock span of compared steps
     notes: list[str] = field(default_factory=list)
@@ -279,7 +279,7 @@ def _analyse(
         and cmp.procs["uniform"]
         and restored_side == leak_side
     ):
-        cmp.verdict = "restore-resource-leak"
+        cmp.verdict = Verdict.RESTORE_RESOURCE_LEAK
         job = cmp.b if leak_side == "b" else cmp.a
         cmp.root_cause = (
             f"hw_procs_running is uniformly {abs(md):.1f} higher on every host of {job.ctx.label} (restored from step "
@@ -298,12 +298,12 @@ def _analyse(
         and not math.isnan(rdma_b)
         and abs(rdma_b - rdma_a) >= th.rdma_retx_min_per_s * 5
     ):
-        cmp.verdict = "rdma-degradation"
+        cmp.verdict = Verdict.RDMA_DEGRADATION
         worse = cmp.b if rdma_b > rdma_a else cmp.a
         cmp.root_cause = f"{worse.ctx.label} ran with far more RDMA retransmits ({max(rdma_a, rdma_b):.1f}/s vs {min(rdma_a, rdma_b):.1f}/s)."
         return True
     if not math.isnan(io_a) and not math.isnan(io_b) and abs(io_b - io_a) >= th.io_pressure_full_pct:
-        cmp.verdict = "io-contention"
+        cmp.verdict = Verdict.IO_CONTENTION
         cmp.root_cause = f"I/O pressure differs ({io_a:.1f}% vs {io_b:.1f}%)."
         return True
     diff = [r for r in cmp.rows if r[4] != "same"]
@@ -540,7 +540,7 @@ def findings(c: Comparison) -> list[dict[str, Any]]:
             "hw_procs_running delta per host (B - A)",
             ", ".join(f"{h} {d:+.1f}" for h, d in sorted(c.procs["per_host_delta"].items()))
             + f" -> {'uniform' if c.procs['uniform'] else 'per-node'} (cv {c.procs['cv']:.2f})",
-            "warning" if c.anomalous_hosts or c.verdict == "restore-resource-leak" else "info",
+            "warning" if c.anomalous_hosts or c.verdict == Verdict.RESTORE_RESOURCE_LEAK else "info",
             list(c.anomalous_hosts),
         )
     if wt := wave_text(c):
@@ -566,7 +566,7 @@ def to_json(c: Comparison) -> dict[str, Any]:
         },
         "verdict": c.verdict,
         "anomalous_hosts": sorted(c.procs.get("per_host_delta", {}))
-        if c.verdict == "restore-resource-leak"
+        if c.verdict == Verdict.RESTORE_RESOURCE_LEAK
         else list(c.anomalous_hosts),
         "findings": findings(c),
         "root_cause": c.root_cause,

@@ -14,10 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from jobdiagd.model.kinds import FailureClass, JobStatus
+
 if TYPE_CHECKING:  # only for the annotation: the CLI's start-up does not import the triage model
     from jobdiagd.model.triage import TriageResult
 
-LIVE_STATUSES = frozenset({"running", "hanging"})
+LIVE_STATUSES = frozenset({JobStatus.RUNNING, JobStatus.HANGING})
 
 
 def short_host(name: str) -> str:
@@ -138,7 +140,11 @@ def _incident(
     if primary_class:
         times = [f.time for f in failures if f.cls == primary_class and f.time is not None]
         incident = min(times) if times else None
-    if heartbeat is not None and heartbeat.time is not None and primary_class == "heartbeat-timeout":
+    if (
+        heartbeat is not None
+        and heartbeat.time is not None
+        and primary_class == FailureClass.HEARTBEAT_TIMEOUT
+    ):
         incident = heartbeat.time
     return incident
 
@@ -247,7 +253,8 @@ def _failures(res: TriageResult) -> tuple[FailureRef, ...]:
     if tgs.degraded:
         refs.append(
             FailureRef(
-                cls="tgs-degradation", text=f"TGS {tgs.magnitude} over steps {tgs.range} ({tgs.pattern})"
+                cls=FailureClass.TGS_DEGRADATION,
+                text=f"TGS {tgs.magnitude} over steps {tgs.range} ({tgs.pattern})",
             )
         )
     return tuple(refs)

@@ -14,8 +14,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 
+from jobdiagd.model.kinds import FailureClass, PlaybookName
 from jobdiagd.tsdb.access import NoTsdb, SshTunnelPool, TsdbHandle, open_tsdb
-from jobdiagd.tsdb.anomaly import AnomalyReport, earliest_anomaly
+from jobdiagd.tsdb.anomaly import AnomalyReport, Shift, earliest_anomaly
 from jobdiagd.tsdb.context import DiagnosisContext
 from jobdiagd.tsdb.discovery import Discovery, WrongDatabase, discover
 from jobdiagd.tsdb.playbooks import playbook_name_for_class
@@ -47,9 +48,9 @@ def incident_time(env: PlaybookEnv, res: PlaybookResult) -> float | None:
         return res.incident
     if not res.applicable:
         return None  # the playbook's trigger is absent: no incident
-    if res.playbook == "hang":
+    if res.playbook == PlaybookName.HANG:
         return hang_window(env).last
-    if res.playbook == "heartbeat":
+    if res.playbook == PlaybookName.HEARTBEAT:
         stop = heartbeat_times(env).stop
         if res.verdict == Verdict.HANG_THEN_HEARTBEAT:
             # The hang, not the heartbeat kill, is the incident whose first anomaly matters.
@@ -58,7 +59,7 @@ def incident_time(env: PlaybookEnv, res: PlaybookResult) -> float | None:
         return stop
     if ctx.incident_time is not None:
         return ctx.incident_time
-    if res.playbook in ("oom", "hardware") and res.verdict != Verdict.HEALTHY:
+    if res.playbook in (PlaybookName.OOM, PlaybookName.HARDWARE) and res.verdict != Verdict.HEALTHY:
         # A crash: the last real training step is the best estimate of when it happened.
         return env.disc.timeline.last_time or res.window[1]
     # Steady-state findings (constant RDMA load, a restore leak) have no incident to sweep around.
@@ -74,7 +75,7 @@ def adopt_earliest_root(res: PlaybookResult, rep: AnomalyReport) -> PlaybookResu
     if root is None or root.symptom:
         return res
     if (
-        res.playbook == "training-stability"
+        res.playbook == PlaybookName.TRAINING_STABILITY
         and not res.chain
         and root.family.startswith("tb_learning_")
         and not res.root_cause.startswith("Training-level root cause")
@@ -85,10 +86,10 @@ def adopt_earliest_root(res: PlaybookResult, rep: AnomalyReport) -> PlaybookResu
             chain=rep.chain(),
         )
     if (
-        res.playbook in ("hang", "heartbeat")
+        res.playbook in (PlaybookName.HANG, PlaybookName.HEARTBEAT)
         and res.verdict in (Verdict.RCCL_BUSY_WAIT_HANG, Verdict.HANG_THEN_HEARTBEAT)
         and root.family.startswith(NETWORK_ERROR_PREFIXES)
-        and root.kind == "up"
+        and root.kind == Shift.UP
         and not root.peers_alike  # a cluster-wide rise is not one host's trigger
         and root.onset <= rep.incident
         and root.host not in res.anomalous_hosts
@@ -140,12 +141,12 @@ async def diagnose(
             check_database(disc, handle)
             if (
                 playbook is None
-                and name == "hang"
-                and ctx.primary_class in ("cancelled", "train-timeout")
+                and name == PlaybookName.HANG
+                and ctx.primary_class in (FailureClass.CANCELLED, FailureClass.TRAIN_TIMEOUT)
                 and not stalled(disc)
             ):
                 # Cancellation is only the mechanism; without a stall before it there was no hang to explain.
-                name = out.playbook = "training-stability"
+                name = out.playbook = PlaybookName.TRAINING_STABILITY
                 out.notes.append(
                     f"{ctx.primary_class} without a stall before the end of the data: training-stability playbook"
                 )

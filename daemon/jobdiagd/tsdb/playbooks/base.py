@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
-from jobdiagd.model.kinds import GpuState
+from jobdiagd.model.kinds import GpuState, JobStatus
 from jobdiagd.tsdb.client import PromClient, Sample, multi_arm, regex_union, split_arms
 from jobdiagd.tsdb.context import DiagnosisContext
 from jobdiagd.tsdb.context import short_host as short_host  # re-exported for playbooks and hooks
@@ -300,7 +300,7 @@ def no_stall_reason(env: PlaybookEnv) -> str | None:
     last_t = tl.last_time or env.ctx.last_step_time
     fin = final_step(env)
     status = (env.ctx.status or "").lower()
-    if status == "completed":
+    if status == JobStatus.COMPLETED:
         return f"the job completed successfully (last step {last_step})"
     if fin is not None and last_step is not None and last_step >= fin:
         return f"the last step {last_step} is the configured final step (steps={fin + 1})"

@@ -260,7 +260,7 @@ def render_gpu_health(env: PlaybookEnv, data: GpuHealthSeries, j: GpuHealthJudge
         Finding(
             "GPU health",
             health_summary(data, j, prof),
-            "critical" if j.verdict != "healthy" else ("warning" if j.anomalous_gpus else "info"),
+            "critical" if j.verdict != Verdict.HEALTHY else ("warning" if j.anomalous_gpus else "info"),
             tuple(j.anomalous_hosts),
             [table],
         )

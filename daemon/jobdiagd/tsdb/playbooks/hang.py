@@ -51,6 +51,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from jobdiagd.model.kinds import FailureClass, GpuState
 from jobdiagd.tsdb.client import Sample
 from jobdiagd.tsdb.patterns import (
     RateWindow,
@@ -192,7 +193,9 @@ def judge_network(
 
 def gpu_activity(gpu_states: Mapping[str, str]) -> frozenset[str]:
     """GPU indices that spin in a collective or compute (the partial-init pattern compares these sets)."""
-    return frozenset(g for g, s in gpu_states.items() if s in ("busy-wait", "busy", "training"))
+    return frozenset(
+        g for g, s in gpu_states.items() if s in (GpuState.BUSY_WAIT, GpuState.BUSY, GpuState.TRAINING)
+    )
 
 
 def power_band(watts: float | None, prof: GpuProfile) -> str:
@@ -209,7 +212,7 @@ def idle_like(gpu_states: Mapping[str, str], host_power: float | None, prof: Gpu
     """No GPU of the host spins or computes and its power sits below the busy-wait band: not in the collective."""
     if not gpu_states or gpu_activity(gpu_states):
         return False
-    return all(s == "idle" for s in gpu_states.values()) or (
+    return all(s == GpuState.IDLE for s in gpu_states.values()) or (
         host_power is not None and host_power < prof.busy_wait_power_min_w * 0.85
     )
 
@@ -492,7 +495,7 @@ def hang_mechanism(
     partial: bool,
 ) -> HangMechanism:
     """The decision of rules PB-HANG-2 (dead node), -3 (partition), -4 (busy-wait) and -7, in that order."""
-    busy_frac = counts.get("busy-wait", 0) / total
+    busy_frac = counts.get(GpuState.BUSY_WAIT, 0) / total
     if dead and active_hosts:
         return HangMechanism.SILENT_HOSTS
     if gone and busy_frac > 0:
@@ -501,9 +504,9 @@ def hang_mechanism(
         return HangMechanism.PARTITION
     if busy_frac >= 0.5 or (partial and busy_frac > 0):
         return HangMechanism.BUSY_WAIT
-    if counts.get("training", 0) / total >= 0.5:
+    if counts.get(GpuState.TRAINING, 0) / total >= 0.5:
         return HangMechanism.TRAINING
-    if counts and counts.get("idle", 0) == total:
+    if counts and counts.get(GpuState.IDLE, 0) == total:
         return HangMechanism.ALL_IDLE
     return HangMechanism.NONE
 
@@ -555,12 +558,12 @@ def judge_hang(data: HangSeries, facts: HangFacts, prof: GpuProfile, th: Thresho
 
     total = max(1, len(states))
     counts = Counter(states.values())
-    busy_frac = counts.get("busy-wait", 0) / total
+    busy_frac = counts.get(GpuState.BUSY_WAIT, 0) / total
     active_hosts = [h for h in hosts if h not in dead and h not in gone]
 
     # Partial-init pattern: which GPU indices spin on each host; hosts off the majority set are suspects.
     busy_sets = {
-        h: frozenset(g for g, s in host_gpus.get(h, {}).items() if s in ("busy-wait", "busy"))
+        h: frozenset(g for g, s in host_gpus.get(h, {}).items() if s in (GpuState.BUSY_WAIT, GpuState.BUSY))
         for h in active_hosts
     }
     majority: frozenset[str] = Counter(busy_sets.values()).most_common(1)[0][0] if busy_sets else frozenset()
@@ -831,7 +834,7 @@ def busy_wait_root(
             )
         )
     return (
-        f"RCCL/NCCL busy-wait deadlock: {j.counts.get('busy-wait', 0)}/{j.total} GPUs at >= {th.busy_util_pct:.0f}% utilization "
+        f"RCCL/NCCL busy-wait deadlock: {j.counts.get(GpuState.BUSY_WAIT, 0)}/{j.total} GPUs at >= {th.busy_util_pct:.0f}% utilization "
         f"but {prof.busy_wait_power_min_w:.0f}-{prof.busy_wait_power_max_w:.0f} W (idle-level) power; no node died."
         + (
             f" GPUs not spinning on {', '.join(j.outlier_hosts)} (off the majority pattern): investigate those nodes."
@@ -860,7 +863,7 @@ def root_and_chain(
         chain = [
             f"{', '.join(j.dead)} died",
             "surviving ranks block in the collective",
-            f"{j.counts.get('busy-wait', 0)} GPUs spin at busy-wait power",
+            f"{j.counts.get(GpuState.BUSY_WAIT, 0)} GPUs spin at busy-wait power",
             "training steps stop",
         ]
     elif m == HangMechanism.PROCESS_GONE:
@@ -1025,7 +1028,7 @@ def render_hang(env: PlaybookEnv, data: HangSeries, j: HangJudgement) -> Playboo
         Finding(
             "Hang mechanism",
             root or "No hang signature in the GPU metrics.",
-            "critical" if j.verdict != "healthy" else "info",
+            "critical" if j.verdict != Verdict.HEALTHY else "info",
             tuple(j.anomalous),
             evidence_tables(data, j, host_state),
         ),
@@ -1038,9 +1041,14 @@ def render_hang(env: PlaybookEnv, data: HangSeries, j: HangJudgement) -> Playboo
         else f"{iso(start)} to {iso(end)} ({int(w)} s after the GPUs left training power at {iso(last)}; no dated step)"
     )
     corr = ""
-    if env.ctx.primary_class in ("hang", "cancelled", "train-timeout", "heartbeat-timeout"):
-        confirms = j.verdict == "rccl-busy-wait-hang" or (
-            j.verdict == "hang-then-heartbeat" and env.ctx.primary_class == "hang"
+    if env.ctx.primary_class in (
+        FailureClass.HANG,
+        FailureClass.CANCELLED,
+        FailureClass.TRAIN_TIMEOUT,
+        FailureClass.HEARTBEAT_TIMEOUT,
+    ):
+        confirms = j.verdict == Verdict.RCCL_BUSY_WAIT_HANG or (
+            j.verdict == Verdict.HANG_THEN_HEARTBEAT and env.ctx.primary_class == FailureClass.HANG
         )
         corr = f"Triage classified this as {env.ctx.primary_class}. TSDB {'confirms' if confirms else 'refines'}: {j.verdict}."
     return PlaybookResult(

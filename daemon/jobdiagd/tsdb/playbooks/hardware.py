@@ -347,7 +347,7 @@ def render_hardware(env: PlaybookEnv, data: HardwareSeries, j: HardwareJudgement
         Finding(
             "Hardware counters",
             root,
-            "critical" if j.verdict != "healthy" else "info",
+            "critical" if j.verdict != Verdict.HEALTHY else "info",
             tuple(j.anomalous),
             hardware_tables(data, j, hosts),
         )

@@ -28,6 +28,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from jobdiagd.model.kinds import FailureClass, GpuState
 from jobdiagd.tsdb.client import Sample, multi_arm, split_arms_series
 from jobdiagd.tsdb.playbooks.base import (
     EvidenceTable,
@@ -77,9 +78,9 @@ def heartbeat_reported(env: PlaybookEnv) -> bool:
     """Playbook 2's trigger: triage reports a heartbeat-timeout."""
     ctx = env.ctx
     return (
-        ctx.primary_class == "heartbeat-timeout"
+        ctx.primary_class == FailureClass.HEARTBEAT_TIMEOUT
         or ctx.heartbeat is not None
-        or any(f.cls == "heartbeat-timeout" for f in ctx.failures)
+        or any(f.cls == FailureClass.HEARTBEAT_TIMEOUT for f in ctx.failures)
     )
 
 
@@ -202,7 +203,7 @@ def judge_stall(
             continue
         states = [gpu_state(util_at.get(t), p, prof, th) for t, p in inside]
         utils = [util_at[t] for t, _ in inside if t in util_at]
-        h_busy = sum(1 for x in states if x == "busy-wait")
+        h_busy = sum(1 for x in states if x == GpuState.BUSY_WAIT)
         per_host[host] = (
             statistics.fmean(utils) if utils else None,
             statistics.fmean(p for _, p in inside),
@@ -210,7 +211,7 @@ def judge_stall(
         )
         n += len(states)
         busy += h_busy
-        training += sum(1 for x in states if x == "training")
+        training += sum(1 for x in states if x == GpuState.TRAINING)
     return StallJudgement(
         last_t,
         last_step,
@@ -302,7 +303,7 @@ def judge_heartbeat(
         h
         for h in accused
         if states
-        and all(s == "idle" for (hh, _), s in states.items() if hh == h)
+        and all(s == GpuState.IDLE for (hh, _), s in states.items() if hh == h)
         and any(hh == h for hh, _ in states)
     ]
     anomalous: list[str] = []
@@ -494,7 +495,7 @@ def false_positive_root(j: HeartbeatJudgement, accused: Sequence[str], th: Thres
     n_acc = max(1, sum(j.accused_states.values()))
     return (
         f"Between the heartbeat-stop time and the crash the accused hosts ({', '.join(accused) or 'all'}) were alive and training "
-        f"({j.accused_states.get('training', 0)}/{n_acc} GPUs at training power; last step {stall_j.last_step} {int(stall or 0)} s before the heartbeat error), "
+        f"({j.accused_states.get(GpuState.TRAINING, 0)}/{n_acc} GPUs at training power; last step {stall_j.last_step} {int(stall or 0)} s before the heartbeat error), "
         "TCP retransmits near zero and no I/O pressure. Root cause: the shared gRPC channel bug (docs/jax-heartbeat-false-positive-postmortem.md)."
     )
 
@@ -561,7 +562,7 @@ def render_heartbeat(
         Finding(
             "Accused hosts from heartbeat-stop time to crash",
             root,
-            "critical" if j.verdict != "heartbeat-false-positive" else "warning",
+            "critical" if j.verdict != Verdict.HEARTBEAT_FALSE_POSITIVE else "warning",
             tuple(accused),
             evidence,
         )

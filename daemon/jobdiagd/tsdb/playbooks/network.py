@@ -436,7 +436,7 @@ def render_network(
         Finding(
             "Network health",
             root,
-            "critical" if j.verdict != "healthy" else "info",
+            "critical" if j.verdict != Verdict.HEALTHY else "info",
             tuple(j.anomalous),
             network_tables(data, j),
         ),

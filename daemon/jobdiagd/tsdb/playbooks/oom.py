@@ -50,6 +50,15 @@ def excursions(
     return out
 
 
+class MemoryPattern(StrEnum):
+    """One host's memory trajectory (rule PB-OOM-1), as `classify_trajectory` reads it."""
+
+    RAMP = "ramp"  # linear growth: a leak
+    PERIODIC = "periodic"  # excursions that recover (checkpoint saves, most often)
+    SPIKE = "spike"  # one excursion
+    FLAT = "flat"  # none of these, or too few samples
+
+
 def classify_trajectory(
     points: Sequence[tuple[float, float]],
     *,
@@ -58,10 +67,10 @@ def classify_trajectory(
     min_r2: float,
     min_growth: float,
     spike: float,
-) -> tuple[str, str]:
+) -> tuple[MemoryPattern, str]:
     """Pattern of one host's memory fraction series: ramp | periodic | spike | flat."""
     if len(points) < 4:
-        return "flat", "too few samples"
+        return MemoryPattern.FLAT, "too few samples"
     slope, r2 = linear_fit(points)
     span = points[-1][0] - points[0][0]
     growth = slope * span
@@ -69,18 +78,21 @@ def classify_trajectory(
     exc = excursions(points, base, spike)
     at_ckpt = [e for e in exc if any(e[0] - tol_s <= c <= e[1] + tol_s for c in ckpt_times)]
     if r2 >= min_r2 and growth >= min_growth:
-        return "ramp", f"linear growth {growth * 100:.0f}% of RAM over {span / 60:.0f} min (R^2={r2:.2f})"
+        return (
+            MemoryPattern.RAMP,
+            f"linear growth {growth * 100:.0f}% of RAM over {span / 60:.0f} min (R^2={r2:.2f})",
+        )
     if len(exc) >= 2:
         kind = "periodic (checkpoint)" if len(at_ckpt) >= max(1, len(exc) // 2) else "periodic"
         return (
-            "periodic",
+            MemoryPattern.PERIODIC,
             f"{len(exc)} excursions of >= {spike * 100:.0f}% RAM that recover, {len(at_ckpt)} at checkpoint steps: {kind}",
         )
     if len(exc) == 1:
         e = exc[0]
         where = "at a checkpoint step" if at_ckpt else "not at a checkpoint step"
-        return "spike", f"single spike to {e[2] * 100:.0f}% at {iso(e[0])} ({where})"
-    return "flat", f"no growth (slope {slope * 3600 * 100:.1f}%/h)"
+        return MemoryPattern.SPIKE, f"single spike to {e[2] * 100:.0f}% at {iso(e[0])} ({where})"
+    return MemoryPattern.FLAT, f"no growth (slope {slope * 3600 * 100:.1f}%/h)"
 
 
 class OomCause(StrEnum):
@@ -131,7 +143,7 @@ class OomJudgement:
     verdict: Verdict
     cause: OomCause
     oom_hosts: list[str]
-    patterns: Mapping[str, tuple[str, str]]  # host -> (pattern, detail)
+    patterns: Mapping[str, tuple[MemoryPattern, str]]  # host -> (pattern, detail)
     peaks: Mapping[str, float]
     period: int | None
     replica0: frozenset[str]
@@ -139,7 +151,7 @@ class OomJudgement:
     spiky: list[str]
     all_nodes: bool
     target: list[str]
-    pattern: str  # the first target host's pattern
+    pattern: MemoryPattern  # the first target host's pattern
     simultaneous: bool
     spike_starts: list[float]
     spike_step: int | None
@@ -190,12 +202,12 @@ def judge_oom(data: OomSeries, facts: OomFacts, th: Thresholds) -> OomJudgement:
     replica0: set[str] = set()
     if dcn.isdigit() and int(dcn) > 1:
         replica0 = set(nodes[: max(1, len(nodes) // int(dcn))])
-    spiky = sorted(h for h, p in patterns.items() if p[0] in ("periodic", "spike"))
+    spiky = sorted(h for h, p in patterns.items() if p[0] in (MemoryPattern.PERIODIC, MemoryPattern.SPIKE))
     replica0_pattern = bool(replica0) and bool(spiky) and set(spiky) <= replica0
     all_nodes = len(oom_hosts) >= max(2, len(fr)) and len(fr) > 1
 
     target = oom_hosts or sorted(peaks, key=lambda h: -peaks[h])[:1]
-    pat = patterns.get(target[0], ("flat", ""))[0] if target else "flat"
+    pat = patterns.get(target[0], (MemoryPattern.FLAT, ""))[0] if target else MemoryPattern.FLAT
     # The fatal excursion of each target host: the last one before its series ends.
     fatal: dict[str, tuple[float, float, float]] = {}
     for h in target:
@@ -213,7 +225,7 @@ def judge_oom(data: OomSeries, facts: OomFacts, th: Thresholds) -> OomJudgement:
         spike_step = (before[-1] + 1) if before else None
     if not oom_hosts:
         cause = OomCause.NONE
-    elif pat == "ramp":
+    elif pat == MemoryPattern.RAMP:
         cause = OomCause.RAMP
     elif simultaneous and not ck_related:
         cause = OomCause.SIMULTANEOUS
@@ -322,7 +334,7 @@ def oom_root_and_chain(j: OomJudgement) -> tuple[str, list[str]]:
         chain = ["checkpoint save (D2H copy of parameters)", "host RAM peak", "OOM killer"]
     else:
         root = f"Sudden memory spike on {hosts} not aligned with a checkpoint: data-loading burst or XLA recompilation."
-        if j.pattern == "periodic":
+        if j.pattern == MemoryPattern.PERIODIC:
             root = (
                 f"Memory excursions on {hosts}; the fatal one was not at a checkpoint step: "
                 "data-loading burst or XLA recompilation rather than a checkpoint save."
