@@ -672,7 +672,8 @@ def write_job(
     """Write `<id>-<name>.log` and `<id>-<name>/` (log link, ray_logs, prometheus blocks).
 
     `hang_chatter_s`: during a hang (and a pause), the head's raylet prints a dated state dump this
-    often, as real hung RAY=1 jobs do; a replay's clock (`jobdiagd backtest`) then sees the hang last.
+    often, as real hung RAY=1 jobs do (without Ray: task 0's pending-event logger, during a hang);
+    a replay's clock (`jobdiagd backtest`) then sees the hang last.
     `extra["unforwarded_end"]` (RAY=1): Ray stopped forwarding the training processes' output
     after the last step, so what they print at the end (the heartbeat error) is in the head's
     worker log only, and the job log goes on with the job script's undated lines (each node's
@@ -689,8 +690,8 @@ def write_job(
     lines = _log_head(sim, stem, port=port, ray=ray)
     worker = _nccl_waves(sim)
     _add_steps(sim, lines, worker, ray=ray)
-    if hang_chatter_s and ray:
-        lines += _raylet_chatter(sim, hang_chatter_s)
+    if hang_chatter_s:
+        lines += _raylet_chatter(sim, hang_chatter_s) if ray else _stall_chatter(sim, hang_chatter_s)
         lines.sort(key=_line_time)
     failure = _failure_lines(sim)
     if ray and sc.extra.get("unforwarded_end"):
@@ -824,6 +825,25 @@ def _raylet_chatter(sim: JobSim, every_s: float) -> list[str]:
                 "NodeManager: [state-dump] Node ID: 5f1e0a1b2c3d4e5f"
             )
             t += every_s
+    return out
+
+
+def _stall_chatter(sim: JobSim, every_s: float) -> list[str]:
+    """Without Ray: task 0's PjRt pending-event logger, dated, while the hang lasts (the collective
+    never completes), so a replay's clock sees the hang last too."""
+    if not sim.hang:
+        return []
+    out: list[str] = []
+    t = sim.train_end + every_s
+    while t < sim.train_end + sim.sc.hang_s:
+        waited = int(t - sim.train_end)
+        out.append(
+            "0: "
+            + _absl(t).replace("I", "W", 1).replace("metric_logger.py:232", "pending_event_logger.cc:88")
+            + f"pending_event_logger: 1 event(s) still pending after {waited}s: "
+            "PjRtStreamExecutorBuffer::BlockHostUntilReady (device 0)"
+        )
+        t += every_s
     return out
 
 

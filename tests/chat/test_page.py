@@ -147,3 +147,24 @@ def test_a_ray_jobs_page_says_what_the_gpus_say_in_its_lead() -> None:
         "**Next:** Kill the job: scancel 7.",
     ]
     assert p.more == "- **paged early**: yes"  # the summary said what the lead says
+
+
+def test_a_tgs_page_names_the_slow_host_with_its_evidence_in_its_lead() -> None:
+    from jobdiagd.detectors.tgs import KIND as TGS
+
+    body = (
+        "TGS 3000 → 2400, -20% over steps 20–44 (constant-drop)\n\n- **detector**: tgs\n- **step**: 44\n"
+        "- **pattern**: constant-drop\n- **change**: -20.0%\n"
+        "- **slow host**: r003 (RDMA retransmits 13.1/s vs the other hosts' median 0/s (higher))\n"
+        "- **suspect host**: r003"
+    )
+    p = page(body, job_id="8110", kind=TGS)
+    assert p.lead.splitlines() == [
+        "TGS 3000 → 2400, -20% over steps 20–44 (constant-drop)",
+        "Slow host: r003 (RDMA retransmits 13.1/s vs the other hosts' median 0/s (higher))",
+    ]
+    assert "suspect host" not in p.more and "slow host" not in p.more  # said once, in the lead
+    uniform = body.split("- **slow host**")[0] + "- **slow host**: no host stands out among 5 on GPU power"
+    assert page(uniform, job_id="8111", kind=TGS).lead.splitlines()[-1] == (
+        "Slow host: no host stands out among 5 on GPU power"
+    )

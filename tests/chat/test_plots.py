@@ -17,13 +17,16 @@ from jobdiagd.chat.plots import (
     MAX_POINTS,
     WIDTH_PX,
     HostSeries,
+    HostStrip,
     IncidentMarks,
     PowerBands,
     PowerStrip,
     StepChart,
     StepPoint,
+    StripPanel,
     describe_strip,
     downsample,
+    host_strip_figure,
     odd_groups,
     render,
     split_hosts,
@@ -362,3 +365,31 @@ def test_pale_shadings_survive_the_palette() -> None:
     background = img.getpixel((5, HEIGHT_PX // 2))
     assert background == (255, 255, 255)
     assert stall != background and stall[0] > stall[1]  # a visible red tint
+
+
+# --- host strip (a TGS slide's slow host) ------------------------------------------------------------
+
+
+def _host_strip(named: tuple[str, ...]) -> HostStrip:
+    power = tuple(_host(f"r{i:03d}", lambda t: 560.0) for i in range(1, 6))
+    rdma = tuple(
+        HostSeries(h.host, h.times, tuple(25.0 if h.host == "r003" else 0.05 for _ in h.times)) for h in power
+    )
+    panels = (StripPanel("GPU power", "W", power), StripPanel("RDMA retransmits", "/s", rdma))
+    return HostStrip("Hosts during the slide · job 1", panels, named, START, END, subtitle="r003 stands out")
+
+
+def test_the_host_strip_draws_the_named_host_apart_from_its_peers() -> None:
+    fig = host_strip_figure(_host_strip(("r003",)))
+    power, rdma = fig.axes
+    assert rdma.get_ylabel() == "RDMA retransmits (/s)" and power.get_ylabel() == "GPU power (W)"
+    lines = {round(float(max(line.get_ydata())), 2): line.get_color() for line in rdma.get_lines()}
+    assert (
+        lines[25.0] == "#d62728" and lines[0.05] == "#1f77b4"
+    )  # r003 in red, the four peers' median in blue
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert labels == ["4 hosts: median", "their min–max", "r003 (stands out)"]
+    png = render(_host_strip(()))
+    assert decode(png).size == (WIDTH_PX, HEIGHT_PX) and len(png) < BUDGET
+    empty = host_strip_figure(HostStrip("t", (), (), START, END))
+    assert any("no per-host samples" in t.get_text() for ax in empty.axes for t in ax.texts)

@@ -213,3 +213,43 @@ def test_without_gpu_evidence_a_root_cause_still_supersedes_the_stall() -> None:
     job.feed("1: [Node 1 @ node002] oom-kill event: Killed process 4242 (python3) total-vm:1TB", last + 1.0)
     f = one(det.check(job.view, last + 121.0))
     assert f.resolved and f.summary.startswith("superseded: the stall is a consequence of oom-host")
+
+
+def test_a_site_prometheus_arms_the_early_page_of_every_job_slurm_placed() -> None:
+    """The first budget of a job an early page may ask about is never put off (`MAX_FIRST_BUDGETS`):
+    a RAY=1 job (its own Prometheus) and, with [site_prometheus], any job whose nodes Slurm names."""
+    from jobdiagd.sources.slurm_parse import SlurmJob
+
+    def view(ray: bool, nodes: str) -> JobView:
+        state = LogState("/x/7002-JAX-t.log", ref_time=T0)
+        for i, ln in enumerate(
+            L.header_lines(
+                job_id="7002",
+                name="JAX-t",
+                nnodes=2,
+                nodelist="node[001-002]",
+                jax_port=1,
+                ray_port=6379 if ray else None,
+                passthrough={"steps": 1000},
+                model="m",
+            ),
+            1,
+        ):
+            state.feed(ln, i)
+        slurm = SlurmJob("7002", "JAX-t", "alice", "RUNNING", "gpu", nodes=nodes)
+        ref = JobRef("7002", "JAX-t", None, Path("/x/7002-JAX-t.log"), "slurm")
+        v = JobView(key="7002", ref=ref, first_seen=T0, main=state, policy=POLICY, slurm=slurm)
+        v.note_read(T0)
+        return v
+
+    for ray, nodes, site, armed in (
+        (True, "", False, True),
+        (False, "node[001-002]", False, False),
+        (False, "node[001-002]", True, True),
+        (False, "", True, False),  # pending in Slurm: no node to ask about
+    ):
+        det = HangDetector(POLICY, RULE, first_budgets=0, site=site)
+        v = view(ray, nodes)
+        assert det.has_gpu_source(v) is armed
+        det.check(v, T0 + 1)
+        assert (det.budget_state("7002") is not None) is armed, (ray, nodes, site)

@@ -393,3 +393,77 @@ async def test_the_daemon_loop_pages_between_full_ticks(tmp_path: Path, first: G
         await loop
         await d.enricher.close()
         d.close()
+
+
+# --- the site Prometheus as the second source ------------------------------------------------------------
+
+
+def site_jobs(cfg: Config) -> Any:
+    """A checked site source whose server does not answer (no Prometheus in a unit test): every
+    verdict it gives is `no-data` naming the site."""
+    from jobdiagd.service.site_source import SiteJobs, build_site_source
+    from jobdiagd.tsdb.access import free_loopback_port
+
+    site_cfg = loads(
+        f'[site_prometheus]\nenabled = true\nurl = "http://127.0.0.1:{free_loopback_port()}"\n'
+        "scrape_interval_seconds = 15\n"
+    )
+    src = build_site_source(site_cfg)
+    assert src is not None
+    return SiteJobs(site_cfg, src)
+
+
+def placed(view: JobView, nodes: str = "node[001-002]") -> JobView:
+    from jobdiagd.sources.slurm_parse import SlurmJob
+
+    view.slurm = SlurmJob(view.key, "JAX-t", "alice", "RUNNING", "gpu", nodes=nodes)
+    return view
+
+
+async def test_a_job_without_its_own_prometheus_is_asked_on_the_site_at_its_interval(tmp_path: Path) -> None:
+    cfg = cfg_for(tmp_path)
+    det = HangDetector(policy_from_config(cfg), early_rule_from_config(cfg), site=True)
+    view, last, det = stalled_view("7220", cfg, ray=False, det=det)
+    view = placed(view)
+    stub = Stub(BUSY)
+    early = confirmer(cfg, stub)
+    early.site = site_jobs(cfg)
+    early.poll({"7220": view}, last + EARLY_AT, [det])
+    await settle()
+    for _ in range(50):
+        if view.gpu_check is not None:
+            break
+        await asyncio.sleep(0.02)
+    assert stub.calls == []  # no Prometheus of its own
+    memo = view.gpu_check
+    assert memo is not None and memo.verdict.state is GpuHangState.NO_DATA
+    assert "site Prometheus" in memo.verdict.summary and not early.wake.is_set()
+    assert early.site.source.answers == 1
+    assert early.next_poll_at() == last + EARLY_AT + 15  # the site's scrape interval, not the job's
+    await early.site.close()
+
+
+async def test_a_ray_jobs_own_prometheus_comes_first_and_the_site_answers_its_no_data(tmp_path: Path) -> None:
+    cfg = cfg_for(tmp_path)
+    view, last, det = stalled_view("7221", cfg)
+    view = placed(view)
+    own = Stub(GpuVerdict(GpuHangState.NO_DATA, "no hw_gpu_power_watts on node001", T0))
+    early = confirmer(cfg, own)
+    early.site = site_jobs(cfg)
+    early.poll({"7221": view}, last + EARLY_AT, [det])
+    for _ in range(50):
+        if view.gpu_check is not None:
+            break
+        await asyncio.sleep(0.02)
+    assert len(own.calls) == 1 and early.site.source.answers == 1
+    memo = view.gpu_check
+    assert memo is not None and "no hw_gpu_power_watts" in memo.verdict.summary  # both unknown: its own said
+    training = Stub(GpuVerdict(GpuHangState.TRAINING, "training", T0))
+    view2, last2, det2 = stalled_view("7222", cfg)
+    view2 = placed(view2)
+    early2 = confirmer(cfg, training)
+    early2.site = early.site
+    early2.poll({"7222": view2}, last2 + EARLY_AT, [det2])
+    await settle()
+    assert len(training.calls) == 1 and early.site.source.answers == 1  # an answer of its own: no site query
+    await early.site.close()

@@ -68,6 +68,38 @@ async def test_the_bridge_renders_the_digest_picture_in_its_worker() -> None:
     try:
         (png,) = await bridge.render(json.loads(json.dumps(plots_bridge.goodput_payload(GOODPUT))))
         assert png == render_goodput(GOODPUT)  # the same bytes as in process
-        assert await bridge.render({"type": plots_bridge.GOODPUT, "spec": {"title": "x"}}) == []  # bad: no picture
+        assert (
+            await bridge.render({"type": plots_bridge.GOODPUT, "spec": {"title": "x"}}) == []
+        )  # bad: no picture
     finally:
         await bridge.close()
+
+
+def test_the_host_strip_round_trips_through_strict_json() -> None:
+    import math
+    from pathlib import Path
+
+    from jobdiagd.model.jobref import JobRef
+    from jobdiagd.model.plotdata import HostSeries
+    from jobdiagd.service.jobs import JobView
+    from jobdiagd.tsdb.site import SlideAnswer
+    from jobdiagd.tsdb.slow_host import judge_slow_hosts
+
+    times = tuple(1000.0 + 15 * i for i in range(9))
+    rdma = tuple(
+        HostSeries(f"r00{i}", times, tuple(25.0 if i == 3 else 0.05 for _ in times)) for i in range(1, 6)
+    )
+    power = tuple(
+        HostSeries(h.host, times, (float("nan"), *(560.0 for _ in times[1:])), gpus=8) for h in rdma
+    )
+    series = {"power": power, "rdma_retrans": rdma}
+    slide = SlideAnswer(True, times[0], times[-1], series)
+    verdict = judge_slow_hosts(series, start=times[0], end=times[-1])
+    view = JobView(key="8110", ref=JobRef("8110", "x", None, Path("/o/8110-x.log"), "slurm"), first_seen=0.0)
+    payload = json.loads(json.dumps(plots_bridge.host_strip_payload(slide, verdict, view), allow_nan=False))
+    strip = plots_bridge.picture_from_payload(payload)
+    assert isinstance(strip, plots_bridge.HostStrip)
+    assert strip.named == ("r003",) and [p.label for p in strip.panels] == ["GPU power", "RDMA retransmits"]
+    assert math.isnan(strip.panels[0].series[0].mean[0])  # a silent sample stays one
+    assert strip.panels[1].series[2].mean == rdma[2].mean
+    assert strip.title == "Hosts during the slide · job 8110" and "r003" in (strip.subtitle or "")

@@ -32,6 +32,7 @@ def test_the_stages_run_in_the_documented_order() -> None:
         "keep resolution",
         "stamp",
         "enrich or hold",
+        "slow host",
         "observe",
         "end jobs",
         "enqueue",

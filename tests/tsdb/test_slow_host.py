@@ -126,3 +126,21 @@ def test_the_host_with_most_metrics_comes_first_and_the_window_is_respected() ->
     # Outside the window nothing counts; a host with too few samples inside it is left out.
     assert host_means(flat({"x": 1.0}), 1000.0, 2000.0, 2) == {}
     assert judge_slow_hosts(series, start=1000.0, end=2000.0, policy=SlowHostPolicy()).hosts == ()
+
+
+def test_the_live_window_is_the_detectors_recent_steps_within_bounds() -> None:
+    from jobdiagd.tsdb.slow_host import MAX_WINDOW_S, slide_window
+
+    arrivals = {k: 1000.0 + 6.0 * k for k in range(100)}  # 6 s steps
+    # The last 10 steps (the TGS detector's recent window) were read from step 89 on.
+    assert slide_window(arrivals, 99, 1600.0, recent_steps=10, scrape_interval_s=15.0) == (1534.0, 1600.0)
+    # Read all at once (a catch-up): at least four scrape intervals.
+    same = dict.fromkeys(range(100), 1590.0)
+    assert slide_window(same, 99, 1600.0, recent_steps=10, scrape_interval_s=15.0) == (1540.0, 1600.0)
+    # A slow job's ten steps: cut to MAX_WINDOW_S.
+    slow = {k: 1000.0 + 600.0 * k for k in range(20)}
+    assert slide_window(slow, 19, 12_400.0, recent_steps=10, scrape_interval_s=15.0) == (
+        12_400.0 - MAX_WINDOW_S,
+        12_400.0,
+    )
+    assert slide_window({}, None, 100.0, recent_steps=10, scrape_interval_s=15.0) == (40.0, 100.0)

@@ -56,6 +56,48 @@ def source_recovered(name: str, since: float, now: float) -> Notice:
     )
 
 
+# -- the site Prometheus ([site_prometheus], rules SITE-6, SITE-7) ----------------------------
+
+
+def site_prometheus_degraded(server: str, error: str | None, since: float) -> Notice:
+    """One per episode, whatever the number of jobs asking (rule SITE-6)."""
+    return Notice(
+        f"site-prometheus-degraded:{int(since)}",
+        "site Prometheus degraded",
+        f"The site Prometheus `{server}` is not answering ({error}). GPU confirmation of hangs and "
+        "the slow-host comparison are unknown until it does; hangs are still paged by the step "
+        "budget. The daemon will say when it answers again.",
+        "warning",
+    )
+
+
+def site_prometheus_recovered(server: str, since: float, now: float) -> Notice:
+    return Notice(
+        f"site-prometheus-recovered:{int(since)}",
+        "site Prometheus recovered",
+        f"The site Prometheus `{server}` answers again (not answering for {rounded_duration(now - since)}).",
+    )
+
+
+def site_prometheus_unusable(
+    server: str, errors: Sequence[str], now: float, *, map_check: bool = True
+) -> Notice:
+    """The daemon runs without the site source: its metric map does not match (the start-up check,
+    rule SITE-7), or its settings cannot be used (a secret that cannot be read)."""
+    lines = "\n".join(f"- {e}" for e in errors[:10])
+    more = f"\n- … and {len(errors) - 10} more" if len(errors) > 10 else ""
+    why = "the check of its metric map failed" if map_check else "its settings cannot be used"
+    fix = "the names in `[site_prometheus.metrics]`" if map_check else "`[site_prometheus]`"
+    return Notice(
+        f"site-prometheus-unusable:{int(now)}",
+        "site Prometheus not used",
+        f"`[site_prometheus]` ({server}) is not used: {why}:\n{lines}{more}\n\n"
+        "Jobs without their own Prometheus get no GPU-confirmed early page and no slow-host "
+        f"comparison; hangs are still paged by the step budget. Fix {fix} and restart the daemon.",
+        "warning",
+    )
+
+
 # -- a job's files ---------------------------------------------------------------------------
 
 

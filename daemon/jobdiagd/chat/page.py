@@ -7,7 +7,8 @@ laid out as:
 
 - the lead: what happened in one line (the `triage` fact, else the summary), how long it is
   stalled (with the budget and phase; unless the first line says it), the last step against the expected one, what the GPUs
-  say (a RAY=1 job's verdict) and the suspect host they named, and the first next step;
+  say (a RAY=1 job's verdict) and the suspect host they named (a TGS slide: the slow host with
+  its evidence, or why none is named), and the first next step;
 - then the other facts and the evidence, which a cut may drop (Full triage and the thread
   carry them).
 
@@ -35,6 +36,7 @@ from pathlib import PurePath
 
 from jobdiagd.alerts.incidents import FindingBody, parse_finding_body
 from jobdiagd.triage.resolve import parse_dirname
+from jobdiagd.tsdb.slow_host import SLOW_HOST_FACT
 
 LATE_AFTER_S = 60.0
 
@@ -47,6 +49,7 @@ LAST_STEP = "last step"
 EXPECTED = "expected step"
 GPUS = "GPU verdict"
 SUSPECT = "suspect host"
+SLOW = SLOW_HOST_FACT  # a TGS slide's host comparison (service.site_source)
 NEXT = "next step 1"
 NAME_FACTS = ("job name", "name")
 LOG = "log"
@@ -103,7 +106,7 @@ def _step_line(facts: dict[str, str]) -> str | None:
 
 def _lead(body: FindingBody, facts: dict[str, str], as_of: str | None) -> tuple[list[str], set[str]]:
     """The lead's lines and the labels it used."""
-    used = {WHAT, STALLED, BUDGET, PHASE, LAST_STEP, EXPECTED, GPUS, SUSPECT, NEXT}
+    used = {WHAT, STALLED, BUDGET, PHASE, LAST_STEP, EXPECTED, GPUS, SUSPECT, SLOW, NEXT}
     what = _value(facts, WHAT) or body.summary
     lines = [what]
     stalled = _value(facts, STALLED)
@@ -119,8 +122,11 @@ def _lead(body: FindingBody, facts: dict[str, str], as_of: str | None) -> tuple[
     gpus = _value(facts, GPUS)
     if gpus is not None:
         lines.append(f"GPUs: {gpus}")
+    slow = _value(facts, SLOW)
     suspect = _value(facts, SUSPECT)
-    if suspect is not None:
+    if slow is not None:
+        lines.append(f"Slow host: {slow}")  # names the suspect hosts with their evidence
+    elif suspect is not None:
         lines.append(f"Suspect host: {suspect}")
     nxt = _value(facts, NEXT)
     if nxt is not None:

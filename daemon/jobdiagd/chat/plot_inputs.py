@@ -14,25 +14,30 @@ Decisions where the issue is silent:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from jobdiagd.durations import rounded_duration
 from jobdiagd.model.kinds import TgsPattern
 from jobdiagd.model.plotdata import (
     HostSeries,
+    HostStrip,
     IncidentMarks,
     MarkKind,
     PowerBands,
     PowerStrip,
     StepChart,
     StepPoint,
+    StripPanel,
 )
 from jobdiagd.model.records import StepRecord
 from jobdiagd.model.triage import CheckpointConfig, TgsAnalysis
 from jobdiagd.triage.tgs import BASELINE_FROM, BASELINE_TO
 from jobdiagd.tsdb.settings import GpuProfile, Thresholds
+from jobdiagd.tsdb.slow_host import RULES, SlowHostVerdict
 
 MAX_MARKS = 400
+MAX_STRIP_PANELS = 3
+SUBTITLE_CHARS = 120  # a picture's subtitle line (chat.plots wraps at 125)
 TITLE_MAX = 64
 
 HistoryItem = StepRecord | StepPoint | tuple[int, float | None, float | None]
@@ -229,4 +234,41 @@ def power_strip(
         since=last_step_at,
         since_label=label,
         notes=tuple(notes),
+    )
+
+
+def host_strip(
+    series: Mapping[str, Sequence[HostSeries]],
+    verdict: SlowHostVerdict,
+    *,
+    title: str,
+    start: float,
+    end: float,
+) -> HostStrip:
+    """The slow-host strip of a TGS slide: GPU power first, then each metric a named host stands out
+    on (at most `MAX_STRIP_PANELS` panels); with no host named, GPU power and utilization (a
+    uniform slide shows as every host moving together)."""
+    roles = ["power"]
+    for d in verdict.deviations:
+        if d.role not in roles:
+            roles.append(d.role)
+    if not verdict.hosts:
+        roles.append("util")
+    panels = tuple(
+        StripPanel(RULES[role].label, RULES[role].unit, tuple(series[role]))
+        for role in roles
+        if role in RULES and series.get(role)
+    )[:MAX_STRIP_PANELS]
+    # The subtitle (two lines) carries the verdict; the evidence is repeated in the picture only
+    # when the subtitle cannot hold it.
+    long = len(verdict.summary) > 2 * SUBTITLE_CHARS
+    notes = tuple(f"{h}: {ln}" for h in verdict.hosts for ln in verdict.evidence.get(h, ())) if long else ()
+    return HostStrip(
+        title=title,
+        panels=panels,
+        named=verdict.hosts,
+        start=start,
+        end=end,
+        subtitle=verdict.summary,
+        notes=notes,
     )

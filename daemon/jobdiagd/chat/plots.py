@@ -53,12 +53,14 @@ from PIL import Image
 from jobdiagd.durations import rounded_duration
 from jobdiagd.model.plotdata import (
     HostSeries,
+    HostStrip,
     IncidentMarks,
     MarkKind,
     PowerBands,
     PowerStrip,
     StepChart,
     StepPoint,
+    StripPanel,
 )
 
 __all__ = [
@@ -66,15 +68,19 @@ __all__ = [
     "MAX_POINTS",
     "WIDTH_PX",
     "HostSeries",
+    "HostStrip",
     "IncidentMarks",
     "MarkKind",
     "PowerBands",
     "PowerStrip",
     "StepChart",
     "StepPoint",
+    "StripPanel",
     "describe_strip",
     "downsample",
+    "host_strip_figure",
     "render",
+    "render_host_strip",
     "render_power_strip",
     "render_step_chart",
     "odd_groups",
@@ -710,10 +716,10 @@ def odd_groups(power: HostGroups, util: HostGroups) -> list[tuple[str, tuple[str
     return sorted(((r, tuple(h)) for r, h in by_reason.items()), key=lambda g: (-len(g[1]), g[1][0]))
 
 
-def _strip_time_axis(ax: Axes, strip: PowerStrip) -> None:
-    span_min = max((strip.end - strip.start) / 60.0, 1.0)
+def _strip_time_axis(ax: Axes, start: float, end: float, min_minutes: float = 1.0) -> None:
+    span_min = max((end - start) / 60.0, min_minutes)
     ax.set_xlim(-span_min, span_min * 0.01)
-    stamp = _dt.datetime.fromtimestamp(strip.end, tz=_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    stamp = _dt.datetime.fromtimestamp(end, tz=_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     ax.set_xlabel(f"minutes before {stamp}", fontsize=F_LABEL)
     ax.xaxis.set_major_locator(MaxNLocator(nbins=8, steps=[1, 2, 5, 10]))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:g}".replace("-", "−")))
@@ -790,7 +796,7 @@ def strip_figure(strip: PowerStrip) -> Figure:
     ax_u.set_ylabel("GPU utilization (%)", fontsize=F_LABEL)
     ax_p.tick_params(labelbottom=False)
     ax_u.yaxis.set_major_locator(MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10]))
-    _strip_time_axis(ax_u, strip)
+    _strip_time_axis(ax_u, strip.start, strip.end)
     if strip.since is not None and strip.start <= strip.since <= strip.end:
         xs = (strip.since - strip.end) / 60.0
         for ax in (ax_p, ax_u):
@@ -866,10 +872,85 @@ def describe_strip(strip: PowerStrip) -> str | None:
     return f"{head} — {verdict}{note}"
 
 
-def render(spec: StepChart | PowerStrip) -> bytes:
-    """PNG bytes of either picture (what the worker process runs)."""
+# --- host strip (the slow host of a TGS slide) -------------------------------------------------------
+
+
+def _host_panel(ax: Axes, panel: StripPanel, strip: HostStrip) -> list[Line2D | Patch]:
+    """One metric: the peers' median and band, each named host in its colour; returns the legend
+    entries (the first panel's are the figure's legend)."""
+    legend: list[Line2D | Patch] = []
+    grid = _grid(panel.series)
+    if grid.size == 0 or not any(_finite(hs.mean) for hs in panel.series):
+        ax.text(0.5, 0.5, f"no {panel.label} samples", transform=ax.transAxes, ha="center", va="center")
+        return legend
+    peers = [hs for hs in panel.series if hs.host not in strip.named]
+    if peers:
+        med, lo, hi = _typical_band(peers, grid)
+        x = (grid - strip.end) / 60.0
+        ax.fill_between(x, lo, hi, color=C_TYPICAL, alpha=0.22, linewidth=0, zorder=2)
+        ax.plot(x, med, color=C_TYPICAL, linewidth=2.2, zorder=4)
+        n = len(peers)
+        who = "the other host" if n == 1 and strip.named else f"{n} host{'s' if n != 1 else ''}"
+        legend.append(Line2D([], [], color=C_TYPICAL, linewidth=2.2, label=f"{who}: median"))
+        legend.append(Patch(color=C_TYPICAL, alpha=0.3, label="their min–max"))
+    for host, color in zip(strip.named, HOST_COLORS, strict=False):
+        for hs in panel.series:
+            if hs.host == host:
+                ax.plot(
+                    (_arr(hs.times) - strip.end) / 60.0, _arr(hs.mean), color=color, linewidth=2.6, zorder=5
+                )
+        legend.append(Line2D([], [], color=color, linewidth=2.6, label=f"{host} (stands out)"))
+    ax.set_ylabel(f"{panel.label} ({panel.unit})", fontsize=F_LABEL - 2)
+    ax.set_ylim(*_robust_limits([v for hs in panel.series for v in (*hs.mean, *hs.high)]))
+    return legend
+
+
+def host_strip_figure(strip: HostStrip) -> Figure:
+    """The slow-host strip as a Figure (tests inspect its artists; `render_host_strip` encodes it)."""
+    fig = _new_figure()
+    header_px = _header(fig, strip.title, strip.subtitle)
+    if not strip.panels:
+        _placeholder(fig, "no per-host samples in this window")
+        return fig
+    n = len(strip.panels)
+    gs = fig.add_gridspec(n, 1, hspace=0.12, left=0.10, right=0.97, top=0.80, bottom=0.08)
+    axes: list[Axes] = []
+    for i in range(n):
+        ax = fig.add_subplot(gs[i], sharex=axes[0] if axes else None)
+        _style(ax)
+        axes.append(ax)
+    legend: list[Line2D | Patch] = []
+    for ax, panel in zip(axes, strip.panels, strict=True):
+        entries = _host_panel(ax, panel, strip)
+        legend = legend or entries
+        if ax is not axes[-1]:
+            ax.tick_params(labelbottom=False)
+    _strip_time_axis(axes[-1], strip.start, strip.end, min_minutes=0.1)
+    if strip.notes:
+        axes[-1].text(
+            0.005,
+            0.97,
+            "\n".join(_cut(note, 110) for note in strip.notes[:4]),
+            transform=axes[-1].transAxes,
+            ha="left",
+            va="top",
+            fontsize=F_NOTE - 3,
+            color="#555555",
+        )
+    _legend_and_top(fig, gs, legend, header_px, 0.10)
+    return fig
+
+
+def render_host_strip(strip: HostStrip) -> bytes:
+    return _png(host_strip_figure(strip))
+
+
+def render(spec: StepChart | PowerStrip | HostStrip) -> bytes:
+    """PNG bytes of any picture (what the worker process runs)."""
     if isinstance(spec, StepChart):
         return render_step_chart(spec)
     if isinstance(spec, PowerStrip):
         return render_power_strip(spec)
+    if isinstance(spec, HostStrip):
+        return render_host_strip(spec)
     raise TypeError(f"cannot render {type(spec).__name__}")

@@ -25,11 +25,11 @@ from typing import Literal
 import structlog
 
 from jobdiagd.goodput.report import GoodputChart
-from jobdiagd.model.plotdata import PowerStrip, StepChart
+from jobdiagd.model.plotdata import HostStrip, PowerStrip, StepChart
 
 log = structlog.get_logger(__name__)
 
-Spec = StepChart | PowerStrip | GoodputChart
+Spec = StepChart | PowerStrip | HostStrip | GoodputChart
 Mode = Literal["process", "thread"]
 
 
@@ -112,7 +112,7 @@ class PlotRenderer:
         return await fut
 
     async def render(self, spec: Spec) -> bytes:
-        if not isinstance(spec, StepChart | PowerStrip | GoodputChart):
+        if not isinstance(spec, StepChart | PowerStrip | HostStrip | GoodputChart):
             raise TypeError(f"cannot render {type(spec).__name__}")
         try:
             async with asyncio.timeout(self.timeout_s):

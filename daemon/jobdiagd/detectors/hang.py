@@ -24,12 +24,13 @@ rule VIEW-1): triage itself concludes `hanging`, with this budget, and its next 
 The same knowledge reaches every other reader of the job (the view's `stall_source`, the
 chat's Full triage), so none of them can contradict the page.
 
-Early page (RAY=1 live jobs, `[tsdb] early_page`): once the expected step is overdue by
+Early page (`[tsdb] early_page`; live jobs with a GPU source: a RAY=1 job's own Prometheus, or the
+site Prometheus of `[site_prometheus]` for every job Slurm placed): once the expected step is overdue by
 `early_overdue_factor` x steady step time + `early_overdue_slack_s` (`HangDetector.early_due_at`;
 armed only in the steady and checkpoint phases, i.e. once this run's steady step time is known,
-and only when that comes before the step budget), the service asks the job's Prometheus and
-leaves an `EarlyMemo` with the `tsdb.gpu_hang` verdict for the current last step on the view
-(`gpu_check`). A confirmed verdict
+and only when that comes before the step budget), the service asks the job's Prometheus (else
+the site's) and leaves an `EarlyMemo` with the `tsdb.gpu_hang` verdict for the current last step
+on the view (`gpu_check`). A confirmed verdict
 makes the stall a page now, as a GPU-confirmed hang naming the mechanism and the suspect
 host(s); it stays confirmed for that step (no flapping back to "resumed" while no step came)
 until a newer step is read. Without a confirmed verdict nothing changes: the step budget pages.
@@ -122,10 +123,17 @@ class HangDetector:
     on_gpu_check = True
 
     def __init__(
-        self, policy: StallPolicy, early: EarlyRule | None = None, first_budgets: int = MAX_FIRST_BUDGETS
+        self,
+        policy: StallPolicy,
+        early: EarlyRule | None = None,
+        first_budgets: int = MAX_FIRST_BUDGETS,
+        *,
+        site: bool = False,
     ) -> None:
         self.policy = policy
         self.early = early
+        # A site Prometheus ([site_prometheus]) is a GPU source for every job Slurm placed.
+        self.site = site
         # A steady-state refresh is optional work: at most `MAX_REFRESHES` per tick.
         self._ration = RefreshRation(MAX_REFRESHES)
         self._first_ration = RefreshRation(first_budgets)
@@ -283,9 +291,16 @@ class HangDetector:
         return (
             view.key not in self._budgets
             and gap <= self.policy.shortest_budget
-            and not (self.early is not None and view.is_ray())
+            and not (self.early is not None and self.has_gpu_source(view))
             and not self._first_ration.spend(now)
         )
+
+    def has_gpu_source(self, view: WatchedJob) -> bool:
+        """Whether an early page may ask some Prometheus about the job's GPUs: its own (RAY=1), or
+        the site's for a job whose nodes Slurm names."""
+        if view.is_ray():
+            return True
+        return self.site and view.slurm is not None and bool(view.slurm.nodes)
 
     def _gpu_evidence(self, view: WatchedJob, gap: float, budget: Budget, now: float) -> GpuVerdict | None:
         """The confirmed GPU verdict that pages this stall now (before or past the budget), if any.
@@ -439,7 +454,9 @@ def idle_status(view: WatchedJob) -> StatusPart:
 SPEC = DetectorSpec(
     NAME,
     True,
-    lambda cfg: HangDetector(policy_from_config(cfg), early_rule_from_config(cfg)),
+    lambda cfg: HangDetector(
+        policy_from_config(cfg), early_rule_from_config(cfg), site=cfg.site_prometheus.enabled
+    ),
     "training steps stopped: last step vs projection, phase-aware budget (triage.stall)",
     idle_status,
 )

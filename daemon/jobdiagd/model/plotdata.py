@@ -116,3 +116,27 @@ class PowerStrip:
     since_label: str = "last step"
     subtitle: str | None = None
     notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class StripPanel:
+    """One metric of a host strip: its name, unit and one series per host."""
+
+    label: str
+    unit: str
+    series: tuple[HostSeries, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class HostStrip:
+    """Each host of a job over a TGS slide's window, one panel per metric (the slow-host judge's
+    evidence, `tsdb.slow_host`): the `named` hosts drawn on their own, their peers as one median
+    line with their min-max band. `start`/`end` are the window (epoch seconds)."""
+
+    title: str
+    panels: tuple[StripPanel, ...]
+    named: tuple[str, ...]
+    start: float
+    end: float
+    subtitle: str | None = None
+    notes: tuple[str, ...] = ()

@@ -27,16 +27,27 @@ tick). The TSDB is served read-only by a local Prometheus over a private copy of
 (WAL included, lock excluded), started only when a first query is due: the job's own directory
 is never opened for writing and its lock never touched. Without a Prometheus binary, or with
 no TSDB data, the replay goes on without the early page and says so in `early_note`.
+
+Site Prometheus (`--site-prometheus URL`, docs/site-prometheus.md): a job without TSDB data of
+its own (any job, RAY=1 or not) asks a site Prometheus instead, with `[site_prometheus]`'s map
+(profile, host rewrite, scrape interval) and the same bounded query the live daemon sends
+(`SitePrometheus.early_verdict`, evaluated at the virtual time). The job's nodes and id come from
+its log header (`JOB_NODELIST`, the job id): a finished job has no `scontrol -d` any more, so a
+shared node is told apart only by the exporter's job label (or `exclusive_nodes`), as live
+without GPU indices (rule SITE-4). The map is not checked at start (its check asks "now", and a
+replayed job's series are old): a wrong name shows as `no-data` verdicts.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import heapq
 import os
 import sys
 import tempfile
+import urllib.parse
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +55,7 @@ from typing import Any
 
 from jobdiagd import clock, jsonsafe
 from jobdiagd.alerts.incidents import IncidentBook
-from jobdiagd.config import Config, load_for_command
+from jobdiagd.config import Config, ConfigError, load_for_command
 from jobdiagd.detectors import Detector, EarlyMemo, early_memo
 from jobdiagd.detectors import build as build_detectors
 from jobdiagd.detectors.hang import EarlyRule, HangDetector, policy_from_config
@@ -69,14 +80,17 @@ from jobdiagd.rules.hostlist import expand_hostlist
 from jobdiagd.rules.slurm import end_state
 from jobdiagd.service.jobs import JobView
 from jobdiagd.service.judging import Judged, run_detectors
+from jobdiagd.service.site_source import placement_for, site_config
 from jobdiagd.triage.engine import analyze
 from jobdiagd.triage.resolve import ResolveError, job_access, list_jobs, resolve
 from jobdiagd.tsdb.access import FULL_COPY_EXCLUDES, AccessError, LocalPrometheus, copy_tsdb, tsdb_has_data
 from jobdiagd.tsdb.client import PromClient, PromError, Series
 from jobdiagd.tsdb.gpu_hang import GpuVerdict, gpu_query, judge, profile_for
 from jobdiagd.tsdb.settings import TsdbSettings
+from jobdiagd.tsdb.site import JobPlacement, SitePrometheus
 
 MAX_TICKS = 200_000  # a guard against a log whose clock jumps by years
+JOB_TSDB = "the job's TSDB"  # `JobReplay.early_source` of the job's own prometheus/
 
 
 @dataclass
@@ -122,6 +136,7 @@ class JobReplay:
     early_queries: int = 0  # early-page queries answered from the job's TSDB
     early_note: str | None = None  # why the early page could not be replayed, if it could not
     early_states: dict[str, int] = field(default_factory=dict)  # early verdicts by state
+    early_source: str | None = None  # what answered the early queries: the job's TSDB or a site Prometheus
     undated_lines: int = 0  # lines of an undated tail taken in at the job's end (their time is unknown)
     # What the replay fed, one state per file (main log first): the daemon's view at the end.
     states: list[LogState] = field(default_factory=list, repr=False)
@@ -141,6 +156,7 @@ class JobReplay:
             "early_queries": self.early_queries,
             "early_note": self.early_note,
             "early_states": dict(self.early_states),
+            "early_source": self.early_source,
             "undated_lines": self.undated_lines,
         }
 
@@ -177,8 +193,17 @@ def _files(ref: JobRef, ref_time: float, access: LogAccess) -> tuple[list[Path],
     return files, head
 
 
-def replay(ref: JobRef, cfg: Config, *, tick: float, ref_time: float, workers: int = 1) -> JobReplay:
-    """`workers` > 1: files over `FORK_MIN` are read by forked processes (see `read_timed_forked`)."""
+def replay(
+    ref: JobRef,
+    cfg: Config,
+    *,
+    tick: float,
+    ref_time: float,
+    workers: int = 1,
+    site_url: str | None = None,
+) -> JobReplay:
+    """`workers` > 1: files over `FORK_MIN` are read by forked processes (see `read_timed_forked`).
+    `site_url`: a site Prometheus answers the early queries of a job without TSDB data."""
     key = ref.job_id or ref.name or str(ref.log)
     result = JobReplay(job=key, log=str(ref.log) if ref.log else None)
     access = job_access(ref)
@@ -201,7 +226,7 @@ def replay(ref: JobRef, cfg: Config, *, tick: float, ref_time: float, workers: i
     if head is not None and len(states) > 1:
         view.head_host = head
         view.workers = {head: states[1:]}
-    run = _Run(ref, cfg, view, result, first + tick, tick, head, clocks)
+    run = _Run(ref, cfg, view, result, first + tick, tick, head, clocks, site_url=site_url)
     try:
         run.feed(events, states)
         end = max(first, *(fc.end for fc in clocks))
@@ -241,6 +266,8 @@ class _Run:
         tick: float,
         head: str | None,
         clocks: Sequence[FileClock] = (),
+        *,
+        site_url: str | None = None,
     ) -> None:
         self.view, self.out, self.next_tick, self.tick = view, out, next_tick, tick
         self.clocks = clocks
@@ -254,11 +281,12 @@ class _Run:
         self.ticks = 0
         self.t0: float | None = None
         self.fed_at: float | None = None  # the last fed line's time, until the view has taken it in
-        self.early = (
-            _EarlyReplay.for_job(ref, cfg, out, hang)
-            if cfg.tsdb.early_page and head is not None and hang is not None
-            else None
-        )
+        self.early: _EarlyReplay | None = None
+        if cfg.tsdb.early_page and hang is not None:
+            if head is not None:
+                self.early = _EarlyReplay.for_job(ref, cfg, out, hang)
+            if self.early is None and site_url:
+                self.early = _SiteEarlyReplay(ref, cfg, site_url, out, hang)
 
     def take_in(self) -> None:
         """The view takes in the lines fed so far (as the engine does after every read)."""
@@ -413,6 +441,17 @@ class _EarlyReplay:
         self.next_at = at + self.interval
         last = view.last_step
         assert last is not None
+        verdict = self._verdict(view, at)
+        if verdict is None:
+            return False
+        self.out.early_queries += 1
+        self.verdicts.append(verdict)
+        self.out.early_states[verdict.state] = self.out.early_states.get(verdict.state, 0) + 1
+        view.gpu_check = EarlyMemo(last, verdict, view.last_step_at)
+        return verdict.confirmed
+
+    def _verdict(self, view: JobView, at: float) -> GpuVerdict | None:
+        """The job's TSDB asked and judged at `at`; None (and no more queries) when it cannot be."""
         try:
             if self.tsdb is None:
                 self.tsdb = ReplayTsdb(self.pdir, self.settings, self.label)
@@ -420,31 +459,72 @@ class _EarlyReplay:
         except (AccessError, PromError, OSError) as exc:
             self.failed = True
             self.out.early_note = f"early page not replayed: {exc}"
-            return False
-        self.out.early_queries += 1
-        main = view.main
-        nodes = (
-            expand_hostlist(main.header["JOB_NODELIST"])
-            if main is not None and main.header.get("JOB_NODELIST")
-            else []
-        )
-        verdict = judge(
+            return None
+        self.out.early_source = JOB_TSDB
+        return judge(
             series,
             at=at,
-            nodes=nodes,
+            nodes=_nodes(view),
             profile=profile_for(series, self.settings),
             thresholds=self.settings.thresholds,
             scrape_interval_s=self.interval,
         )
-        self.verdicts.append(verdict)
-        self.out.early_states[verdict.state] = self.out.early_states.get(verdict.state, 0) + 1
-        view.gpu_check = EarlyMemo(last, verdict, view.last_step_at)
-        return verdict.confirmed
 
     def close(self) -> None:
         if self.tsdb is not None:
             self.tsdb.close()
             self.tsdb = None
+
+
+def _nodes(view: JobView) -> list[str]:
+    """The job's nodes as its log header names them."""
+    main = view.main
+    if main is None or not main.header.get("JOB_NODELIST"):
+        return []
+    return expand_hostlist(main.header["JOB_NODELIST"])
+
+
+class _SiteEarlyReplay(_EarlyReplay):
+    """The early page's queries answered by a site Prometheus at the virtual time (module docstring)."""
+
+    def __init__(self, ref: JobRef, cfg: Config, url: str, out: JobReplay, hang: HangDetector) -> None:
+        site_cfg = site_config(_with_site_url(cfg, url))
+        assert site_cfg is not None
+        super().__init__(Path(url), cfg.tsdb, url, out, hang)
+        self.interval = site_cfg.scrape_interval_s
+        self.cfg = cfg
+        self.job_id = ref.job_id or ref.name or ""
+        self._loop = asyncio.new_event_loop()
+        self.site = SitePrometheus(site_cfg, cfg.tsdb)
+        self.placement: JobPlacement | None = None
+
+    def _verdict(self, view: JobView, at: float) -> GpuVerdict | None:
+        if self.placement is None:
+            main = view.main
+            nodelist = main.header.get("JOB_NODELIST", "") if main is not None else ""
+            try:
+                self.placement = placement_for(self.cfg, self.job_id, nodelist)
+            except ValueError as exc:
+                self.placement = JobPlacement(self.job_id, ())
+                self.out.early_note = f"site Prometheus: the log's node list is unreadable: {exc}"
+        if not self.placement.nodes:
+            self.failed = True
+            self.out.early_note = self.out.early_note or "site Prometheus: the log names no node of the job"
+            return None
+        self.out.early_source = f"site Prometheus {self.site.label}"
+        return self._loop.run_until_complete(self.site.early_verdict(self.placement, now=at))
+
+    def close(self) -> None:
+        try:
+            self._loop.run_until_complete(self.site.close())
+        finally:
+            self._loop.close()
+
+
+def _with_site_url(cfg: Config, url: str) -> Config:
+    """`[site_prometheus]` as configured (map, rewrite, interval, auth), at `url`, enabled."""
+    site = dataclasses.replace(cfg.site_prometheus, enabled=True, url=url)
+    return dataclasses.replace(cfg, site_prometheus=site)
 
 
 def _tick(
@@ -505,6 +585,26 @@ def _alert_class(f: Finding | None) -> str | None:
     return f.kind
 
 
+def site_url_problem(cfg: Config, url: str) -> str | None:
+    """Why `url` cannot be the replay's site Prometheus, or None. The URL is never echoed (a
+    pasted one may carry credentials); its secret, when `[site_prometheus] auth` names one, is
+    read now."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return "not a valid URL"
+    if parts.scheme not in ("http", "https") or not parts.hostname or port == 0:
+        return "must be an http:// or https:// URL with a host"
+    if parts.username is not None or parts.password is not None:
+        return "must not carry credentials (use [site_prometheus] secret_file)"
+    try:
+        site_config(_with_site_url(cfg, url))
+    except ConfigError as exc:
+        return "; ".join(exc.errors)
+    return None
+
+
 def refs_for(paths: Sequence[str]) -> list[JobRef]:
     refs: list[JobRef] = []
     for p in paths:
@@ -534,6 +634,12 @@ def main(args: argparse.Namespace) -> int:
         print("jobdiagd backtest: --workers must be at least 1", file=sys.stderr)
         return 2
     set_default_workers(workers)  # the job-end report's read of big logs, as in `jobdiagd triage`
+    site_url: str | None = getattr(args, "site_prometheus", None)
+    if site_url:
+        problem = site_url_problem(cfg, site_url)
+        if problem is not None:
+            print(f"jobdiagd backtest: --site-prometheus: {problem}", file=sys.stderr)
+            return 2
     try:
         refs = refs_for(args.paths)
     except ResolveError as exc:
@@ -544,14 +650,19 @@ def main(args: argparse.Namespace) -> int:
     failed = 0
     for ref in refs:
         try:
-            results.append(replay(ref, cfg, tick=tick, ref_time=now, workers=workers))
+            results.append(replay(ref, cfg, tick=tick, ref_time=now, workers=workers, site_url=site_url))
         except Exception as exc:  # one job's bad log must not lose the other jobs' replays
             failed += 1
             who = ref.job_id or ref.name or str(ref.log)
             print(f"jobdiagd backtest: job {who}: {type(exc).__name__}: {exc}", file=sys.stderr)
     if args.json:
         print(jsonsafe.dumps({"jobs": [r.to_dict() for r in results]}, indent=1))
-        return 1 if failed else 0
+    else:
+        print_report(results)
+    return 1 if failed else 0
+
+
+def print_report(results: Sequence[JobReplay]) -> None:
     for r in results:
         print(
             f"job {r.job}  ({r.log})  final: {r.final_status}/{r.final_primary or '-'}  last step {r.last_step}"
@@ -563,7 +674,8 @@ def main(args: argparse.Namespace) -> int:
             print(f"    +{a.at_s:9.1f}s  {step:<10} {a.event.upper():<7} {a.kind:<16} [{a.cls}] {a.summary}")
         if r.early_queries:
             states = ", ".join(f"{n} {s}" for s, n in sorted(r.early_states.items()))
-            print(f"    early page: {r.early_queries} TSDB queries ({states})")
+            source = "TSDB" if r.early_source == JOB_TSDB else str(r.early_source)
+            print(f"    early page: {r.early_queries} {source} queries ({states})")
         elif r.early_note:
             print(f"    {r.early_note}")
         if r.undated_lines:
@@ -571,4 +683,3 @@ def main(args: argparse.Namespace) -> int:
                 f"    {r.undated_lines} undated line(s) after the last dated line of their file: taken in at the "
                 "job's end (their time is unknown)"
             )
-    return 1 if failed else 0

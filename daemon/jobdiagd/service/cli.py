@@ -126,6 +126,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help='{"jobs": [{"job", "alerts": [{"kind", "at_step", "at_s", "class"}]}]}',
     )
     p.add_argument(
+        "--site-prometheus",
+        metavar="URL",
+        help="a site Prometheus (the map of [site_prometheus] in --config) answers the early page's queries "
+        "of jobs without TSDB data of their own, at the virtual time (docs/site-prometheus.md)",
+    )
+    p.add_argument(
         "--workers",
         type=int,
         default=min(2, os.cpu_count() or 1),

@@ -1,4 +1,10 @@
-"""The early page's edge: ask overdue live RAY=1 jobs' Prometheus off the tick, bounded, and hand back confirmations.
+"""The early page's edge: ask overdue live jobs' GPUs off the tick, bounded, and hand back confirmations.
+
+Which Prometheus: a live RAY=1 job's own (through the ssh tunnel pool), else the site
+Prometheus of `[site_prometheus]` (`service.site_source.SiteJobs`) for any job whose nodes
+Slurm names; a RAY=1 job whose own Prometheus answers `no-data` is asked on the site too (the
+same judge either way, rule SITE-1). A job asked only on the site is paced by the site's scrape
+interval, whose cache makes jobs on the same nodes cost one query (rule SITE-5).
 
 Scheduling (decided here): `poll(views, now)` is called by the engine's loop after every full
 tick and whenever `next_poll_at()` comes; it never waits on the network. For each job whose step is
@@ -25,6 +31,7 @@ from jobdiagd.detectors.hang import EarlyRule, HangDetector
 from jobdiagd.logsetup import get_logger
 from jobdiagd.model.kinds import GpuHangState
 from jobdiagd.service.jobs import JobView
+from jobdiagd.service.site_source import SiteJobs
 from jobdiagd.tsdb.access import SshTunnelPool
 from jobdiagd.tsdb.context import DiagnosisContext, context_from_result
 from jobdiagd.tsdb.gpu_hang import GpuVerdict
@@ -39,6 +46,7 @@ class _Job:
     step: int
     step_at: float | None
     ctx: DiagnosisContext | None
+    site: bool = False  # the site Prometheus may be asked about it (Slurm names its nodes)
     next_at: float = float("-inf")
     task: asyncio.Task[GpuVerdict] | None = None
 
@@ -71,6 +79,7 @@ class EarlyConfirmer:
         self._confirmed: set[str] = set()
         self._next: float | None = None
         self._hang: HangDetector | None = None  # the running hang detector: its budgets arm the page
+        self.site: SiteJobs | None = None  # the site Prometheus, when configured and usable
         self.wake = asyncio.Event()
         self.queries = 0
         self._log = get_logger(component="early_page")
@@ -97,11 +106,14 @@ class EarlyConfirmer:
             assert last is not None
             if job is None or (job.step, job.step_at) != (last, view.last_step_at):
                 self._drop(key)
-                job = self._jobs[key] = _Job(last, view.last_step_at, _context(view, now))
-            if job.ctx is None:
-                continue  # not RAY=1, or no head node/port in the log: nothing to ask
+                site = self.site is not None and self.site.usable and self.site.placed(view)
+                job = self._jobs[key] = _Job(last, view.last_step_at, _context(view, now), site)
+            if job.ctx is None and not job.site:
+                continue  # no Prometheus of its own (not RAY=1, no head/port) and no site: nothing to ask
             if job.task is None and now >= job.next_at:
-                job.next_at = now + self.interval
+                job.next_at = now + (
+                    self.interval if job.ctx is not None or self.site is None else self.site.interval
+                )
                 job.task = asyncio.get_running_loop().create_task(self._ask(key, view, job, now))
             # In flight past its next slot: the loop looks again shortly (at most every MIN_EARLY_GAP_S).
             nxt = job.next_at if nxt is None else min(nxt, job.next_at)
@@ -118,12 +130,20 @@ class EarlyConfirmer:
             return None  # not armed, or past the step budget (which pages on its own)
         return window[0]
 
+    async def _verdict(self, view: JobView, job: _Job, now: float) -> GpuVerdict:
+        """The job's own Prometheus first; the site's when it has none or its answer is `no-data`."""
+        own = await self._query(job.ctx, now) if job.ctx is not None else None
+        if own is not None and (own.state is not GpuHangState.NO_DATA or not job.site):
+            return own
+        assert self.site is not None  # `job.site` is set only with a site; `poll` skips a job with neither
+        site = await self.site.early_verdict(view, now)
+        return site if own is None or site.state is not GpuHangState.NO_DATA else own
+
     async def _ask(self, key: str, view: JobView, job: _Job, now: float) -> GpuVerdict:
-        assert job.ctx is not None
         try:
             async with self._sem:
                 self.queries += 1
-                verdict = await self._query(job.ctx, now)
+                verdict = await self._verdict(view, job, now)
         except Exception as exc:  # a bug in one query must not stop the others
             verdict = GpuVerdict(
                 GpuHangState.NO_DATA, f"early query failed: {type(exc).__name__}: {exc}", now

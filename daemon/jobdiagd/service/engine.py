@@ -10,7 +10,7 @@
    watch; an ending job gets its full triage; every detector due checks each job read
    (`service.judging`);
 4. the post-judging stages, one ordered list (`service.stages.STAGES`: keep resolution ->
-   stamp -> enrich or hold -> observe -> end jobs -> enqueue), to the outbox; the dispatcher
+   stamp -> enrich or hold -> slow host -> observe -> end jobs -> enqueue), to the outbox; the dispatcher
    delivers from there, asynchronously;
 5. persist: the saved offsets (the hang clock), the ended jobs' offsets forgotten once their end
    is stored, tick times, health.
@@ -213,6 +213,10 @@ class Engine:
             stall_source=self._stall_source,
         )
         return self.room.add(new, view, now)
+
+    def announce(self, notice: Notice, now: float) -> bool:
+        """Queue one of the daemon's notices (`alerts.notices`); False (logged) when it could not be made."""
+        return self._tell(notice, now)
 
     def _tell(self, notice: Notice, now: float) -> bool:
         """Queue one of the daemon's notices; False (logged) when it could not be made."""

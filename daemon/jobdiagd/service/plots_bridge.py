@@ -22,6 +22,7 @@ from jobdiagd.chat.plot_inputs import (
     HistoryItem,
     chart_title,
     hang_chart,
+    host_strip,
     power_bands,
     power_strip,
     projected_step,
@@ -33,23 +34,28 @@ from jobdiagd.logsetup import get_logger
 from jobdiagd.model.kinds import IncidentKind
 from jobdiagd.model.plotdata import (
     HostSeries,
+    HostStrip,
     IncidentMarks,
     MarkKind,
     PowerBands,
     PowerStrip,
     StepChart,
     StepPoint,
+    StripPanel,
 )
 from jobdiagd.service.jobs import JobView
 from jobdiagd.triage.tgs import BASELINE_FROM, BASELINE_TO, analyze_tgs
 from jobdiagd.tsdb.gpu_strip import GpuStrip
 from jobdiagd.tsdb.settings import TsdbSettings
+from jobdiagd.tsdb.site import SlideAnswer
+from jobdiagd.tsdb.slow_host import SlowHostVerdict
 
 MAX_POINTS = 1500
 KEEP_RECENT = 600
 PAYLOAD = "step_chart/1"
 STRIP = "power_strip/1"
 GOODPUT = "goodput_chart/1"
+HOST_STRIP = "host_strip/1"
 
 
 def available() -> bool:
@@ -174,33 +180,75 @@ def strip_payload(
     )
     spec = dataclasses.asdict(ps)
     for arm in ("power", "util"):
-        for h in spec[arm]:
-            for key in ("mean", "low", "high"):
-                h[key] = [None if x != x else x for x in h[key]]  # NaN (no sample) -> null: strict JSON
+        _nulls(spec[arm])
     return {"type": STRIP, "spec": spec}
+
+
+def _nulls(hosts: list[dict[str, Any]]) -> None:
+    """NaN (no sample) -> null, in place: strict JSON has no NaN literal."""
+    for h in hosts:
+        for key in ("mean", "low", "high"):
+            h[key] = [None if x != x else x for x in h[key]]
+
+
+def _series(items: Any) -> tuple[HostSeries, ...]:
+    return tuple(
+        HostSeries(
+            host=str(h["host"]),
+            times=tuple(h["times"]),
+            # JSON has no NaN literal in strict mode: a silent sample travels as null.
+            mean=tuple(float("nan") if x is None else x for x in h["mean"]),
+            low=tuple(float("nan") if x is None else x for x in h.get("low") or ()),
+            high=tuple(float("nan") if x is None else x for x in h.get("high") or ()),
+            gpus=h.get("gpus"),
+        )
+        for h in items or ()
+    )
+
+
+def host_strip_payload(slide: SlideAnswer, verdict: SlowHostVerdict, view: JobView) -> dict[str, Any]:
+    """A TGS slide's per-host strip (the slow-host judge's evidence, `chat.plot_inputs.host_strip`)
+    as JSON."""
+    name = view.main.header.get("JOB_NAME") if view.main is not None else None
+    hs = host_strip(
+        slide.series,
+        verdict,
+        title=chart_title(view.key, name, "Hosts during the slide"),
+        start=slide.start,
+        end=slide.end,
+    )
+    spec = dataclasses.asdict(hs)
+    for panel in spec["panels"]:
+        _nulls(panel["series"])
+    return {"type": HOST_STRIP, "spec": spec}
+
+
+def host_strip_from_payload(payload: Mapping[str, Any]) -> HostStrip:
+    if payload.get("type") != HOST_STRIP:
+        raise ValueError(f"unknown plot payload {payload.get('type')!r}")
+    spec = dict(payload["spec"])
+    spec["panels"] = tuple(
+        StripPanel(str(p["label"]), str(p["unit"]), _series(p.get("series")))
+        for p in spec.get("panels") or ()
+    )
+    spec["named"] = tuple(spec.get("named") or ())
+    spec["notes"] = tuple(spec.get("notes") or ())
+    return HostStrip(**spec)
+
+
+def picture_from_payload(payload: Mapping[str, Any]) -> PowerStrip | HostStrip:
+    """The second picture of a page: a hang's power strip or a TGS slide's host strip."""
+    if payload.get("type") == HOST_STRIP:
+        return host_strip_from_payload(payload)
+    return strip_from_payload(payload)
 
 
 def strip_from_payload(payload: Mapping[str, Any]) -> PowerStrip:
     if payload.get("type") != STRIP:
         raise ValueError(f"unknown plot payload {payload.get('type')!r}")
     spec = dict(payload["spec"])
-
-    def series(items: Any) -> tuple[HostSeries, ...]:
-        return tuple(
-            HostSeries(
-                host=str(h["host"]),
-                times=tuple(h["times"]),
-                # JSON has no NaN literal in strict mode: a silent sample travels as null.
-                mean=tuple(float("nan") if x is None else x for x in h["mean"]),
-                low=tuple(float("nan") if x is None else x for x in h.get("low") or ()),
-                high=tuple(float("nan") if x is None else x for x in h.get("high") or ()),
-                gpus=h.get("gpus"),
-            )
-            for h in items or ()
-        )
-
-    spec["power"] = series(spec.get("power"))
-    spec["util"] = series(spec.get("util"))
+    spec["power"] = _series(spec.get("power"))
+    spec["util"] = _series(spec.get("util"))
     bands = dict(spec["bands"])
     bands["busy_wait_w"] = tuple(bands["busy_wait_w"])
     bands["train_w"] = tuple(bands["train_w"])
@@ -237,16 +285,16 @@ class PlotBridge:
         self._log = get_logger(component="plots")
 
     async def render(self, payload: Mapping[str, Any]) -> list[bytes]:
-        """The step chart, then (RAY=1 hang) the power strip, or the goodput digest's picture; a
-        picture that fails is left out."""
-        specs: list[StepChart | PowerStrip | GoodputChart] = []
+        """The step chart, then the second picture (a hang's power strip, a TGS slide's host
+        strip), or the goodput digest's picture; a picture that fails is left out."""
+        specs: list[StepChart | PowerStrip | HostStrip | GoodputChart] = []
         try:
             if payload.get("type") == GOODPUT:
                 specs.append(goodput_from_payload(payload))
             else:
                 specs.append(chart_from_payload(payload))
             if isinstance(payload.get("strip"), Mapping):
-                specs.append(strip_from_payload(payload["strip"]))
+                specs.append(picture_from_payload(payload["strip"]))
         except (KeyError, TypeError, ValueError) as exc:
             self._log.warning("plot_payload_bad", error=f"{type(exc).__name__}: {exc}")
         out: list[bytes] = []

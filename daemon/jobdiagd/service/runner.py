@@ -49,16 +49,18 @@ from jobdiagd.service.lifecycle import Lifecycle
 from jobdiagd.service.metrics import DaemonMetrics, DaemonState, JobSample, MetricsServer
 from jobdiagd.service.plots_bridge import PlotBridge
 from jobdiagd.service.sdnotify import SdNotifier
+from jobdiagd.service.site_source import SiteJobs, open_site
 from jobdiagd.service.stages import PlotInputs
 from jobdiagd.service.status_socket import StatusServer
 from jobdiagd.service.tick_loop import TickLoop
 from jobdiagd.service.tsdb_enrich import TsdbEnricher
-from jobdiagd.sources.slurm import SlurmWatcher, make_backend
+from jobdiagd.sources.slurm import CliSlurmBackend, SlurmWatcher, make_backend
 from jobdiagd.sources.tail import ChangeWatcher, OffsetStore
 
 DiscoverMode = Literal["auto", "slurm", "outputs"]
 STORE_RETRY_S = 5.0
 STORE_SOURCE = "state store"
+SITE_SOURCE = "site_prometheus"
 
 
 def check_state_paths(cfg: config.Config) -> None:
@@ -285,8 +287,14 @@ class LiveDaemon:
                 "discovery": self.discovery.name,
                 "detectors": enabled_names(self.cfg),
                 "asyncio_tasks": task_count(),
+                **self._site_status(),
             },
         )
+
+    def _site_status(self) -> dict[str, Any]:
+        enricher = self.engine.enricher
+        site = enricher.site if enricher is not None else None
+        return {"site_prometheus": site.status()} if site is not None else {}
 
     def metrics_state(self) -> DaemonState:
         """What a scrape of the self-metrics reads (`service.metrics`): the same objects as `snapshot`."""
@@ -301,7 +309,9 @@ class LiveDaemon:
             incidents_open=self.pipeline.open_counts(),
             outbox_pending=pending,
             sources_up={
-                name: not edge.failing for name, edge in self.health.sources.items() if edge.kind == "source"
+                name: not edge.failing
+                for name, edge in self.health.sources.items()
+                if edge.kind == "source" or name == SITE_SOURCE
             },
             jobs=self._job_samples(),
         )
@@ -341,6 +351,32 @@ class LiveDaemon:
             await TickLoop(self.engine).run(lc.sleep, lambda: self.cfg.daemon.tick_seconds)
 
         lc.add_task("engine", engine_loop)
+
+
+async def open_site_source(
+    cfg: config.Config,
+    lc: Lifecycle,
+    enricher: TsdbEnricher,
+    discovery: Discovery,
+    pipeline: AlertPipeline,
+    health: Health,
+) -> SiteJobs | None:
+    """`[site_prometheus]`: built and its map checked now (`service.site_source.open_site`; one line
+    and one notice when unusable, the daemon runs without it), closed before the tunnels it may use.
+    Its health is a source of `jobdiagd status` and of `jobdiagd_source_up`."""
+    backend = discovery.watcher.backend if isinstance(discovery, SlurmDiscovery) else None
+    site = await open_site(
+        cfg,
+        tunnels=enricher.tunnels,
+        detail=backend.job_gres_detail if isinstance(backend, CliSlurmBackend) else None,
+        announce=pipeline.announce,
+        now=clock.wall(),
+    )
+    if site is not None:
+        lc.adopt("site prometheus", site.close)
+        health.sources[SITE_SOURCE] = site.source.health
+    enricher.use_site(site)
+    return site
 
 
 def add_chat_steps(
@@ -393,6 +429,7 @@ async def wire_daemon(
     watcher = ChangeWatcher()
     enricher = TsdbEnricher(cfg.tsdb, tick_s=cfg.daemon.tick_seconds)
     lc.adopt("tsdb connections", enricher.close)
+    await open_site_source(cfg, lc, enricher, discovery, pipeline, health)
     engine = Engine(
         cfg,
         pipeline,

@@ -11,12 +11,16 @@ The whole path of a finding, from the detector that made it to the people who re
       3. enrich or hold   RAY=1 jobs (`service.tsdb_enrich`): a hang finding is held until the
                           GPU verdict is in, then carries it; a failed job's end report is held
                           until its class playbook ran; reports whose playbook finished join
-      4. observe          findings into the incident book (`AlertPipeline.observe`): opens,
+      4. slow host        with the site Prometheus (`service.site_source`): the finding that
+                          opens a TGS incident is held one tick while each host of the job is
+                          compared with its peers, then carries the slow host (or why none is
+                          named) and its strip picture (rule SLOW-5)
+      5. observe          findings into the incident book (`AlertPipeline.observe`): opens,
                           reminders, resolutions, stored with their notifications in one
                           transaction of the outbox
-      5. end jobs         jobs whose end this tick confirms leave the watch; their incidents
+      6. end jobs         jobs whose end this tick confirms leave the watch; their incidents
                           resolve ("job ended") before their end report is queued
-      6. enqueue          the job-end reports into the outbox (`AlertPipeline.report`)
+      7. enqueue          the job-end reports into the outbox (`AlertPipeline.report`)
     outbox     alerts.outbox, in the state store: what is queued survives a crash
     dispatch   notifiers.dispatcher, asynchronously and at least once: one queue per
                notifier, in order, retried with backoff; the notifier's id makes a repeat a no-op
@@ -24,10 +28,10 @@ The whole path of a finding, from the detector that made it to the people who re
 
 Why this order: a resolution the incident book will not take must not cancel a GPU verdict the
 enricher holds for that job (keep resolution comes before enrich); a picture is built only for
-a finding that is kept (before stamp); the GPU strip is added to the stamped picture (stamp
-before enrich); an incident resolves "job ended" before the job's end report is queued, and the
-report's owner is read from the job's view as judged (`StageContext.views`, taken before any
-job leaves).
+a finding that is kept (before stamp); the GPU strip and the host strip are added to the
+stamped picture (stamp before enrich and slow host); an incident resolves "job ended" before
+the job's end report is queued, and the report's owner is read from the job's view as judged
+(`StageContext.views`, taken before any job leaves).
 
 Failures: a stage that writes the store (`Stage.stores`) and raises stops the path there; the
 tick is marked failed (`incident_update_failed`) and its findings are found again by the next
@@ -131,6 +135,14 @@ def enrich_or_hold(batch: Batch, ctx: StageContext) -> Batch:
     return batch
 
 
+def slow_host(batch: Batch, ctx: StageContext) -> Batch:
+    site = ctx.enricher.site if ctx.enricher is not None else None
+    if site is not None:
+        site.retain(ctx.views)
+        batch.findings = site.hold_tgs(batch.findings, ctx.views, ctx.now, ctx.pipeline.book)
+    return batch
+
+
 def observe(batch: Batch, ctx: StageContext) -> Batch:
     batch.queued += ctx.pipeline.observe(batch.findings, ctx.now)
     return batch
@@ -162,6 +174,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("keep resolution", keep_resolutions),
     Stage("stamp", stamp),
     Stage("enrich or hold", enrich_or_hold),
+    Stage("slow host", slow_host),
     Stage("observe", observe, stores=True),
     Stage("end jobs", end_jobs, stores=True),
     Stage("enqueue", enqueue, stores=True),

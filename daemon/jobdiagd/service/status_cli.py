@@ -223,6 +223,14 @@ def _source_lines(status: Mapping[str, Any], now: float) -> list[str]:
             )
         else:
             lines.append(f"  {name}: ok")
+    site: Mapping[str, Any] = status.get("site_prometheus") or {}
+    if site:
+        line = f"  site_prometheus: {site.get('server')}, {site.get('queries')} queries ({site.get('answers')} answers)"
+        if site.get("disabled"):
+            line += f"; not used: {site['disabled']}"
+        elif not site.get("checked"):
+            line += "; metric map not checked yet"
+        lines.append(line)
     return lines
 
 

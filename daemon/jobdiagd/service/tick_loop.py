@@ -16,6 +16,7 @@ what one tick does is `Engine.tick` (`service.engine`).
   automatic oldest-generation collections, whose pauses would land inside ticks).
 - A tick that raises is logged (`tick_failed`) and, if full, counted as failed (health, the
   tick counter); the loop goes on.
+- The site Prometheus' degraded and recovered notices are queued after each pass of the loop.
 """
 
 from __future__ import annotations
@@ -103,6 +104,7 @@ class TickLoop:
                 due = early.next_poll_at()
                 if due is not None:
                     wake_at = min(wake_at, max(due, clock.wall() + MIN_EARLY_GAP_S))
+            self._site_notices(clock.wall())
             if await self._pause(sleep, wake_at, next_full, early):
                 return
 
@@ -155,6 +157,14 @@ class TickLoop:
             early.poll({k: w.view for k, w in self.engine.jobs.items()}, now, self.engine.detectors)
         except Exception as exc:  # the early page is an extra: the step budget still pages
             self._early_edge.failure(exc, now)
+
+    def _site_notices(self, now: float) -> None:
+        """The site Prometheus' degraded/recovered notices (one per episode, rule SITE-6), queued as
+        its queries settle: said after the tick or poll that follows."""
+        site = self.engine.enricher.site if self.engine.enricher is not None else None
+        if site is not None:
+            for notice in site.take_notices():
+                self.engine.announce(notice, now)
 
     def _collect(self) -> float:
         """A full garbage collection between ticks, on our schedule (the runner turns off the

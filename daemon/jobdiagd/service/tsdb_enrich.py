@@ -35,6 +35,7 @@ from jobdiagd.model.kinds import GpuHangState, IncidentKind, JobStatus
 from jobdiagd.service.early_page import EarlyConfirmer, QueryFn
 from jobdiagd.service.jobs import JobView
 from jobdiagd.service.plots_bridge import strip_payload
+from jobdiagd.service.site_source import SiteJobs
 from jobdiagd.tsdb.access import SshTunnelPool
 from jobdiagd.tsdb.context import DiagnosisContext, context_from_result
 from jobdiagd.tsdb.gpu_hang import GpuVerdict
@@ -90,7 +91,17 @@ class TsdbEnricher:
         )
         self._verdicts: dict[str, _Pending] = {}
         self._reports: dict[str, _HeldReport] = {}
+        # The site Prometheus ([site_prometheus]): the early page's second source, the slow host's
+        # only one (`service.site_source`); opened and closed by the runner beside this enricher.
+        self.site: SiteJobs | None = None
         self._log = get_logger(component="tsdb")
+
+    def use_site(self, site: SiteJobs | None) -> None:
+        """The checked site source (None: not configured, or not usable) for the early page and the
+        slow-host stage."""
+        self.site = site
+        if self.early is not None:
+            self.early.site = site
 
     # -- hang findings ---------------------------------------------------------------------
     def enrich_findings(

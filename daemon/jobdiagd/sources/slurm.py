@@ -290,6 +290,17 @@ class CliSlurmBackend:
                 return j
         return jobs[0] if jobs else None
 
+    async def job_gres_detail(self, job_id: str) -> str | None:
+        """`scontrol -d -o show job <id>`: the job's line with its per-node GRES detail
+        (`sources.slurm_gres.parse_job_gpus` reads it); None when Slurm no longer knows the job."""
+        validate_job_id(job_id)
+        try:
+            return await self._run([self._scontrol, "-d", "-o", "show", "job", job_id])
+        except SlurmCommandError as e:
+            if e.kind == "exit" and _INVALID_JOB_RE.search(e.stderr):
+                return None
+            raise
+
     async def job_info(self, job_id: str) -> SlurmJob | None:
         validate_job_id(job_id)
         job = await self._scontrol_job(job_id)

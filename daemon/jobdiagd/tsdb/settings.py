@@ -6,7 +6,7 @@ Example `[tsdb]` table (every key optional; unknown keys are errors that name th
     prometheus_binary = "/usr/bin/prometheus"
     gpu_model = "MI355X"              # default: detected from VRAM size, else MI300X
     confirm_hang_with_power = true    # hold a hang page while the GPUs deny the hang (rule HANG-9)
-    early_page = true                 # GPU-confirmed early page of live RAY=1 hangs
+    early_page = true                 # GPU-confirmed early page of live hangs (RAY=1; [site_prometheus]: every job)
     early_max_concurrent = 8          # early-page queries in flight at once
     [tsdb.thresholds]
     warmup_steps = 10
@@ -108,7 +108,8 @@ class TsdbSettings:
     lookback_delta: str = "5m"
     work_dir: str | None = None  # where temp copies and configs go (default: tempfile)
     confirm_hang_with_power: bool = False  # hold a hang page while the GPUs deny the hang (rule HANG-9)
-    # Early page of live RAY=1 jobs (tsdb.gpu_hang, rule HANG-GPU): once the expected step is overdue by
+    # Early page of live jobs (tsdb.gpu_hang, rule HANG-GPU; RAY=1, or every job with the site
+    # Prometheus, service.site_source): once the expected step is overdue by
     # early_overdue_factor x steady step time + early_overdue_slack_s, the job's Prometheus is
     # asked once per early_scrape_interval_s (the slowest exporter's scrape interval: node_hw
     # 10 s in the job scripts), at most early_max_concurrent jobs at a time; two scrapes of

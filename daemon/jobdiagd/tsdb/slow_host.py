@@ -40,6 +40,12 @@ from typing import Literal
 from jobdiagd.model.plotdata import HostSeries
 
 MAD_SCALE = 1.4826  # MAD -> standard deviation of a normal distribution
+# The fact a TGS page carries the verdict under (the page's lead shows it).
+SLOW_HOST_FACT = "slow host"
+# The live window (rule SLOW-5): the steps the TGS detector found slow, at least this many
+# scrape intervals (the judge needs `min_points` samples per host), at most this long.
+MIN_WINDOW_INTERVALS = 4
+MAX_WINDOW_S = 1800.0
 
 
 @dataclass(frozen=True)
@@ -207,3 +213,25 @@ def _verdict(
         parts = [f"{h} ({'; '.join(evidence[h])})" for h in order]
         summary = f"{'host' if len(order) == 1 else 'hosts'} standing out of {n_hosts}: " + ", ".join(parts)
     return SlowHostVerdict(tuple(order), tuple(deviations), evidence, summary, tuple(compared), tuple(notes))
+
+
+def slide_window(
+    arrivals: Mapping[int, float],
+    last_step: int | None,
+    now: float,
+    *,
+    recent_steps: int,
+    scrape_interval_s: float,
+) -> tuple[float, float]:
+    """The window a live slide is compared over (rule SLOW-5): from when the first of the last
+    `recent_steps` steps was read (the TGS detector's recent window, the steps it found slow)
+    until `now`, widened to `MIN_WINDOW_INTERVALS` scrape intervals and cut to `MAX_WINDOW_S`."""
+    start = now
+    if last_step is not None:
+        first = arrivals.get(last_step - recent_steps)
+        if first is None and arrivals:
+            first = min(arrivals.values())
+        if first is not None:
+            start = first
+    start = min(start, now - MIN_WINDOW_INTERVALS * scrape_interval_s)
+    return max(start, now - MAX_WINDOW_S), now

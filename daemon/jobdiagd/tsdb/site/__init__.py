@@ -12,7 +12,8 @@ early hang page and the slow-host comparison work for jobs without their own Pro
 - `slide`: per-host series of a slide's window for `tsdb.slow_host` and the strip picture;
 - `source`: the I/O edge (`SitePrometheus`): bounded, cached, one degraded state.
 
-How the daemon wires it (once the engine takes stages as a list) is in docs/site-prometheus.md.
+How the daemon uses it (`service.site_source`: start-up, placement, the early page, the slow-host
+stage) is in docs/site-prometheus.md.
 """
 
 from jobdiagd.tsdb.site.hosts import HostRewrite
