@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -134,7 +136,20 @@ def test_a_fresh_restart_redoes_everything_but_the_compile_and_the_saves() -> No
         Run(facts=first, submit=None, start=T0, end=T0 + 1400),
         Run(facts=again, submit=None, start=T0 + 2000, end=T0 + 3400),
     ]
-    assert redo_seconds(runs[0], runs[1:]) == pytest.approx(first.train_s - 60 - 30)
+    assert redo_seconds(runs[0], runs[1:]) == math.inf  # all it trained
+    s = ledger_chain(Chain(runs=runs, links=["marker"])).ledgers[0].seconds
+    assert s["redone"] == pytest.approx(first.train_s - 60 - 30) and s["productive"] == 0
+
+
+def test_a_fresh_restart_leaves_no_dated_jitter_in_productive() -> None:
+    # Dated lines 2 ms later than the summed step seconds say (a real log's echo and date cost).
+    first = trained(primary="node-fail", last_step_at=T0 + 200 + 99 * 10 + 30 + 0.002)
+    runs = [
+        Run(facts=first, submit=None, start=T0, end=T0 + 1400),
+        Run(facts=trained(key="b.log#0", job_id="101"), submit=None, start=T0 + 2000, end=T0 + 3400),
+    ]
+    s = ledger_chain(Chain(runs=runs, links=["marker"])).ledgers[0].seconds
+    assert s["productive"] == 0 and s["redone"] == pytest.approx(first.train_s - 60 - 30 + 0.002)
 
 
 def test_a_restart_that_never_trained_passes_the_redo_to_the_next_one() -> None:

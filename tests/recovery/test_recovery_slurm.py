@@ -413,7 +413,8 @@ def test_requeue_keeps_the_job_and_excludes_while_pending(
     assert outcome.error is None and outcome.intent.new_job_id == job
     assert field(slurm_cluster, job, "Restarts") == "1"
     assert field(slurm_cluster, job, "ExcNodeList") == "node002"
-    assert field(slurm_cluster, job, "JobState") == "PENDING"
+    # Requeued: it passes through COMPLETING (epilog) before it waits again.
+    assert slurm_cluster.wait_state(job, ["PENDING"], timeout=30) == "PENDING"
     # Run again after a crash: Slurm's restart count moved, so no second requeue.
     mgr.book.update(outcome.intent, time.time(), status="running")
     (again,) = mgr.run_due(time.time())

@@ -29,6 +29,7 @@ GPUs per node (`RunFacts.gpus`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -269,18 +270,20 @@ class Chain:
 
 def redo_seconds(run: Run, later: Sequence[Run]) -> float:
     """Seconds of `run`'s steps that the chain's later runs redid: after the checkpoint the next
-    run that trained restored from (all of them when it started afresh); 0 when none trained."""
+    run that trained restored from; 0 when none trained. A fresh restart (or one restoring from
+    before this run's first step) redid all of them: `math.inf`, so the ledger hands the whole
+    trained span to `redone` and the millisecond jitter between dated lines and the summed step
+    seconds is not left in `productive`."""
     f = run.facts
     if f.first_step is None:
         return 0.0
     for nxt in later:
         g = nxt.facts
-        if g.restored_from is not None:
+        if g.restored_from is not None and g.restored_from >= f.first_step:
             done = f.seconds_after(g.restored_from)
             break
-        if g.fresh or g.first_step == 0:
-            done = f.train_s
-            break
+        if g.restored_from is not None or g.fresh or g.first_step == 0:
+            return math.inf
     else:
         return 0.0
     # The compile and the saves are already their own buckets.
