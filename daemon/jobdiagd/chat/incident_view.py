@@ -152,7 +152,7 @@ def reply_message(
 
 def notice_buttons(n: Notification) -> tuple[tuple[Button, ...], ...]:
     """A suspect-node notice carries its Drain button (rule REC-23); other messages none."""
-    node = suspect_node_of(n.id) if n.event == "notice" else None
+    node = suspect_node_of(n.id)  # only a notice's id starts "notice:"
     return drain_keyboard(node) if node is not None and valid_host(node) else ()
 
 
