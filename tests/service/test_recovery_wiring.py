@@ -219,3 +219,17 @@ def test_reload_applies_new_recovery_settings(short_tmp: Path) -> None:
     w.reconfigure(new)
     assert not w.acts and w.manager.cfg.mode == "off" and w.manager.executor.cfg.mode == "off"
     d.close()
+
+
+async def test_a_job_outside_the_outputs_roots_is_never_restarted(short_tmp: Path) -> None:
+    """Rule REC-25: on a shared cluster the daemon sees every job squeue shows; it restarts only
+    those whose log is under its outputs roots (node memory still learns from the others)."""
+    state, outputs = short_tmp / "state", short_tmp / "outputs"
+    elsewhere = short_tmp / "elsewhere"
+    elsewhere.mkdir()
+    d = Daemon(state, outputs, extra=AUTO + f'[slurm]\noutputs_roots = ["{elsewhere}"]\n', recovery=True)
+    await hung(d, JobLog(outputs, "7200"), T0)
+    assert [n["event"] for n in outbox(state)] == ["open"]  # paged, no countdown
+    assert RecoveryBook(d.pipeline.store).intents_for_job("7200") == []
+    assert RecoveryBook(d.pipeline.store).entries("7200") == []
+    d.close()

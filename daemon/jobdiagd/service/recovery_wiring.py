@@ -30,13 +30,17 @@
   Drain (operators only, rule REC-23) and /nodes. `DaemonChatBackend` calls these.
 
 Node memory records whatever the mode (`jobdiagd nodes`, /nodes, the notices); restarts need a
-`mode` (or an override) and the owner's opt-in (rules REC-1, REC-3).
+`mode` (or an override), the owner's opt-in (rules REC-1, REC-3) and, where `[slurm]
+outputs_roots` is set, the job's log under one of them (rule REC-25): the daemon lays out the new
+job's directory there (rule REC-18), and a job elsewhere is one the site did not point it at —
+on a shared cluster, another team's daemon's and jobs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import queue
 import sqlite3
 import threading
@@ -98,6 +102,7 @@ class _Prep:
     nodes: tuple[str, ...]
     last_step: int | None
     evidence: tuple[NodeEvidence, ...]
+    ours: bool = True  # its log is under an outputs root (rule REC-25)
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +198,10 @@ class RecoveryWiring:
         )
 
     @property
+    def _roots(self) -> Sequence[Path]:
+        return self.cfg.slurm.outputs_roots
+
+    @property
     def acts(self) -> bool:
         """Restarts are possible at all (a mode other than off, or an override that may give one)."""
         rc = self.cfg.recovery
@@ -260,16 +269,17 @@ class RecoveryWiring:
             memo = view.gpu_check
             verdict = memo.verdict if memo is not None and memo.last_step == view.last_step else None
             evidence = suspects_from(finding=f, verdict=verdict)
-            return _prep(view, f.kind, FailureClass.HANG, evidence, owner=f.owner)
+            return _prep(view, f.kind, FailureClass.HANG, evidence, roots=self._roots, owner=f.owner)
         res = view.final or view.analysis(now)  # the failure detector's, cached on the view
-        return _prep(view, f.kind, f.failure_class, suspects_from(finding=f, triage=res), owner=f.owner)
+        evidence = suspects_from(finding=f, triage=res)
+        return _prep(view, f.kind, f.failure_class, evidence, roots=self._roots, owner=f.owner)
 
     def _end_prep(self, view: JobView, now: float) -> _Prep | None:
         """A job whose end this tick confirms, failed by a class (not completed, not cancelled)."""
         res = view.final or view.analysis(now)
         if res.status in (JobStatus.COMPLETED, JobStatus.CANCELLED) or res.primary is None:
             return None
-        return _prep(view, None, res.primary, suspects_from(triage=res))
+        return _prep(view, None, res.primary, suspects_from(triage=res), roots=self._roots)
 
     def _restarted_resolutions(self, ending: Sequence[str], now: float) -> list[Finding]:
         """The incidents of an ending job whose restart is done resolve "restarted as N"."""
@@ -340,7 +350,7 @@ class RecoveryWiring:
         book = self.pipeline.book
         inc = self._incident(prep)
         out: list[Notification] = []
-        if self.acts:
+        if self.acts and prep.ours:
             case = Case(
                 prep.job_id,
                 prep.owner,
@@ -615,12 +625,25 @@ class RecoveryWiring:
         return out
 
 
+def under_outputs_roots(view: JobView, roots: Sequence[Path]) -> bool:
+    """Rule REC-25: the job's log (or directory) is under a configured outputs root; any job when
+    none is configured. Symlinks resolved on both sides."""
+    if not roots:
+        return True
+    where = view.ref.log or view.ref.job_dir
+    if where is None:
+        return False
+    real = Path(os.path.realpath(where))
+    return any(real.is_relative_to(os.path.realpath(r)) for r in roots)
+
+
 def _prep(
     view: JobView,
     kind: str | None,
     cls: str | None,
     evidence: Sequence[NodeEvidence],
     *,
+    roots: Sequence[Path],
     owner: str | None = None,
 ) -> _Prep:
     slurm = view.slurm
@@ -633,6 +656,7 @@ def _prep(
         nodes=tuple(n for n in slurm.node_list if valid_host(n)) if slurm is not None else (),
         last_step=view.last_step,
         evidence=tuple(evidence),
+        ours=under_outputs_roots(view, roots),
     )
 
 
