@@ -190,19 +190,21 @@ async def test_each_long_command_runs_its_worker_capability_through_the_table() 
 
 
 async def test_a_new_command_is_one_table_row(monkeypatch: pytest.MonkeyPatch) -> None:
-    """What /nodes will need on the chat side: its row (and a capability of the daemon)."""
+    """A command the daemon does not have yet: its row (and a capability of the daemon) is all."""
 
-    def nodes(c: C.Call, a: C.Args) -> ChatMessage:
+    def suspects(c: C.Call, a: C.Args) -> ChatMessage:
         return ChatMessage(f"suspect nodes of job {a[0]}", "node007")
 
-    monkeypatch.setitem(C.COMMANDS, "nodes", C.CommandSpec("nodes", "suspect nodes of a job", (C.JOB,), nodes))
+    monkeypatch.setitem(
+        C.COMMANDS, "suspects", C.CommandSpec("suspects", "suspect nodes of a job", (C.JOB,), suspects)
+    )
     conv = Conv()
-    await _router(Backend()).on_command("/nodes 7", conv)
-    await _router(Backend()).on_command("/nodes ../x", conv)
+    await _router(Backend()).on_command("/suspects 7", conv)
+    await _router(Backend()).on_command("/suspects ../x", conv)
     await _router(Backend()).on_command("/help", conv)
     assert conv.sent[0].title == "suspect nodes of job 7" and conv.sent[0].body == "node007"
     assert conv.sent[1].title.startswith("⚠ not a job id: '../x'")  # its argument's validator ran
-    assert "- `/nodes ID` — suspect nodes of a job" in conv.sent[2].body
+    assert "- `/suspects ID` — suspect nodes of a job" in conv.sent[2].body
 
 
 async def test_a_long_command_goes_through_the_backend_and_the_table() -> None:
@@ -242,15 +244,15 @@ def test_every_button_has_a_handler_and_every_keyboard_token_decodes() -> None:
 
 
 async def test_a_new_button_is_one_table_row(monkeypatch: pytest.MonkeyPatch) -> None:
-    """What "Drain" will need on the chat side: its row and handler (and a capability of the daemon)."""
+    """A button the daemon does not have yet: its row and handler (and a capability of the daemon)."""
     b = Backend()
 
-    async def drain(p: Pressed) -> None:
+    async def bounce(p: Pressed) -> None:
         b.drained.append(p.incident.job_id)
-        await p.conv.toast(f"draining the nodes of job {p.incident.job_id}")
+        await p.conv.toast(f"bouncing the nodes of job {p.incident.job_id}")
 
-    monkeypatch.setitem(BUTTONS, "drain", ButtonSpec("drain", drain, help="Drain"))
+    monkeypatch.setitem(BUTTONS, "bounce", ButtonSpec("bounce", bounce, help="Bounce"))
     conv = Conv()
-    await _router(b).on_press("drain:1", conv)
-    assert b.drained == ["7"] and conv.toasts == ["draining the nodes of job 7"]
-    assert C.help_text(120.0).endswith(", Drain.")
+    await _router(b).on_press("bounce:1", conv)
+    assert b.drained == ["7"] and conv.toasts == ["bouncing the nodes of job 7"]
+    assert C.help_text(120.0).endswith(", Bounce.")

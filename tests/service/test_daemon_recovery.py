@@ -335,6 +335,10 @@ async def test_a_suggested_restart_waits_for_an_operator_and_refuses_others(
         jobs.append(new)
         (done,) = await until(replies_to(tg, page, f"restarted as {new}"), "the restart's reply")
         assert "olga · cancel · rule REC-4" in body(done) and f"scancel {job}" in body(done)
+        # /help names the recovery buttons where recovery can act (and /nodes).
+        cmd = await tg.send_command(CHAT, ALICE, "/help")
+        (helped,) = await until(lambda: [m for m in tg.bot_messages(CHAT) if m.reply_to == cmd], "/help")
+        assert "Restart" in body(helped) and "Keep the job" in body(helped) and "/nodes" in body(helped)
     finally:
         await d.stop()
 

@@ -1,4 +1,4 @@
-"""Recovery wired into the daemon (docs/recovery.md; rules REC-1 to REC-24).
+"""Recovery wired into the daemon (docs/recovery.md; rules REC-1 to REC-30).
 
 - **The stage** (`plan`, "recovery" in `service.stages.STAGES`, before observe): for each hang or
   failure finding of the tick, and each job whose failed end the tick confirms, the facts a
