@@ -3,6 +3,7 @@ notice per node, and `jobdiagd nodes`."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -13,8 +14,9 @@ import pytest
 
 from jobdiagd.alerts.store import AlertStore
 from jobdiagd.model.alerts import Finding
-from jobdiagd.model.kinds import GpuHangState
+from jobdiagd.model.kinds import GpuHangState, IncidentKind
 from jobdiagd.recovery.nodes import NodeEvidence, NodeMemory, render_suspects, suspects_from
+from jobdiagd.rules.recovery import Evidence
 from jobdiagd.triage.engine import triage
 from jobdiagd.tsdb.gpu_hang import GpuVerdict
 from jobdiagd.tsdb.playbooks.base import Finding as PbFinding
@@ -139,3 +141,14 @@ def test_the_default_thresholds_notice_three_hangs_in_two_days_and_exclude_after
     (notice,) = mem.notices(T0 + 2 * DAY, cfg.node_notice_score)
     assert notice.text == "node017 in 3 hangs of 3 job(s) in 2 d 0 h"
     store.close()
+
+
+def test_a_tgs_slide_names_its_slow_host_and_nothing_else_does_for_it() -> None:
+    """The site Prometheus's slow host of a TGS slide (rule SLOW-5) is evidence of its own kind."""
+    f = Finding(
+        "tgs", "7", IncidentKind.TGS_DEGRADATION, "warning", "TGS -20%",
+        {"suspect host": "node005", "slow host": "node005: power 40% below the median"},
+    )
+    (e,) = suspects_from(finding=f)
+    assert (e.node, e.kind, e.failure_class, e.weight) == ("node005", Evidence.SLOW_HOST, "tgs-degradation", 1.0)
+    assert suspects_from(finding=dataclasses.replace(f, details={"slow host": "none stands out"})) == []

@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 
 from jobdiagd.chat.auth import Sender
+from jobdiagd.model.alerts import Finding
 from jobdiagd.model.kinds import IncidentKind
 from jobdiagd.recovery.book import RecoveryBook
 from jobdiagd.recovery.policy import RunInfo
+from jobdiagd.service.stages import Batch, StageContext, run_stages
 from jobdiagd.sources.slurm_parse import SlurmJob
 from jobdiagd_sim import lines as L
 from tests.helpers.engine import T0, Daemon, outbox
@@ -232,4 +234,24 @@ async def test_a_job_outside_the_outputs_roots_is_never_restarted(short_tmp: Pat
     assert [n["event"] for n in outbox(state)] == ["open"]  # paged, no countdown
     assert RecoveryBook(d.pipeline.store).intents_for_job("7200") == []
     assert RecoveryBook(d.pipeline.store).entries("7200") == []
+    d.close()
+
+
+async def test_a_tgs_slides_slow_host_feeds_node_memory_and_restarts_nothing(short_tmp: Path) -> None:
+    """The site Prometheus names a TGS slide's slow host (rule SLOW-5): evidence, never a restart."""
+    state, outputs = short_tmp / "state", short_tmp / "outputs"
+    d = Daemon(state, outputs, extra=AUTO, recovery=True)
+    JobLog(outputs, "7300").step(0)
+    await d.tick(T0)
+    d.engine.jobs["7300"].view.slurm = slurm("7300")
+    views = {k: w.view for k, w in d.engine.jobs.items()}
+    slide = Finding(
+        "tgs", "7300", IncidentKind.TGS_DEGRADATION, "warning", "tokens/s/device 20% below baseline",
+        {"slow host": "node005: GPU power 40% below the median", "suspect host": "node005"}, at_step=0,
+    )
+    batch = run_stages(Batch([slide], []), StageContext(T0 + 1, views, d.pipeline, lambda *a: None, recovery=d.recovery))
+    assert batch.ok
+    rows = d.pipeline.store.conn.execute("SELECT node, job_id, kind, failure_class FROM node_evidence").fetchall()
+    assert [tuple(r) for r in rows] == [("node005", "7300", "slow-host", "tgs-degradation")]
+    assert RecoveryBook(d.pipeline.store).intents_for_job("7300") == []
     d.close()

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from jobdiagd.alerts.store import AlertStore
 from jobdiagd.durations import rounded_duration
 from jobdiagd.model.alerts import Finding
-from jobdiagd.model.kinds import FailureClass
+from jobdiagd.model.kinds import FailureClass, IncidentKind
 from jobdiagd.model.triage import TriageResult
 from jobdiagd.recovery.book import LogEntry, RecoveryBook
 from jobdiagd.recovery.slurm_ops import SlurmOps
@@ -62,10 +62,14 @@ def _from_verdict(verdict: GpuVerdict) -> list[NodeEvidence]:
 
 
 def _from_finding(finding: Finding) -> list[NodeEvidence]:
+    """The page's `suspect host` fact: a hang's GPU suspects, or a TGS slide's slow host (the site
+    Prometheus's comparison of the job's hosts, rule SLOW-5)."""
     text = str(finding.details.get("suspect host", ""))
     hosts = [h.strip() for h in text.split(",")]
-    cls = finding.failure_class or finding.kind
-    return [_ev(h, Evidence.HANG_SUSPECT, cls, f"{finding.summary}") for h in hosts if h and valid_host(h)]
+    slow = finding.kind == IncidentKind.TGS_DEGRADATION
+    kind = Evidence.SLOW_HOST if slow else Evidence.HANG_SUSPECT
+    cls = finding.kind if slow else (finding.failure_class or finding.kind)
+    return [_ev(h, kind, cls, f"{finding.summary}") for h in hosts if h and valid_host(h)]
 
 
 def _from_triage(res: TriageResult) -> list[NodeEvidence]:
@@ -107,7 +111,7 @@ def suspects_from(
     non-failures name no node: a job that failed on its own code says nothing about the node."""
     classes = {triage.cls.primary if triage is not None else None, finding.failure_class if finding else None}
     if classes & (USER_ERRORS | NOT_FAILURES):
-        return []
+        return []  # (a TGS slide's slow host is named by its finding's kind, not a failure class)
     found: list[NodeEvidence] = []
     if verdict is not None:
         found += _from_verdict(verdict)

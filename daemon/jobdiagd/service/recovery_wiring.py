@@ -7,8 +7,9 @@
   incident book took the findings: the incident, its page, the intent and the countdown's edit
   commit together or not at all (rule REC-13). A hang finding repeats every tick while the job
   stalls and `consider` is idempotent, so what a failed commit lost is decided again at the next
-  tick. The nodes a diagnosis names go to node memory; a node past the notice score becomes a
-  notice that carries a Drain button (rule REC-22). A hang that resolves (steps resumed) cancels
+  tick. The nodes a diagnosis names go to node memory (a TGS slide's slow host too, named by
+  the site Prometheus); a node past the notice score becomes a notice that carries a Drain
+  button (rule REC-22). A hang that resolves (steps resumed) cancels
   its pending restart; the incidents of a job whose restart is done resolve "restarted as N"
   instead of "job ended"; a restarted job whose restore line (or, without one, first step) is read
   gets "restarted as N, step S restored" in the old job's thread.
@@ -40,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import queue
 import sqlite3
@@ -103,6 +105,7 @@ class _Prep:
     last_step: int | None
     evidence: tuple[NodeEvidence, ...]
     ours: bool = True  # its log is under an outputs root (rule REC-25)
+    decide: bool = True  # False: only what it says of nodes (a TGS slide's slow host)
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +249,10 @@ class RecoveryWiring:
         preps: list[_Prep] = []
         resolved: list[str] = []
         for f in batch.findings:
+            if f.kind == IncidentKind.TGS_DEGRADATION and not f.resolved:
+                slow = self._slow_host_prep(ctx.views.get(f.job_id), f)
+                preps += [slow] if slow is not None else []
+                continue
             if f.kind not in RECOVERED_KINDS:
                 continue
             if f.resolved:
@@ -273,6 +280,14 @@ class RecoveryWiring:
         res = view.final or view.analysis(now)  # the failure detector's, cached on the view
         evidence = suspects_from(finding=f, triage=res)
         return _prep(view, f.kind, f.failure_class, evidence, roots=self._roots, owner=f.owner)
+
+    def _slow_host_prep(self, view: JobView | None, f: Finding) -> _Prep | None:
+        """A TGS slide whose slow host the site Prometheus named (its `suspect host`, rule SLOW-5):
+        node memory's evidence only; a slowdown is never restarted (rule REC-2)."""
+        evidence = suspects_from(finding=f)
+        if view is None or not evidence:
+            return None
+        return dataclasses.replace(_prep(view, f.kind, None, evidence, roots=self._roots), decide=False)
 
     def _end_prep(self, view: JobView, now: float) -> _Prep | None:
         """A job whose end this tick confirms, failed by a class (not completed, not cancelled)."""
@@ -350,7 +365,7 @@ class RecoveryWiring:
         book = self.pipeline.book
         inc = self._incident(prep)
         out: list[Notification] = []
-        if self.acts and prep.ours:
+        if self.acts and prep.ours and prep.decide:
             case = Case(
                 prep.job_id,
                 prep.owner,
