@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import sqlite3
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -16,7 +17,7 @@ from jobdiagd.model.alerts import Finding
 from jobdiagd.model.kinds import IncidentKind
 from jobdiagd.recovery.book import RecoveryBook
 from jobdiagd.recovery.policy import RunInfo
-from jobdiagd.service.stages import Batch, StageContext, run_stages
+from jobdiagd.service.stages import Batch, StageContext, observe, plan_recovery, run_stages
 from jobdiagd.sources.slurm_parse import SlurmJob
 from jobdiagd_sim import lines as L
 from tests.helpers.engine import T0, Daemon, outbox
@@ -254,4 +255,20 @@ async def test_a_tgs_slides_slow_host_feeds_node_memory_and_restarts_nothing(sho
     rows = d.pipeline.store.conn.execute("SELECT node, job_id, kind, failure_class FROM node_evidence").fetchall()
     assert [tuple(r) for r in rows] == [("node005", "7300", "slow-host", "tgs-degradation")]
     assert RecoveryBook(d.pipeline.store).intents_for_job("7300") == []
+    d.close()
+
+
+async def test_a_failed_jobs_end_playbook_feeds_node_memory(short_tmp: Path) -> None:
+    """The enricher keeps the end-of-job diagnosis of a failed RAY=1 job when it releases its
+    report; the recovery stage takes it (once) for node memory."""
+    state, outputs = short_tmp / "state", short_tmp / "outputs"
+    d = Daemon(state, outputs, extra=AUTO, recovery=True)
+    enricher = SimpleNamespace(
+        diagnoses={"7400": {"playbook": "gpu-health", "verdict": "hardware-fault", "anomalous_hosts": ["node021"]}}
+    )
+    ctx = StageContext(T0, {}, d.pipeline, lambda *a: None, enricher=enricher, recovery=d.recovery)  # type: ignore[arg-type]
+    for _ in range(2):
+        observe(plan_recovery(Batch([], []), ctx), ctx)
+    rows = d.pipeline.store.conn.execute("SELECT node, job_id, kind, weight FROM node_evidence").fetchall()
+    assert [tuple(r) for r in rows] == [("node021", "7400", "gpu-health", 1.5)] and enricher.diagnoses == {}
     d.close()

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import shlex
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from jobdiagd.alerts.store import AlertStore
 from jobdiagd.durations import rounded_duration
@@ -33,6 +34,7 @@ from jobdiagd.rules.recovery import (
     Evidence,
 )
 from jobdiagd.tsdb.gpu_hang import GpuVerdict
+from jobdiagd.tsdb.playbooks.base import Finding as PbFinding
 from jobdiagd.tsdb.playbooks.base import PlaybookResult, Verdict
 
 HORIZON_HALF_LIVES = 10  # older evidence weighs under 0.1 %: not read, and pruned
@@ -98,6 +100,37 @@ def _from_playbook(pr: PlaybookResult) -> list[NodeEvidence]:
     text = pr.root_cause or f"{pr.playbook} playbook: {pr.verdict}"
     cls = FailureClass.HANG if kind is Evidence.HANG_SUSPECT else f"{pr.playbook}-playbook"
     return [_ev(h, kind, cls, text) for h in sorted(hosts)]
+
+
+def suspects_from_diagnosis(doc: Mapping[str, Any] | None) -> list[NodeEvidence]:
+    """The nodes a TSDB diagnosis names, as `jobdiagd diagnose --json` writes it (a failed RAY=1
+    job's end-of-job playbook, rule END-4): its playbook's anomalous hosts and the hosts of its
+    warning and critical findings (rule REC-20). [] for an error, a log-only diagnosis, or a
+    document that does not read."""
+    if not doc or not doc.get("playbook") or not doc.get("verdict"):
+        return []
+    try:
+        result = PlaybookResult(
+            playbook=str(doc["playbook"]),
+            analysis_type=str(doc.get("analysis_type", "")),
+            verdict=doc["verdict"],
+            window=(0.0, 0.0),
+            findings=[
+                PbFinding(
+                    str(f.get("title", "")),
+                    "",
+                    str(f.get("severity", "info")),
+                    tuple(str(h) for h in f.get("hosts") or ()),
+                )
+                for f in doc.get("findings") or ()
+                if isinstance(f, Mapping)
+            ],
+            anomalous_hosts=[str(h) for h in doc.get("anomalous_hosts") or ()],
+            root_cause=str(doc.get("root_cause") or ""),
+        )
+    except (ValueError, TypeError):
+        return []
+    return suspects_from(playbooks=[result])
 
 
 def suspects_from(

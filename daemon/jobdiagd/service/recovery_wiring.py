@@ -74,7 +74,13 @@ from jobdiagd.recovery.messages import (
     refusal_text,
     restarted_text,
 )
-from jobdiagd.recovery.nodes import DrainRefused, NodeEvidence, render_suspects, suspects_from
+from jobdiagd.recovery.nodes import (
+    DrainRefused,
+    NodeEvidence,
+    render_suspects,
+    suspects_from,
+    suspects_from_diagnosis,
+)
 from jobdiagd.recovery.policy import Case, Decision
 from jobdiagd.recovery.slurm_ops import SlurmOpError, SlurmOps
 from jobdiagd.rules.hostlist import valid_host
@@ -267,7 +273,21 @@ class RecoveryWiring:
             prep = self._end_prep(view, ctx.now) if view is not None else None
             if prep is not None:
                 preps.append(prep)
+        preps += self._diagnosis_preps(ctx)
         return preps, resolved
+
+    def _diagnosis_preps(self, ctx: StageContext) -> list[_Prep]:
+        """The end-of-job playbooks that finished (a failed RAY=1 job's report, released by the
+        enricher): the hosts they name go to node memory (rule REC-20). The job has left the
+        watch by then; its restart was decided at its end."""
+        docs = ctx.enricher.diagnoses if ctx.enricher is not None else {}
+        out = []
+        while docs:
+            job_id, doc = docs.popitem()
+            evidence = tuple(suspects_from_diagnosis(doc))
+            if evidence:
+                out.append(_Prep(job_id, None, None, None, None, (), None, evidence, decide=False))
+        return out
 
     def _finding_prep(self, view: JobView, f: Finding, now: float) -> _Prep:
         """A hang names the GPU verdict's suspects (the page's and the early page's); a failure
