@@ -2,15 +2,16 @@
 
     .venv/bin/python bench/bench_recovery.py [--countdown 10] [--step-time 0.3] [--min-stall 6]
 
-A simulated job (slurm_job.sh under real `srun -l`) trains and hangs; a real `jobdiagd run`
-watches it (squeue discovery, tick 0.5 s, `[detectors.hang] min_stall_seconds` = --min-stall)
-and pages the hang through the jsonl notifier. On the page, this script plays the post-judging
-stage the daemon will have (docs/recovery.md "Wiring"): `RecoveryManager.consider` with
-`countdown_seconds` = --countdown, then `run_due` once the countdown is over, which cancels the
-job and resubmits it. Printed as JSON, from the log's own timestamps and Slurm's:
+A simulated job (slurm_job.sh under real `srun -l`) trains and hangs; a real `jobdiagd run` with
+`[recovery] mode = "auto"` watches it (squeue discovery, tick 0.5 s, `[detectors.hang]
+min_stall_seconds` = --min-stall), pages the hang, counts down `countdown_seconds` = --countdown,
+cancels the job and resubmits it: the daemon's own wiring (service/recovery_wiring.py), nothing
+played by this script. Printed as JSON, from the log's own timestamps, the daemon's outbox and
+recovery log, and Slurm's:
 
   detection   last step line -> the hang page (created_at of the open notification)
-  countdown   page -> the restart begins (the configured countdown, plus the poll)
+  countdown   page -> the restart begins (the recovery log's `restart`: the countdown, plus the
+              wake-up of the daemon's recovery task)
   cancel      restart begins -> scancel done (capture of settings and script included)
   queue       scancel -> the new job RUNNING (Slurm's StartTime; submit + election + release)
   start       RUNNING -> the new job's first `completed step:` line
@@ -24,6 +25,7 @@ import json
 import os
 import pwd
 import re
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -36,11 +38,6 @@ sys.path.insert(0, str(REPO))
 
 from tests.helpers.slurm_cluster import release_cluster, start_cluster  # noqa: E402
 
-from jobdiagd.alerts.store import AlertStore  # noqa: E402
-from jobdiagd.config import RecoveryConfig  # noqa: E402
-from jobdiagd.recovery.manager import RecoveryManager  # noqa: E402
-from jobdiagd.recovery.policy import Case  # noqa: E402
-from jobdiagd.recovery.slurm_ops import SlurmOps  # noqa: E402
 from jobdiagd_sim import live  # noqa: E402
 
 STEP = re.compile(rb"^(?:\d+: )?I(\d{4} \d\d:\d\d:\d\d\.\d+) .*completed step: (\d+)", re.M)
@@ -84,6 +81,8 @@ def main() -> int:
             f'squeue_interval_seconds = 1\n[slurm]\nbackend = "cli"\nslurm_conf = "{cluster.conf}"\n'
             f'outputs_roots = ["{outputs}"]\n[detectors.hang]\nmin_stall_seconds = {args.min_stall}\n'
             "startup_grace_seconds = 120\n[notifiers.jsonl]\nenabled = true\n"
+            f'[recovery]\nmode = "auto"\nusers = ["{me}"]\ncountdown_seconds = {args.countdown}\n'
+            f'resubmit_env = ["SIM_PYTHON={sys.executable}"]\n'
         )
         daemon = subprocess.Popen(
             [sys.executable, "-m", "jobdiagd.cli", "run", "--config", str(cfg), "--discover", "slurm"],
@@ -112,34 +111,35 @@ def main() -> int:
                 return None
 
             opened = wait(page, "the hang page")
-            mgr = RecoveryManager(
-                RecoveryConfig(mode="auto", users=(me,), countdown_seconds=args.countdown,
-                               resubmit_env=(f"SIM_PYTHON={sys.executable}",)),
-                AlertStore.in_state_dir(work / "recovery-state"),
-                SlurmOps(cluster.backend_env),
-                work_dir=work / "recovery-state" / "recovery",
-                outputs_roots=[outputs],
-                now=time.time,
-            )
             old_log = next(outputs.glob(f"{old}-*.log"))
             last_at, last_step = step_times(old_log)[-1]
-            _, intent = mgr.consider(
-                Case(old, me, "debug", "hang", nodes=("node001",), last_step=last_step,
-                     incident_id=str(opened["incident_id"])),
-                time.time(),
-            )
-            assert intent is not None and intent.due_at is not None
-            while time.time() < intent.due_at:
-                time.sleep(0.05)
-            began = time.time()
-            (outcome,) = mgr.run_due(time.time())
-            if outcome.error:
-                raise SystemExit(outcome.error)
-            new = str(outcome.intent.new_job_id)
+            db = work / "state" / "alerts.sqlite3"
+
+            def log_at(action: str) -> float | None:
+                with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as c:
+                    row = c.execute(
+                        "SELECT at FROM recovery_log WHERE job_id = ? AND action = ? ORDER BY at LIMIT 1",
+                        (old, action),
+                    ).fetchone()
+                return float(row[0]) if row else None
+
+            def new_job() -> str | None:
+                with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as c:
+                    row = c.execute(
+                        "SELECT new_job_id FROM recovery_intents WHERE job_id = ? AND status = 'done'", (old,)
+                    ).fetchone()
+                return str(row[0]) if row else None
+
+            new = wait(new_job, "the restart", timeout=args.countdown + 120)
             jobs.append(new)
-            cancelled = next(e.at for e in outcome.entries if e.action == "cancel")
+            began, cancelled = log_at("restart"), log_at("cancel")
+            assert began is not None and cancelled is not None
             new_log = outputs / old_log.name.replace(f"{old}-", f"{new}-", 1)
-            first_at, _ = wait(lambda: step_times(new_log)[:1], "the new job's first step")[0]
+            try:
+                first_at, _ = wait(lambda: step_times(new_log)[:1], "the new job's first step")[0]
+            except SystemExit:  # say where it stands (a busy shared cluster keeps it pending)
+                print(subprocess.run(["squeue", "-t", "all"], env=cluster.env, capture_output=True, text=True).stdout)
+                raise
             env = dict(cluster.env, SLURM_TIME_FORMAT="%s")
             show = subprocess.run(["scontrol", "-o", "show", "job", new], env=env, capture_output=True, text=True).stdout
             start = float(re.search(r"StartTime=(\d+)", show).group(1))  # type: ignore[union-attr]
@@ -156,7 +156,6 @@ def main() -> int:
                 "total_s": round(first_at - last_at, 2),
                 "note": "StartTime has 1 s resolution: queue and start are +-1 s",
             }, indent=2))
-            mgr.store.close()
         finally:
             cluster.scancel(*jobs)
             daemon.terminate()

@@ -520,6 +520,14 @@ def _owners(value: Any) -> str | None:
     return _names([v for v in value if v != "*"])
 
 
+_CHAT_USER_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}=[A-Za-z0-9_-]{1,64}$")
+
+
+def _chat_users(value: Any) -> str | None:
+    bad = [v for v in value if not _CHAT_USER_RE.match(v)]
+    return f"not SLURM_USER=CHAT_USER_ID pairs: {bad!r}" if bad else None
+
+
 def _env_assignments(value: Any) -> str | None:
     bad = [v for v in value if not _ENV_ASSIGN_RE.match(v)]
     return f"not KEY=VALUE assignments: {bad!r}" if bad else None
@@ -584,6 +592,9 @@ class RecoveryConfig:
     )
     # Who may press Drain and Restart as an operator (chat user ids/names, as the transports give them).
     operators: tuple[str, ...] = ()
+    # Which chat account is which job owner, for Restart: "SLURM_USER=CHAT_USER_ID" (a Telegram
+    # user id, a Slack member id). A chat name is never taken for an owner (anyone can choose one).
+    chat_users: tuple[str, ...] = field(default=(), metadata=_v(_chat_users))
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,9 @@ class LiveConfig:
     noise_every: float = 3.0
     compile_time: float = 1.0
     checkpoint_period: int | None = None
+    # Where saves are kept across runs (MaxText's per-model checkpoint directory): a run started
+    # with the same directory restores the newest saved step and goes on from the next one.
+    checkpoint_dir: Path | None = None
     save_time: float = 0.0  # a save blocks the next step this long (it lands in its `seconds:`)
     first_step_time: float | None = None  # step 0 (compilation inside the first step); None: step_time
     undated_steps: bool = False  # step and save lines without absl prefix (print()-era MaxText)
@@ -215,6 +218,7 @@ class _Job:
         )
         self.noise(harmless=True)
         self.each(lambda r: [self.absl(r, "pyconfig.py:1012") + L.config_param("steps", cfg.steps)])
+        first = 0
         if cfg.checkpoint_period:
             self.each(
                 lambda r: [
@@ -222,14 +226,19 @@ class _Job:
                     + L.config_param("checkpoint_period", cfg.checkpoint_period)
                 ]
             )
-            self.each(lambda r: [self.absl(r, "checkpointing.py:227") + L.NO_CHECKPOINT])
+            restored = self.newest_checkpoint()
+            if restored is None:
+                self.each(lambda r: [self.absl(r, "checkpointing.py:227") + L.NO_CHECKPOINT])
+            else:
+                self.each(lambda r: [self.absl(r, "checkpointing.py:214") + L.restore_line(restored)])
+                first = restored + 1
         if self.wait(cfg.compile_time):
             return self.cancelled()
         self.each(lambda r: [self.absl(r, "train.py:902") + L.BARRIER_BEGIN])
         self.each(lambda r: [self.absl(r, "train.py:906") + L.BARRIER_PASSED])
         last_step_t = clock.wall()
         saved = False
-        for step in range(cfg.steps):
+        for step in range(first, cfg.steps):
             if cfg.hang_after is not None and step > cfg.hang_after:
                 return self.hang()
             took = cfg.first_step_time if step == 0 and cfg.first_step_time is not None else cfg.step_time
@@ -250,6 +259,7 @@ class _Job:
             self.each_step_line("metric_logger.py:232", L.step_line(f))
             saved = bool(cfg.checkpoint_period) and step % (cfg.checkpoint_period or 1) == 0
             if saved:
+                self.save_checkpoint(step)
                 self.each_step_line("train.py:1040", L.checkpoint_saved(step))
             if self.rng.random() < 0.3:
                 self.noise()
@@ -259,6 +269,20 @@ class _Job:
         self.out.batch(L.stage_end("Training", int(clock.wall() - self.t0)))
         self.summary(0)
         return 0
+
+    def newest_checkpoint(self) -> int | None:
+        """The newest step saved in `checkpoint_dir` by an earlier run (a directory per step)."""
+        d = self.cfg.checkpoint_dir
+        if d is None or not d.is_dir():
+            return None
+        steps = [int(p.name) for p in d.iterdir() if p.name.isdigit() and p.is_dir()]
+        return max(steps) if steps else None
+
+    def save_checkpoint(self, step: int) -> None:
+        """Task 0 (or the whole job in outputs mode) keeps the step's directory."""
+        d = self.cfg.checkpoint_dir
+        if d is not None and 0 in self.ranks:
+            (d / str(step)).mkdir(parents=True, exist_ok=True)
 
     def noise(self, harmless: bool = False) -> None:
         r = self.rng.choice(self.ranks)
@@ -325,6 +349,9 @@ def parse_args(argv: Sequence[str] | None) -> LiveConfig:
     p.add_argument("--noise-every", type=float, default=3.0)
     p.add_argument("--compile-time", type=float, default=1.0)
     p.add_argument("--checkpoint-period", type=int, default=None)
+    p.add_argument(
+        "--checkpoint-dir", type=Path, default=None, help="saves kept here; a rerun restores the newest"
+    )
     p.add_argument("--save-time", type=float, default=0.0, help="a save blocks the next step this long")
     p.add_argument("--first-step-time", type=float, default=None, help="step 0's time (compilation)")
     p.add_argument("--undated-steps", action="store_true", help="step lines without absl prefix")
@@ -360,6 +387,7 @@ def parse_args(argv: Sequence[str] | None) -> LiveConfig:
         noise_every=a.noise_every,
         compile_time=a.compile_time,
         checkpoint_period=a.checkpoint_period,
+        checkpoint_dir=a.checkpoint_dir,
         save_time=a.save_time,
         first_step_time=a.first_step_time,
         undated_steps=a.undated_steps,

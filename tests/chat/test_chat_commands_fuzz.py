@@ -23,11 +23,12 @@ from hypothesis import strategies as st
 
 from jobdiagd.chat import commands as C
 from jobdiagd.chat.auth import Authorizer, Sender
-from jobdiagd.chat.buttons import ACTIONS, can_scancel, decode, encode
+from jobdiagd.chat.buttons import ACTIONS, BUTTONS, can_scancel, decode, encode, encode_node
 from jobdiagd.chat.model import Button, ChatMessage
 from jobdiagd.chat.ports import TaskResult
 from jobdiagd.chat.router import ChatRouter
 from jobdiagd.model.alerts import Incident
+from jobdiagd.rules.hostlist import valid_host
 from tests.helpers.fuzz import fuzz_settings
 
 NOW = 1_000_000.0
@@ -99,16 +100,36 @@ def test_an_accepted_duration_is_within_bounds(text: str) -> None:
     assert text.strip().isascii()
 
 
+_node = st.one_of(
+    st.text(_chars, max_size=50),
+    st.sampled_from(["node017", "gpu-a1.cluster", "-rf", "a b", "node;id", "n" * 46, "n" * 47, "node017\n", "..", "x/y"]),
+)
+
+
 @fuzz_settings(examples=300)
-@given(st.one_of(st.text(_chars, max_size=40), st.tuples(st.sampled_from(ACTIONS), st.integers(0, 10**12)).map(
-    lambda t: encode(t[0], t[1]))))
+@given(
+    st.one_of(
+        st.text(_chars, max_size=40),
+        st.tuples(st.sampled_from(ACTIONS), st.integers(0, 10**12)).map(lambda t: encode(t[0], t[1])),
+        st.tuples(st.sampled_from(ACTIONS), _node).map(lambda t: encode_node(t[0], t[1])),
+    )
+)
 @example("ack:12\n")
 @example("ack:١٢")
 @example("ack:0012")
+@example("drain:@node017\n")
+@example("drain:@-rf")
+@example("ack:@node017")
+@example("drain:17")
 def test_button_data_decodes_only_when_it_is_what_encode_writes(data: str) -> None:
     press = decode(data)
-    if press is not None:
-        assert encode(press.action, press.incident_token) == data
+    if press is None:
+        return
+    if press.node is not None:
+        assert encode_node(press.action, press.node) == data and valid_host(press.node)
+        assert BUTTONS[press.action].on_node is not None and len(data.encode()) <= 64
+    else:
+        assert encode(press.action, press.incident_token) == data and BUTTONS[press.action].on_press is not None
 
 
 @pytest.fixture(scope="module")
@@ -198,6 +219,24 @@ class RecordingBackend:
         self.calls.append(("scancel", (job_id,)))
         return "cancelled"
 
+    def nodes(self, now: float) -> ChatMessage:
+        return ChatMessage("no suspect nodes")
+
+    def recovery_operator(self, sender: Sender) -> bool:
+        return False
+
+    def keep_recovery(self, incident: Incident, by: str, now: float) -> str:
+        self.calls.append(("keep", (incident.job_id,)))
+        return "kept"
+
+    def approve_recovery(self, incident: Incident, sender: Sender, *, operator: bool, now: float) -> tuple[str, bool]:
+        self.calls.append(("approve", (incident.job_id, operator)))
+        return "approved", True
+
+    async def drain(self, node: str, by: str, *, operator: bool) -> str:
+        self.calls.append(("drain", (node, operator)))
+        return f"drained {node}"
+
 
 class Conv:
     def __init__(self, sender: Sender) -> None:
@@ -258,6 +297,7 @@ async def _drive(backend: RecordingBackend, sender: Sender, texts: list[str], pr
 _press = st.one_of(
     st.text(_chars, max_size=30),
     st.tuples(st.sampled_from(ACTIONS), st.sampled_from([1, 2, 99999999])).map(lambda t: encode(t[0], t[1])),
+    st.tuples(st.sampled_from(ACTIONS), _node).map(lambda t: encode_node(t[0], t[1])),
 )
 
 
@@ -265,6 +305,9 @@ _press = st.one_of(
 @given(st.lists(command, max_size=4), st.lists(_press, max_size=4), st.sampled_from([ALLOWED, OPERATOR, *STRANGERS]))
 @example(["/triage /outputs/link_out", "/diagnose 1 $(id)", "/compare ../x 1"], ["scancel_yes:1"], ALLOWED)
 @example(["/ack 123", "/mute 123 1h"], ["ack:1", "m24h:1", "scancel_yes:1"], STRANGERS[1])
+@example(["/nodes"], ["drain_yes:@node017", "drain:@node017", "drain_yes:@-rf", "restart:1", "keep:1"], ALLOWED)
+@example([], ["drain_yes:@node017", "restart:1"], OPERATOR)
+@example([], ["drain_yes:@node017", "keep:1"], STRANGERS[0])
 def test_the_router_answers_everything_and_only_valid_requests_reach_the_daemon(
     roots: tuple[Path, Path], texts: list[str], presses: list[str], sender: Sender
 ) -> None:
@@ -289,3 +332,8 @@ def test_the_router_answers_everything_and_only_valid_requests_reach_the_daemon(
             assert SAFE_ID.fullmatch(args[0]), args
         elif name == "scancel":
             assert sender is OPERATOR and args == ("123",)
+        elif name == "drain":
+            node, operator = args
+            assert valid_host(node) and operator == (sender is OPERATOR), args
+        elif name == "approve":
+            assert args == ("123", sender is OPERATOR), args

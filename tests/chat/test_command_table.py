@@ -13,7 +13,17 @@ import pytest
 
 from jobdiagd.chat import commands as C
 from jobdiagd.chat.auth import Authorizer, Sender
-from jobdiagd.chat.buttons import ACTIONS, BUTTONS, ButtonSpec, Pressed, confirm_keyboard, decode, keyboard
+from jobdiagd.chat.buttons import (
+    ACTIONS,
+    BUTTONS,
+    ButtonSpec,
+    Pressed,
+    confirm_keyboard,
+    decode,
+    drain_confirm_keyboard,
+    drain_keyboard,
+    keyboard,
+)
 from jobdiagd.chat.model import Button, ChatMessage
 from jobdiagd.chat.ports import TaskError, TaskResult
 from jobdiagd.chat.router import ChatRouter
@@ -142,8 +152,12 @@ def test_help_is_built_from_the_table() -> None:
     assert listed == [f"- `{s.usage}` — {s.help}" for s in C.COMMANDS.values() if s.listed]
     assert [s.name for s in C.COMMANDS.values() if not s.listed] == ["start"]
     named = [b.help for b in BUTTONS.values() if b.help]
-    assert lines[-1] == f"Buttons on alerts: {', '.join(n for n in named if 'scancel' not in n)}."
-    assert C.help_text(120.0, scancel=True).split("\n")[-1] == f"Buttons on alerts: {', '.join(named)}."
+    plain = [b.help for b in BUTTONS.values() if b.help and not (b.only_with_scancel or b.only_with_recovery)]
+    assert lines[-1] == f"Buttons on alerts: {', '.join(plain)}."
+    assert "Drain" in lines[-1] and "Keep the job" not in lines[-1]  # node memory runs whatever the mode
+    every = C.help_text(120.0, scancel=True, recovery=True).split("\n")[-1]
+    assert every == f"Buttons on alerts: {', '.join(named)}."
+    assert "Restart" in every and "Keep the job" in every
 
 
 async def test_each_long_command_runs_its_worker_capability_through_the_table() -> None:
@@ -176,19 +190,21 @@ async def test_each_long_command_runs_its_worker_capability_through_the_table() 
 
 
 async def test_a_new_command_is_one_table_row(monkeypatch: pytest.MonkeyPatch) -> None:
-    """What /nodes will need on the chat side: its row (and a capability of the daemon)."""
+    """A command the daemon does not have yet: its row (and a capability of the daemon) is all."""
 
-    def nodes(c: C.Call, a: C.Args) -> ChatMessage:
+    def suspects(c: C.Call, a: C.Args) -> ChatMessage:
         return ChatMessage(f"suspect nodes of job {a[0]}", "node007")
 
-    monkeypatch.setitem(C.COMMANDS, "nodes", C.CommandSpec("nodes", "suspect nodes of a job", (C.JOB,), nodes))
+    monkeypatch.setitem(
+        C.COMMANDS, "suspects", C.CommandSpec("suspects", "suspect nodes of a job", (C.JOB,), suspects)
+    )
     conv = Conv()
-    await _router(Backend()).on_command("/nodes 7", conv)
-    await _router(Backend()).on_command("/nodes ../x", conv)
+    await _router(Backend()).on_command("/suspects 7", conv)
+    await _router(Backend()).on_command("/suspects ../x", conv)
     await _router(Backend()).on_command("/help", conv)
     assert conv.sent[0].title == "suspect nodes of job 7" and conv.sent[0].body == "node007"
     assert conv.sent[1].title.startswith("⚠ not a job id: '../x'")  # its argument's validator ran
-    assert "- `/nodes ID` — suspect nodes of a job" in conv.sent[2].body
+    assert "- `/suspects ID` — suspect nodes of a job" in conv.sent[2].body
 
 
 async def test_a_long_command_goes_through_the_backend_and_the_table() -> None:
@@ -203,24 +219,40 @@ async def test_a_long_command_goes_through_the_backend_and_the_table() -> None:
 
 
 def test_every_button_has_a_handler_and_every_keyboard_token_decodes() -> None:
-    assert tuple(BUTTONS) == ACTIONS and all(callable(s.on_press) for s in BUTTONS.values())
+    assert tuple(BUTTONS) == ACTIONS and all(callable(s.on_press or s.on_node) for s in BUTTONS.values())
     snap = {"job_id": "7", "ray": True, "acked_at": None, "muted_until": None, "resolved_at": None}
     muted = {**snap, "muted_until": NOW + 60}
-    rows = [*keyboard(snap, 1, now=NOW, scancel=True), *keyboard(muted, 1, now=NOW), *confirm_keyboard("7", 1)]
+    counting = {**snap, "recovery": {"status": "scheduled", "text": "♻ Auto-restart", "due_at": NOW + 60}}
+    suggested = {**snap, "resolved_at": NOW, "recovery": {"status": "suggested", "text": "♻ Suggested"}}
+    rows = [
+        *keyboard(snap, 1, now=NOW, scancel=True),
+        *keyboard(muted, 1, now=NOW),
+        *confirm_keyboard("7", 1),
+        *keyboard(counting, 1, now=NOW),
+        *keyboard(suggested, 1, now=NOW),
+        *drain_keyboard("node017"),
+        *drain_confirm_keyboard("node017"),
+    ]
     shown = {decode(b.token).action for row in rows for b in row}  # type: ignore[union-attr]
     assert shown == set(ACTIONS)
+    # A resolved incident keeps only the button of its restart still pending.
+    assert [[b.label for b in row] for row in keyboard(suggested, 1, now=NOW)] == [["♻ Restart"]]
+    assert keyboard({**suggested, "recovery": {"status": "done", "text": "x"}}, 1, now=NOW) == ()
+    assert keyboard(counting, 1, now=NOW)[0][0].label == "✋ Keep the job"
+    with pytest.raises(ValueError, match="exactly one of on_press and on_node"):
+        ButtonSpec("x")
 
 
 async def test_a_new_button_is_one_table_row(monkeypatch: pytest.MonkeyPatch) -> None:
-    """What "Drain" will need on the chat side: its row and handler (and a capability of the daemon)."""
+    """A button the daemon does not have yet: its row and handler (and a capability of the daemon)."""
     b = Backend()
 
-    async def drain(p: Pressed) -> None:
+    async def bounce(p: Pressed) -> None:
         b.drained.append(p.incident.job_id)
-        await p.conv.toast(f"draining the nodes of job {p.incident.job_id}")
+        await p.conv.toast(f"bouncing the nodes of job {p.incident.job_id}")
 
-    monkeypatch.setitem(BUTTONS, "drain", ButtonSpec("drain", drain, help="Drain"))
+    monkeypatch.setitem(BUTTONS, "bounce", ButtonSpec("bounce", bounce, help="Bounce"))
     conv = Conv()
-    await _router(b).on_press("drain:1", conv)
-    assert b.drained == ["7"] and conv.toasts == ["draining the nodes of job 7"]
-    assert C.help_text(120.0).endswith(", Drain.")
+    await _router(b).on_press("bounce:1", conv)
+    assert b.drained == ["7"] and conv.toasts == ["bouncing the nodes of job 7"]
+    assert C.help_text(120.0).endswith(", Bounce.")

@@ -60,6 +60,8 @@ OTHER_VOCABULARIES: dict[tuple[str, str], str] = {
     ("config.py", 'sp.auth == "none"'): AUTH,
     ("notifiers/registry.py", 'auth == "none"'): AUTH,
     ("recovery/executor.py", 'intent.status != "running"'): RECOVERY_STATUS,
+    ("recovery/manager.py", 'intent.status == "running"'): RECOVERY_STATUS,
+    ("recovery/messages.py", 'intent.status == "running"'): RECOVERY_STATUS,
     ("recovery/messages.py", 'intent.status == "cancelled"'): RECOVERY_STATUS,
     ("recovery/messages.py", 'intent.status == "failed"'): RECOVERY_STATUS,
     ("notifiers/dispatcher.py", 'outcome == "failed"'): SEND_OUTCOME,

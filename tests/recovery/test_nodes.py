@@ -3,6 +3,7 @@ notice per node, and `jobdiagd nodes`."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -13,8 +14,15 @@ import pytest
 
 from jobdiagd.alerts.store import AlertStore
 from jobdiagd.model.alerts import Finding
-from jobdiagd.model.kinds import GpuHangState
-from jobdiagd.recovery.nodes import NodeEvidence, NodeMemory, render_suspects, suspects_from
+from jobdiagd.model.kinds import GpuHangState, IncidentKind
+from jobdiagd.recovery.nodes import (
+    NodeEvidence,
+    NodeMemory,
+    render_suspects,
+    suspects_from,
+    suspects_from_diagnosis,
+)
+from jobdiagd.rules.recovery import Evidence
 from jobdiagd.triage.engine import triage
 from jobdiagd.tsdb.gpu_hang import GpuVerdict
 from jobdiagd.tsdb.playbooks.base import Finding as PbFinding
@@ -139,3 +147,35 @@ def test_the_default_thresholds_notice_three_hangs_in_two_days_and_exclude_after
     (notice,) = mem.notices(T0 + 2 * DAY, cfg.node_notice_score)
     assert notice.text == "node017 in 3 hangs of 3 job(s) in 2 d 0 h"
     store.close()
+
+
+def test_a_tgs_slide_names_its_slow_host_and_nothing_else_does_for_it() -> None:
+    """The site Prometheus's slow host of a TGS slide (rule SLOW-5) is evidence of its own kind."""
+    f = Finding(
+        "tgs", "7", IncidentKind.TGS_DEGRADATION, "warning", "TGS -20%",
+        {"suspect host": "node005", "slow host": "node005: power 40% below the median"},
+    )
+    (e,) = suspects_from(finding=f)
+    assert (e.node, e.kind, e.failure_class, e.weight) == ("node005", Evidence.SLOW_HOST, "tgs-degradation", 1.0)
+    assert suspects_from(finding=dataclasses.replace(f, details={"slow host": "none stands out"})) == []
+
+
+def test_a_job_end_diagnosis_document_names_its_playbooks_hosts() -> None:
+    """The daemon keeps a failed RAY=1 job's end-of-job playbook as `jobdiagd diagnose --json`
+    writes it; node memory reads the same hosts from it as from the playbook's result."""
+    doc = {
+        "playbook": "hardware",
+        "analysis_type": "hardware",
+        "verdict": "hardware-fault",
+        "anomalous_hosts": ["node011"],
+        "findings": [
+            {"title": "XGMI errors", "severity": "critical", "hosts": ["node012"]},
+            {"title": "fine", "severity": "info", "hosts": ["node013"]},
+        ],
+        "root_cause": "XGMI link errors on node011",
+    }
+    got = suspects_from_diagnosis(doc)
+    assert [(e.node, e.kind, e.weight) for e in got] == [("node011", "hardware", 1.5), ("node012", "hardware", 1.5)]
+    assert suspects_from_diagnosis({"error": "no Prometheus"}) == []
+    assert suspects_from_diagnosis({**doc, "verdict": "no-such-verdict"}) == []
+    assert suspects_from_diagnosis(None) == []

@@ -33,6 +33,7 @@ def test_the_stages_run_in_the_documented_order() -> None:
         "stamp",
         "enrich or hold",
         "slow host",
+        "recovery",
         "observe",
         "end jobs",
         "enqueue",

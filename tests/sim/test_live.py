@@ -58,6 +58,26 @@ def test_outputs_mode_completes_with_success_summary(tmp_path: Path) -> None:
     assert data.rstrip().endswith(b"  Status: SUCCESS (exit 0)\n" + b"=" * 65)
 
 
+def test_a_rerun_with_the_same_checkpoint_dir_restores_the_newest_step(tmp_path: Path) -> None:
+    """What a restart of a hung job sees with maxtext's per-model checkpoint directory."""
+    ckpt = tmp_path / "llama3.1-8b" / "checkpoints"
+
+    def job(job_id: str, steps: int) -> bytes:
+        cfg = LiveConfig(
+            steps=steps, step_time=0.01, compile_time=0.01, nnodes=2, outputs=tmp_path, job_id=job_id,
+            name="JAX-llama3.1-8b-ck", checkpoint_period=2, checkpoint_dir=ckpt,
+        )
+        assert run(cfg) == 0
+        return (tmp_path / f"{job_id}-JAX-llama3.1-8b-ck.log").read_bytes()
+
+    first = job("801", 5)
+    assert b"No existing checkpoints found, not restoring checkpoint." in first
+    assert sorted(p.name for p in ckpt.iterdir()) == ["0", "2", "4"]
+    second = job("802", 8)
+    assert re.search(rb"\n0: I\d{4} \S+ \d+ checkpointing\.py:214\] restoring from this run's directory step 4\n", second)
+    assert sorted({int(s) for _, s in STEP.findall(second)}) == [5, 6, 7]  # from the step after it
+
+
 def test_outputs_mode_hang_then_cancel(tmp_path: Path) -> None:
     cfg = LiveConfig(
         steps=50,

@@ -97,6 +97,10 @@ class IncidentBook:
             key = (inc.job_id, inc.kind)
             self._seqs[key] = max(self._seqs.get(key, 0), inc.seq)
         self._mutes: dict[tuple[str, str], Mute] = {(m.job_id, m.kind): m for m in mutes}
+        # What other parts of the daemon show in an incident's message (recovery's countdown),
+        # by incident id: merged into `snapshot`, never stored with the incident (the owner of
+        # the knowledge sets it again after a restart).
+        self._notes: dict[str, dict[str, Any]] = {}
         self._dirty: dict[str, Incident] = {}
         self._mutes_dirty = False
 
@@ -340,12 +344,27 @@ class IncidentBook:
             return [self._note(inc, "update", f"{inc.id}:resolve", f"{inc.kind} on job {inc.job_id}", text, now)]
         return [self._note(inc, "resolve", f"{inc.id}:resolve", f"{inc.kind} on job {inc.job_id}", text, now)]
 
+    def annotate(self, incident_id: str, key: str, value: Mapping[str, Any] | None) -> None:
+        """Show `value` (JSON-ready) under `key` in the incident's snapshots from now on; None
+        removes it. Only a key the incident's fields do not use."""
+        if key in Incident.__dataclass_fields__ or key in ("muted_until", "muted_by"):
+            raise ValueError(f"{key!r} is an incident field")
+        notes = self._notes.setdefault(incident_id, {})
+        if value is None:
+            notes.pop(key, None)
+            if not notes:
+                del self._notes[incident_id]
+        else:
+            notes[key] = dict(value)
+
     def snapshot(self, inc: Incident, now: float) -> dict[str, Any]:
-        """The incident as a chat message shows it: its fields plus the mute covering it."""
+        """The incident as a chat message shows it: its fields plus the mute covering it (and
+        what `annotate` added)."""
         snap: dict[str, Any] = asdict(inc)
         mute = self.covering_mute(inc.job_id, inc.kind, now) if inc.is_open else None
         snap["muted_until"] = mute.until if mute is not None else None
         snap["muted_by"] = mute.by if mute is not None else None
+        snap.update(self._notes.get(inc.id, {}))
         return snap
 
     def _note(

@@ -4,7 +4,8 @@ Chat transports record a message right after the API accepted it, before the out
 delivery sent. A retry of the same notification (a crash between the two, or a send that timed
 out after the server took it) finds the record and does not post again; only a crash inside
 the few milliseconds between the server's answer and this record can repeat one message.
-Edits, replies and the buttons' tokens all find the incident's message here, after restarts too.
+Edits, replies and the buttons' tokens all find the incident's message here, after restarts too;
+a job that a recovery restart made finds the thread of the job it replaces (`thread_of`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from jobdiagd.alerts.store import AlertStore
 from jobdiagd.model.alerts import Incident
 
 Role = Literal["parent", "reply"]
+MAX_CHAIN = 32  # restarts of one job followed back to find its thread
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +82,26 @@ class MessageStore:
     def job_parents(self, job_id: str, notifier: str) -> list[ChatMessageRef]:
         """Incident messages of a job, newest first (the job-end report replies to them)."""
         return self._select("job_id = ? AND notifier = ? AND role = 'parent'", (job_id, notifier))[::-1]
+
+    def thread_of(self, job_id: str, notifier: str) -> list[ChatMessageRef]:
+        """Where a restarted job's messages go (rule REC-11): the incident messages of the job it
+        replaces, newest first, up its chain of restarts to the first job that has any; [] for a
+        job that replaces none. Read from the recovery tables of the same store."""
+        seen = {job_id}
+        current = job_id
+        for _ in range(MAX_CHAIN):
+            row = self.store.conn.execute(
+                "SELECT parent FROM recovery_runs WHERE job_id = ? ORDER BY attempt DESC LIMIT 1", (current,)
+            ).fetchone()
+            parent = str(row["parent"]) if row is not None else None
+            if parent is None or parent in seen:
+                return []
+            found = self.job_parents(parent, notifier)
+            if found:
+                return found
+            seen.add(parent)
+            current = parent
+        return []
 
     def incident_token(self, incident_id: str) -> int | None:
         return self.store.incident_token(incident_id)

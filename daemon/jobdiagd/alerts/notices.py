@@ -2,7 +2,7 @@
 
 A notice is a message not tied to an incident: a source or notifier failing and recovering, a
 job's log unreadable ("monitoring blind") and readable again, a blind job leaving the watch, an
-implausible step line, the state store replaced. Each function here returns its `Notice`; the
+implausible step line, the state store replaced, a node suspected across jobs. Each function here returns its `Notice`; the
 code where the event happens (`service.reading`, `service.discovery_feed`, `service.runner`,
 `alerts.pipeline`) decides when, and queues it with `AlertPipeline.announce`.
 
@@ -186,3 +186,30 @@ def store_quarantined(reason: str, moved: Sequence[str], now: float) -> Notice:
         "known to it. A condition still present is alerted again.",
         "warning",
     )
+
+
+# -- suspect nodes (recovery's node memory, rule REC-22) --------------------------------------
+
+_SUSPECT_NODE = "suspect-node"
+
+
+def suspect_node(node: str, text: str, drain_command: str, noticed_at: float) -> Notice:
+    """A node past the notice score: what its record says, and the line that drains it (the
+    chat's Drain button runs it, for operators). One per node and episode (`noticed_at`)."""
+    return Notice(
+        f"{_SUSPECT_NODE}:{node}:{int(noticed_at)}",
+        f"suspect node: {text}",
+        f"{text}.\n\nTo take it out of scheduling:\n\n```\n{drain_command}\n```\n\n"
+        f"`jobdiagd nodes` lists the jobs and evidence behind it.",
+        "warning",
+    )
+
+
+def suspect_node_of(notification_id: str) -> str | None:
+    """The node a suspect-node notice (its outbox id `notice:suspect-node:<node>:<t>`) is about;
+    None for any other notification. The caller validates the name before using it."""
+    head, _, rest = notification_id.partition(f"notice:{_SUSPECT_NODE}:")
+    if head or not rest:
+        return None
+    node, sep, stamp = rest.rpartition(":")
+    return node if sep and node and stamp.isdigit() else None

@@ -28,6 +28,9 @@ from jobdiagd.alerts.store import AlertStore, Quarantined, StoreWatch, open_stor
 from jobdiagd.config import IncidentsConfig
 from jobdiagd.model.alerts import Finding, Incident, Mute, Notification, Severity
 
+# Work done inside the transaction of an `observe` (see there): returns notifications to queue.
+Within = Callable[[float], list[Notification]]
+
 
 class AlertPipeline:
     """Findings in, notifications durably queued; after a commit that queued some, `on_queued` is
@@ -89,8 +92,12 @@ class AlertPipeline:
 
     # -- inputs ----------------------------------------------------------
 
-    def observe(self, findings: Iterable[Finding], now: float) -> list[Notification]:
-        return self._commit(self.book.observe_all(findings, now), now)
+    def observe(self, findings: Iterable[Finding], now: float, within: Within | None = None) -> list[Notification]:
+        """`within(now)`, when given, runs inside the transaction that stores the incident
+        changes and their notifications, after the book took the findings: what it writes commits
+        with them or not at all, and the notifications it returns are queued in it (recovery's
+        intent and countdown, rule REC-13)."""
+        return self._commit(self.book.observe_all(findings, now), now, within)
 
     def job_ended(self, job_id: str, state: str, now: float) -> list[Notification]:
         return self._commit(self.book.job_ended(job_id, now, state), now)
@@ -141,6 +148,11 @@ class AlertPipeline:
         """Queue one of the daemon's notices (their words: `alerts.notices`)."""
         return self.notice(notice.key, notice.title, notice.body, now, severity=notice.severity)
 
+    def refresh(self, incident: Incident, reason: str, now: float) -> list[Notification]:
+        """Edit an incident's message in place (open or resolved): its snapshot changed, e.g. an
+        annotation of the book."""
+        return self._commit(self.book.updates([incident], reason, now), now)
+
     def flush(self, now: float) -> list[Notification]:
         """Retry writing what a failed commit left (the engine calls `observe` every tick anyway)."""
         return self._commit([], now)
@@ -165,17 +177,18 @@ class AlertPipeline:
             "unsaved_notifications": len(self._held),
         }
 
-    def _commit(self, notifications: list[Notification], now: float) -> list[Notification]:
+    def _commit(self, notifications: list[Notification], now: float, within: Within | None = None) -> list[Notification]:
         """Returns the notifications queued by this commit (held ones from earlier included).
 
         A store error is not raised: the store's `watch` reports it (once per episode) and the
-        changes and notifications wait for the next commit.
+        changes and notifications wait for the next commit (what `within` wrote is rolled back
+        with them).
         """
         changes = self.book.take_changes()
         for n in notifications:
             self._held.setdefault(n.id, n)
         pending = list(self._held.values())
-        if not (pending or changes.incidents or changes.mutes is not None):
+        if not (pending or changes.incidents or changes.mutes is not None or within is not None):
             return []  # nothing to write: no transaction, no write lock (most ticks)
         try:
             with self.store.transaction():
@@ -184,6 +197,9 @@ class AlertPipeline:
                 if changes.mutes is not None:
                     self.store.replace_mutes(changes.mutes)
                 added = self.outbox.enqueue(pending, now) if pending else []
+                more = within(now) if within is not None else []
+                if more:
+                    added += self.outbox.enqueue(more, now)
         except sqlite3.Error:
             # Nothing was written; the book is ahead of the store until a commit succeeds.
             self.book.requeue(changes)

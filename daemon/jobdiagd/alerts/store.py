@@ -216,13 +216,13 @@ class AlertStore:
     Used from one thread (the event loop); statements are small and local, so they run inline.
     """
 
-    def __init__(self, path: str | Path, *, watch: StoreWatch | None = None) -> None:
+    def __init__(self, path: str | Path, *, watch: StoreWatch | None = None, _prepared: bool = False) -> None:
         self.path = Path(path)
         self.watch = watch
         self.unreadable: list[str] = []  # rows skipped by the load_* methods, for the start-up log
         self._depth = 0
         memory = str(path) == ":memory:"
-        if not memory:
+        if not memory and not _prepared:
             _prepare_files(self.path)
         try:
             # isolation_level=None: we issue BEGIN/COMMIT ourselves so one transaction can span
@@ -255,6 +255,16 @@ class AlertStore:
     @classmethod
     def in_state_dir(cls, state_dir: str | Path, *, watch: StoreWatch | None = None) -> AlertStore:
         return cls(ensure_private_dir(state_dir) / DB_NAME, watch=watch)
+
+    def connect_again(self, *, watch: StoreWatch | None = None) -> AlertStore:
+        """Another connection to this store, for another thread of this process (SQLite
+        connections stay in the thread that made them; call this there).
+
+        It never opens the file by other means: POSIX locks belong to the process, so closing any
+        other descriptor of the database file would drop the locks every SQLite connection of the
+        process holds on it — and a `jobdiagd nodes` run elsewhere, closing, would then take itself
+        for the last connection and delete the live WAL."""
+        return AlertStore(self.path, watch=watch, _prepared=True)
 
     @property
     def conn(self) -> sqlite3.Connection:

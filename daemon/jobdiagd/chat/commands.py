@@ -147,6 +147,7 @@ class Call:
     log: Any  # the router's structlog logger
     long_timeout_s: float
     scancel: bool
+    recovery: bool = False  # [recovery] can act here: /help names its buttons
 
 
 Answer = Callable[[Call, Args], ChatMessage]
@@ -154,7 +155,7 @@ Work = Callable[[Worker, Args], Awaitable[TaskResult]]
 
 
 def _help(c: Call, a: Args) -> ChatMessage:
-    return ChatMessage("jobdiagd", help_text(c.long_timeout_s, scancel=c.scancel))
+    return ChatMessage("jobdiagd", help_text(c.long_timeout_s, scancel=c.scancel, recovery=c.recovery))
 
 
 def _status(c: Call, a: Args) -> ChatMessage:
@@ -163,6 +164,10 @@ def _status(c: Call, a: Args) -> ChatMessage:
 
 def _jobs(c: Call, a: Args) -> ChatMessage:
     return c.backend.jobs(c.now)
+
+
+def _nodes(c: Call, a: Args) -> ChatMessage:
+    return c.backend.nodes(c.now)
 
 
 def _job(c: Call, a: Args) -> ChatMessage:
@@ -276,6 +281,7 @@ COMMANDS: dict[str, CommandSpec] = {
         CommandSpec(
             "plot", "step time and tokens/s/device of a watched job, as a picture", (JOB,), work=_plot
         ),
+        CommandSpec("nodes", "suspect nodes: the failures each was named in, across jobs", answer=_nodes),
         CommandSpec("ack", "acknowledge a job's open incidents (stops reminders)", (JOB, KIND), answer=_ack),
         CommandSpec(
             "mute",
@@ -338,13 +344,13 @@ async def run_long(worker: Worker, name: str, args: Args) -> TaskResult:
     return await spec.work(worker, args)
 
 
-def help_text(long_timeout_s: float, *, scancel: bool = False) -> str:
-    """/help: the commands and buttons of their tables."""
+def help_text(long_timeout_s: float, *, scancel: bool = False, recovery: bool = False) -> str:
+    """/help: the commands and buttons of their tables (recovery's buttons where it can act)."""
     lines = ["**Commands**"]
     lines += [f"- `{spec.usage}` — {spec.help}" for spec in COMMANDS.values() if spec.listed]
     lines += [
         "",
         f"Long commands answer “working…” at once and edit in the result (at most {long_timeout_s:g} s).",
-        f"Buttons on alerts: {', '.join(help_names(scancel=scancel))}.",
+        f"Buttons on alerts: {', '.join(help_names(scancel=scancel, recovery=recovery))}.",
     ]
     return "\n".join(lines)

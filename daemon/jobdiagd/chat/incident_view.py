@@ -6,11 +6,13 @@ from collections.abc import Mapping
 from datetime import datetime, tzinfo
 from typing import Any
 
-from jobdiagd.chat.buttons import encode, keyboard
+from jobdiagd.alerts.notices import suspect_node_of
+from jobdiagd.chat.buttons import drain_keyboard, encode, keyboard
 from jobdiagd.chat.model import RESOLVED_MARK, SEVERITY_MARK, Button, ChatMessage, Document
 from jobdiagd.chat.page import LATE_AFTER_S, page
 from jobdiagd.durations import rounded_duration
 from jobdiagd.model.alerts import Notification
+from jobdiagd.rules.hostlist import valid_host
 
 # Bodies longer than this go as a .md document with a summary (a phone shows ~4 screens of text
 # in one message; more is a file people open when they want it).
@@ -43,6 +45,20 @@ def status_line(snap: Mapping[str, Any], now: float, tz: tzinfo | None) -> str:
         by = f" by {snap['muted_by']}" if snap.get("muted_by") else ""
         parts.append(f"🔕 muted until {clock_text(float(muted_until), tz)}{by}")
     return " · ".join(parts)
+
+
+def recovery_block(snap: Mapping[str, Any], tz: tzinfo | None) -> str:
+    """What recovery says in the incident's message (its countdown, rule REC-14, or why it does
+    nothing): the text recovery wrote (`snap["recovery"]`), a countdown with its clock time."""
+    rec = snap.get("recovery")
+    if not isinstance(rec, Mapping) or not isinstance(rec.get("text"), str):
+        return ""
+    text = str(rec["text"])
+    due = rec.get("due_at")
+    if rec.get("status") == "scheduled" and isinstance(due, int | float):
+        head, nl, rest = text.partition("\n")
+        text = f"{head} (at {clock_text(float(due), tz)}){nl}{rest}"
+    return text
 
 
 def incident_title(snap: Mapping[str, Any], name: str | None = None) -> str:
@@ -93,9 +109,10 @@ def incident_message(
     # The body's numbers date from the announcement (the open notification was made then).
     laid = page(open_body, job_id=job_id, kind=n.kind, as_of=as_of(snap.get("announced_at"), now, tz))
     buttons = keyboard(snap, token, now=now, scancel=scancel)
+    recovery = recovery_block(snap, tz)
     return ChatMessage(
         title=incident_title(snap, laid.name),
-        body=laid.lead,
+        body=f"{laid.lead}\n\n{recovery}" if recovery else laid.lead,
         more=laid.more,
         status=status_line(snap, now, tz),
         severity=n.severity if n.event == "open" else None,
@@ -133,10 +150,16 @@ def reply_message(
     )
 
 
+def notice_buttons(n: Notification) -> tuple[tuple[Button, ...], ...]:
+    """A suspect-node notice carries its Drain button (rule REC-23); other messages none."""
+    node = suspect_node_of(n.id)  # only a notice's id starts "notice:"
+    return drain_keyboard(node) if node is not None and valid_host(node) else ()
+
+
 def report_message(n: Notification, *, silent: bool) -> ChatMessage:
     """A report or notice; a long body goes as a .md document with its first lines as the summary."""
     if len(n.body) <= DOCUMENT_OVER:
-        return ChatMessage(title=n.title, body=n.body, silent=silent, tags=(n.event,))
+        return ChatMessage(title=n.title, body=n.body, silent=silent, buttons=notice_buttons(n), tags=(n.event,))
     return long_report(n.title, n.body, filename=f"{_safe(n.job_id or n.kind)}-{n.kind}.md", silent=silent)
 
 

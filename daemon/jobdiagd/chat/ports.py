@@ -68,6 +68,33 @@ class ChatBackend(Protocol):
 
     async def scancel(self, job_id: str, by: str) -> str: ...
 
+    # -- recovery (docs/recovery.md): what its buttons and /nodes need ------------------------
+
+    def nodes(self, now: float) -> ChatMessage:
+        """/nodes: the suspect nodes of node memory, with the jobs and evidence behind each."""
+        ...
+
+    def recovery_operator(self, sender: Sender) -> bool:
+        """The sender is on `[recovery] operators` (Drain, Restart of anyone's job)."""
+        ...
+
+    def keep_recovery(self, incident: Incident, by: str, now: float) -> str:
+        """Keep the job: cancel the pending restart of the incident's job; what to tell the
+        presser ("" when none was pending)."""
+        ...
+
+    def approve_recovery(
+        self, incident: Incident, sender: Sender, *, operator: bool, now: float
+    ) -> tuple[str, bool]:
+        """Restart a suggested restart now, if `sender` is the job's owner or an operator
+        (`operator`: of the transport); (what to tell the presser, whether it was approved)."""
+        ...
+
+    async def drain(self, node: str, by: str, *, operator: bool) -> str:
+        """Drain `node` (rule REC-23), logged; raises `TaskError` when refused (not `operator`)
+        or when Slurm refuses."""
+        ...
+
 
 class Worker(Protocol):
     """What the long commands' handlers call in the daemon: each runs a tool (or renders a

@@ -15,7 +15,7 @@ import structlog
 from jobdiagd import clock
 from jobdiagd.chat import commands as C
 from jobdiagd.chat.auth import Authorizer, Sender
-from jobdiagd.chat.buttons import BUTTONS, Pressed, decode
+from jobdiagd.chat.buttons import BUTTONS, NodePressed, Pressed, decode
 from jobdiagd.chat.incident_view import DOCUMENT_OVER, long_report
 from jobdiagd.chat.model import ChatMessage, Picture
 from jobdiagd.chat.ports import ChatBackend, Conversation, PressConversation, TaskError, TaskResult
@@ -35,6 +35,7 @@ class ChatRouter:
         max_queued: int = 8,
         task_timeout_s: float = 120.0,
         scancel_enabled: bool = False,
+        recovery_enabled: bool = False,
         now: Callable[[], float] = clock.wall,
     ) -> None:
         self.backend = backend
@@ -44,6 +45,7 @@ class ChatRouter:
         self.max_queued = max_queued
         self.task_timeout_s = task_timeout_s
         self.scancel_enabled = scancel_enabled
+        self.recovery_enabled = recovery_enabled
         self._now = now
         self._slots = asyncio.Semaphore(max_running)
         self._busy_chats: set[str] = set()
@@ -103,13 +105,19 @@ class ChatRouter:
             self._log.warning("chat_bad_button", chat=sender.chat_id, user=sender.user_id)
             await conv.toast("This button is not valid (expired or unknown).", alert=True)
             return
+        spec = BUTTONS[press.action]
+        if press.node is not None and spec.on_node is not None:
+            log = self._log.bind(chat=sender.chat_id, user=sender.user_id, node=press.node, action=press.action)
+            node = NodePressed(press.action, press.node, conv, self.backend, self._now(), log, self.auth)
+            await spec.on_node(node)
+            return
+        assert spec.on_press is not None  # `decode` gives an incident's press only for such a spec
         inc = self.backend.incident(press.incident_token)
         now = self._now()
         if inc is None:
             await conv.toast("This alert has expired: its incident is no longer known.", alert=True)
             await conv.set_buttons(())
             return
-        spec = BUTTONS[press.action]
         if inc.resolved_at is not None and not spec.after_resolve:
             ago = rounded_duration(now - inc.resolved_at)
             await conv.toast(f"Incident {inc.id} was resolved {ago} ago: nothing to do.", alert=True)
@@ -127,7 +135,15 @@ class ChatRouter:
         """A short command's answer; None for a long one (run by `start_long`)."""
         if spec.answer is None:
             return None
-        call = C.Call(self.backend, sender, self._now(), self._log, self.task_timeout_s, self.scancel_enabled)
+        call = C.Call(
+            self.backend,
+            sender,
+            self._now(),
+            self._log,
+            self.task_timeout_s,
+            self.scancel_enabled,
+            self.recovery_enabled,
+        )
         return spec.answer(call, args)
 
     # -- long commands --------------------------------------------------------------

@@ -158,8 +158,8 @@ class GpuHangState(StrEnum):
 class IncidentKind(StrEnum):
     """What a finding, an incident, a report or a notice is about: their `kind`.
 
-    The detectors' kinds (`hang`, `tgs-degradation`, `failure`), the job-end report's and the
-    daemon's own notices'. It is the incident's identity with the job (`<job_id>:<kind>:<seq>`),
+    The detectors' kinds (`hang`, `tgs-degradation`, `failure`), the job-end report's, the
+    daemon's own notices' and recovery's reports. It is the incident's identity with the job (`<job_id>:<kind>:<seq>`),
     the alert's `kind` label and the `alertname` (`JobdiagdHang`), and what people name in
     `/ack`, `/mute`. The stored records (incidents, notifications, mutes in the state store;
     a mute's kind may be `*`) keep `kind` as `str`, so a store written by another version of the
@@ -171,6 +171,7 @@ class IncidentKind(StrEnum):
     FAILURE = "failure"
     JOB_END = "job-end"
     NOTICE = "notice"
+    RECOVERY = "recovery"  # recovery's replies in an incident's thread (docs/recovery.md)
 
 
 class PlaybookName(StrEnum):

@@ -4,7 +4,8 @@ A chat transport subclasses `ChatDelivery` and supplies only what its API does d
 how the page is posted (`_send_open`), how a plain reply goes out (`_post_reply`), how an
 incident message is edited (`_edit_parent`), and how an exception reads in a log (`describe`).
 Everything else (the event dispatch, "reply under every incident message, then edit it",
-the job-end report under the newest incident message per chat, the connect backoff, the
+the job-end report under the newest incident message per chat, a restarted job's messages in
+the thread of the job it replaces, the connect backoff, the
 guard around an answer, the record of each posted message) is here once, with the
 transport's name in its log events (`telegram_plot_failed`, `slack_connect_failed`, …).
 """
@@ -286,8 +287,16 @@ class ChatDelivery(Generic[SettingsT]):
         for parent in self.messages.parents(n.incident_id, self.name):
             await self._edit_parent(n, parent)
 
+    def _thread(self, n: Notification) -> ChatMessageRef | None:
+        """The message a restarted job's page replies to: the newest incident message of the job
+        it replaces (rule REC-11, `MessageStore.thread_of`); None for any other job."""
+        found = self.messages.thread_of(n.job_id, self.name) if n.job_id else []
+        return found[0] if found else None
+
     async def _send_report(self, n: Notification) -> None:
         parents = self.messages.job_parents(n.job_id, self.name) if n.job_id else []
+        if not parents and n.job_id:
+            parents = self.messages.thread_of(n.job_id, self.name)  # a restart's: the old job's thread
         latest: dict[str, ChatMessageRef] = {}
         for p in parents:  # newest first: one reply per chat, under its newest incident message
             latest.setdefault(p.destination, p)

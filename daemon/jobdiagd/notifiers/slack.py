@@ -225,6 +225,12 @@ class _BoundedRateLimitRetry(AsyncRetryHandler):
         state.increment_current_attempt()
 
 
+def _thread_ts(ref: ChatMessageRef) -> str:
+    """The thread a message's replies go in: its own, or the thread it was posted in (Slack's
+    threads are one level deep: a restarted job's page lives in the old page's thread)."""
+    return str((ref.extra or {}).get("thread_ts") or ref.message_id)
+
+
 def from_slack_text(text: str) -> str:
     """A command typed in Slack as plain text: the leading @mention dropped, links as their
     text, Slack's escapes undone (paths and ids then go to the shared parser's validation)."""
@@ -397,25 +403,35 @@ class SlackTransport(ChatDelivery[SlackSettings]):
         expected = (1 + bool(n.plot.get("strip"))) if n.plot else 0
         pictures = await self._pictures(n) if len(uploaded) < expected else []
         if parent is None:
-            parent = await self._post_parent(n, self._route(n), n.body, plot=bool(pictures))
+            thread = self._thread(n)  # a restarted job: in the thread of the job it replaces
+            dest = thread.destination if thread is not None else self._route(n)
+            root = _thread_ts(thread) if thread is not None else None
+            parent = await self._post_parent(n, dest, n.body, plot=bool(pictures), thread_ts=root)
         # else: posted before a crash/timeout; the outbox only missed the mark
         for i, png in enumerate(pictures):
             if f"picture-{i}" not in uploaded:
                 await self._upload_picture(n, parent, png, i)
 
-    async def _post_parent(self, n: Notification, dest: str, open_body: str, *, plot: bool) -> ChatMessageRef:
+    async def _post_parent(
+        self, n: Notification, dest: str, open_body: str, *, plot: bool, thread_ts: str | None = None
+    ) -> ChatMessageRef:
+        """The incident's message; `thread_ts`: in that thread (a restarted job's, broadcast to
+        the channel when it rings), its own replies and pictures in the same thread."""
         silent = self._silent(n)
         msg = self._incident_view(n, open_body, silent=silent)
         ts = await self._post_message(
             self.web,
             dest,
             msg,
+            thread_ts=thread_ts,
             mention="" if silent else self.settings.page_mention,
             notes=(PLOT_NOTE,) if plot else (),
+            broadcast=thread_ts is not None and not silent,
         )
-        return self._record(
-            n, dest, ts, role="parent", kind="blocks", extra={"body": open_body, "plot": plot}
-        )
+        extra: dict[str, Any] = {"body": open_body, "plot": plot}
+        if thread_ts is not None:
+            extra["thread_ts"] = thread_ts
+        return self._record(n, dest, ts, role="parent", kind="blocks", extra=extra)
 
     async def _upload_picture(self, n: Notification, parent: ChatMessageRef, png: bytes, index: int) -> None:
         if index == 0:
@@ -430,7 +446,7 @@ class SlackTransport(ChatDelivery[SlackSettings]):
                 data=png,
                 filename=name,
                 title=title,
-                thread_ts=parent.message_id,
+                thread_ts=_thread_ts(parent),
                 alt_text=alt,
             )
         except SlackApiError as exc:
@@ -443,7 +459,7 @@ class SlackTransport(ChatDelivery[SlackSettings]):
                 self.messages.record(dataclasses.replace(parent, extra=extra))
             return
         self._record_reply(
-            n, parent.destination, file_id, kind="file", part=f"picture-{index}", thread_ts=parent.message_id
+            n, parent.destination, file_id, kind="file", part=f"picture-{index}", thread_ts=_thread_ts(parent)
         )
 
     async def _edit_parent(self, n: Notification, parent: ChatMessageRef) -> None:
@@ -463,7 +479,7 @@ class SlackTransport(ChatDelivery[SlackSettings]):
             await self._post_parent(n, parent.destination, body, plot=False)
 
     async def _post_reply(self, n: Notification, dest: str, parent: ChatMessageRef | None) -> None:
-        thread_ts = parent.message_id if parent is not None else None
+        thread_ts = _thread_ts(parent) if parent is not None else None
         await self._post(n, dest, self._plain_message(n), thread_ts=thread_ts)
 
     async def _post_report_picture(

@@ -258,7 +258,11 @@ class TelegramTransport(ChatDelivery[TelegramSettings]):
         pictures: list[bytes] | None = None
         if parent is None:
             pictures = await self._pictures(n)
-            parent = await self._post_parent(n, self._route(n), n.body, pictures[0] if pictures else None)
+            thread = self._thread(n)  # a restarted job: in the thread of the job it replaces
+            dest = thread.destination if thread is not None else self._route(n)
+            parent = await self._post_parent(
+                n, dest, n.body, pictures[0] if pictures else None, reply_to=thread
+            )
         wants_more = bool(n.plot and n.plot.get("strip"))
         if not wants_more or any(r.role == "reply" for r in sent):
             return  # nothing more, or posted before a crash/timeout: the outbox only missed the mark
@@ -273,10 +277,21 @@ class TelegramTransport(ChatDelivery[TelegramSettings]):
             await self._post(n, parent.destination, msg, role="reply", reply_to=parent, first_part=i)
 
     async def _post_parent(
-        self, n: Notification, dest: str, open_body: str, png: bytes | None = None
+        self,
+        n: Notification,
+        dest: str,
+        open_body: str,
+        png: bytes | None = None,
+        *,
+        reply_to: ChatMessageRef | None = None,
     ) -> ChatMessageRef:
         msg = self._incident_view(n, open_body, silent=self._silent(n))
         markup = _markup(msg.buttons)
+        reply = (
+            ReplyParameters(int(reply_to.message_id), allow_sending_without_reply=True)
+            if reply_to is not None
+            else None
+        )
         if png is not None:
             sent = await self.bot.send_photo(
                 chat_id=int(dest),
@@ -284,6 +299,7 @@ class TelegramTransport(ChatDelivery[TelegramSettings]):
                 caption=render_single(msg, CAPTION_LIMIT),
                 parse_mode=ParseMode.HTML,
                 reply_markup=markup,
+                reply_parameters=reply,
                 disable_notification=msg.silent,
             )
             kind = "photo"
@@ -293,6 +309,7 @@ class TelegramTransport(ChatDelivery[TelegramSettings]):
                 text=render_single(msg, MESSAGE_LIMIT),
                 parse_mode=ParseMode.HTML,
                 reply_markup=markup,
+                reply_parameters=reply,
                 disable_notification=msg.silent,
                 link_preview_options=None,
             )
@@ -393,15 +410,18 @@ class TelegramTransport(ChatDelivery[TelegramSettings]):
         parts = [] if alone else render_parts(msg, MESSAGE_LIMIT)
         if len(parts) > MAX_PARTS:
             parts = [*parts[: MAX_PARTS - 1], parts[MAX_PARTS - 1] + "\n<i>… cut: too long for chat</i>"]
-        for text in parts:
+        for i, text in enumerate(parts):
+            # A message's buttons (a suspect-node notice's Drain) go under its last text part.
+            markup = _markup(msg.buttons) if i == len(parts) - 1 else None
             out.append(
                 (
                     "text",
-                    lambda text=text: bot.send_message(  # type: ignore[misc]
+                    lambda text=text, markup=markup: bot.send_message(  # type: ignore[misc]
                         chat_id=chat,
                         text=text,
                         parse_mode=ParseMode.HTML,
                         reply_parameters=reply,
+                        reply_markup=markup,
                         disable_notification=msg.silent,
                     ),
                 )

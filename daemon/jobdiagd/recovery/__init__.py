@@ -1,5 +1,5 @@
 """Recovery under guardrails: restart a hung or failed job the way the runbook says, and remember
-which nodes keep showing up in failures (docs/recovery.md; rules REC-1 to REC-24).
+which nodes keep showing up in failures (docs/recovery.md; rules REC-1 to REC-30).
 
 Modules, from judgement to I/O:
 - `policy`: who and what may be acted on, and the plan (pure: plain data in, `Decision` out).

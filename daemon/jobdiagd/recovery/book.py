@@ -137,6 +137,31 @@ class RecoveryBook:
             )
         return new
 
+    def update_if(self, intent: Intent, now: float, expect: Sequence[Status], **changes: Any) -> Intent | None:
+        """`update`, only while the stored intent's status is one of `expect` (None: it moved on).
+
+        Two parts of a daemon act on one intent — the event loop (Keep the job, an ack, Restart)
+        and the worker thread that runs due intents — each with its own store connection; the
+        condition is checked in the UPDATE itself, so exactly one of them moves it."""
+        new = replace(intent, updated_at=now, **changes)
+        marks = ", ".join("?" for _ in expect)
+        with self.store.transaction() as conn:
+            cur = conn.execute(
+                "UPDATE recovery_intents SET status = ?, due_at = ?, updated_at = ?, progress = ?,"  # noqa: S608 (placeholders only)
+                f" new_job_id = ?, result = ? WHERE id = ? AND status IN ({marks})",
+                (
+                    new.status,
+                    new.due_at,
+                    new.updated_at,
+                    json.dumps(new.progress, sort_keys=True),
+                    new.new_job_id,
+                    new.result,
+                    new.id,
+                    *expect,
+                ),
+            )
+        return new if cur.rowcount == 1 else None
+
     def started_since(self, since: float) -> int:
         """Restarts begun since `since` (rule REC-10): intents that left `scheduled` for execution."""
         row = self.store.conn.execute(

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from jobdiagd.alerts.store import AlertStore
 from jobdiagd.config import RecoveryConfig
-from jobdiagd.recovery.book import Intent, LogEntry, RecoveryBook, intent_id
+from jobdiagd.recovery.book import Intent, LogEntry, RecoveryBook, Status, intent_id
 from jobdiagd.recovery.executor import ExecutionError, Executor, job_env, sbatch_argv
 from jobdiagd.recovery.nodes import NodeEvidence, NodeMemory, NodeNotice, drain
 from jobdiagd.recovery.policy import Case, Decision, decide
@@ -26,6 +26,7 @@ from jobdiagd.recovery.slurm_ops import ACTIVE_STATES, JobSpec, SlurmOpError, Sl
 from jobdiagd.rules.recovery import Family, restarting
 
 AUTO_ACTOR = "jobdiagd (auto)"
+PENDING: tuple[Status, ...] = ("scheduled", "suggested")  # what Keep the job / an ack cancels
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,13 +118,18 @@ class RecoveryManager:
 
     # -- people -----------------------------------------------------------
 
-    def keep(self, job_id: str, by: str, now: float, *, rule: str = "REC-14") -> list[Intent]:
-        """ "Keep the job" (or an ack/mute, rule REC-9): cancel the job's pending intents."""
+    def keep(
+        self, job_id: str, by: str, now: float, *, rule: str = "REC-14", why: str | None = None
+    ) -> list[Intent]:
+        """ "Keep the job" (or an ack/mute, rule REC-9): cancel the job's pending intents. `why`
+        (default "kept by <by>") is the intent's result and the log line's outcome."""
         out = []
+        why = why or f"kept by {by}"
         for intent in self.book.intents_for_job(job_id):
-            if intent.status in ("scheduled", "suggested"):
-                why = f"kept by {by}"
-                done = self.book.update(intent, now, status="cancelled", result=why)
+            if intent.status in PENDING:
+                done = self.book.update_if(intent, now, PENDING, status="cancelled", result=why)
+                if done is None:
+                    continue  # the worker thread began it a moment ago: too late to keep
                 self.book.log(LogEntry(now, job_id, by, rule, "keep", (), why, intent.id))
                 out.append(done)
         return out
@@ -139,12 +145,19 @@ class RecoveryManager:
                     LogEntry(now, job_id, by, "REC-14", "approve", (), "refused: not owner/operator")
                 )
                 return None
-            self.book.log(
-                LogEntry(now, job_id, by, intent.plan.rule, "approve", (), "restart approved", intent.id)
+            approved = self.book.update_if(
+                intent,
+                now,
+                ("suggested",),
+                status="scheduled",
+                due_at=now,
+                progress={**intent.progress, "approved_by": by},
             )
-            return self.book.update(
-                intent, now, status="scheduled", due_at=now, progress={**intent.progress, "approved_by": by}
-            )
+            if approved is not None:
+                self.book.log(
+                    LogEntry(now, job_id, by, intent.plan.rule, "approve", (), "restart approved", intent.id)
+                )
+            return approved
         return None
 
     # -- acting -----------------------------------------------------------
@@ -154,26 +167,46 @@ class RecoveryManager:
         for intent in self.book.due(now):
             if float(intent.progress.get("retry_at", 0.0)) > now:
                 continue  # a Slurm command failed: retried after its delay
-            out.append(self._run_one(intent, now))
+            outcome = self._run_one(intent, now)
+            if outcome is not None:
+                out.append(outcome)
         return out
 
-    def _run_one(self, intent: Intent, now: float) -> Outcome:
+    def next_due(self) -> float | None:
+        """When `run_due` next has something to do (a countdown's end, a retry); None: nothing open."""
+        times = []
+        for intent in self.book.open_intents():
+            if intent.status == "running":
+                times.append(float(intent.progress.get("retry_at", 0.0)))
+            elif intent.status == "scheduled" and intent.due_at is not None:
+                times.append(intent.due_at)
+        return min(times) if times else None
+
+    def _run_one(self, intent: Intent, now: float) -> Outcome | None:
+        """None: a person kept it (or another part of the daemon began it) meanwhile."""
         since = now
         actor = intent.progress.get("approved_by") or AUTO_ACTOR
         if intent.status == "scheduled":
             blocked = self._blocked(intent, now)
             if blocked is not None:
                 rule, why = blocked
+                ended = self.book.update_if(intent, now, ("scheduled",), status="cancelled", result=why)
+                if ended is None:
+                    return None
                 self.book.log(LogEntry(now, intent.job_id, actor, rule, "decline", (), why, intent.id))
-                ended = self.book.update(intent, now, status="cancelled", result=why)
                 return Outcome(ended, tuple(self._entries_since(intent.job_id, since)))
-            if intent.progress.get("mode") == "dry-run":
-                return self._dry_run(intent, now)
-            self.book.log(
-                LogEntry(
-                    now, intent.job_id, actor, intent.plan.rule, "restart", (), intent.plan.reason, intent.id
+            claimed = self.book.update_if(intent, now, ("scheduled",), status="running")
+            if claimed is None:
+                return None
+            intent = claimed
+            if intent.progress.get("mode") != "dry-run":
+                self.book.log(
+                    LogEntry(
+                        now, intent.job_id, actor, intent.plan.rule, "restart", (), intent.plan.reason, intent.id
+                    )
                 )
-            )
+        if intent.progress.get("mode") == "dry-run":
+            return self._dry_run(intent, now)  # a dry run left running by a crash ends as one too
         try:
             ended = self.executor.execute(intent, actor)
             error = None
@@ -196,6 +229,10 @@ class RecoveryManager:
                     return None  # a peer restarted it already: the executor joins that restart
             except SlurmOpError:
                 return None  # the executor will fail it with the command's error
+            if job is not None and not job.state.startswith("CANCELLED"):
+                # Ended by itself (a watchdog's nccl-timeout, heartbeat-timeout): still the
+                # runbook's restart. Only a cancel is a person taking the job over.
+                return None
             return "REC-14", f"job {intent.job_id} ended during the countdown: left to people"
         return None
 

@@ -3,6 +3,8 @@ action with who, why and the exact command, and the continuation line of a resta
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from jobdiagd.durations import rounded_duration
 from jobdiagd.recovery.book import Intent, LogEntry
 from jobdiagd.recovery.policy import Decision, Plan
@@ -24,7 +26,9 @@ def plan_lines(plan: Plan) -> list[str]:
 def countdown_text(intent: Intent, now: float) -> str:
     """The line the incident's message carries while an auto restart counts down (rule REC-14)."""
     plan = intent.plan
-    if intent.status == "scheduled" and intent.due_at is not None:
+    if intent.status == "scheduled" and intent.progress.get("approved_by"):
+        head = f"♻ Restart of job {plan.job_id} approved by {intent.progress['approved_by']}: starting now ({plan.action})."
+    elif intent.status == "scheduled" and intent.due_at is not None:
         left = rounded_duration(max(intent.due_at - now, 0.0))
         mode = "Dry run" if intent.progress.get("mode") == "dry-run" else "Auto-restart"
         head = (
@@ -40,6 +44,10 @@ def countdown_text(intent: Intent, now: float) -> str:
         head = f"♻ Job {plan.job_id} {intent.result or 'restarted'}"
     elif intent.status == "failed":
         head = f"♻ Restart of job {plan.job_id} failed: {intent.result or '?'}"
+    elif intent.status == "running":
+        head = f"♻ Restarting job {plan.job_id} now ({plan.action}): each command is posted in the thread."
+    elif intent.status == "dry-run":
+        head = f"♻ Dry run: the commands an auto-restart of job {plan.job_id} would run are in the thread; none ran."
     else:
         head = f"♻ Restart of job {plan.job_id}: {intent.status}"
     return "\n".join([head, *(f"- {ln}" for ln in plan_lines(plan))])
@@ -66,3 +74,25 @@ def restarted_text(old_id: str, new_id: str, restored_step: int | None) -> str:
     if restored_step is not None:
         return f"{head}, step {restored_step} restored"
     return f"{head}, no checkpoint restored (starts from step 0)"
+
+
+def outcome_title(intent: Intent, error: str | None = None) -> str:
+    """The reply in the incident's thread when an intent was acted on (rule REC-15)."""
+    plan = intent.plan
+    job = plan.job_id
+    if intent.status == "done":
+        return f"♻ job {job} restarted as {intent.new_job_id} (rule {plan.rule})"
+    if intent.status == "dry-run":
+        return f"♻ dry run for job {job}: what auto would run (rule {plan.rule}), nothing ran"
+    if intent.status == "cancelled":
+        return f"♻ restart of job {job} not done: {intent.result or 'cancelled'}"
+    if intent.status == "failed":
+        return f"♻ restart of job {job} failed (rule {plan.rule}): {intent.result or error or '?'}"
+    if error is not None:
+        return f"♻ restart of job {job} waits for Slurm (rule {plan.rule}): {error}"
+    return f"♻ restart of job {job}: {intent.status} (rule {plan.rule})"
+
+
+def outcome_body(entries: Sequence[LogEntry]) -> str:
+    """Every action of an outcome, one line each: who or what, the action, the rule, the exact command."""
+    return "\n".join(f"- {action_text(e)}" for e in entries)

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import shlex
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from jobdiagd.alerts.store import AlertStore
 from jobdiagd.durations import rounded_duration
 from jobdiagd.model.alerts import Finding
-from jobdiagd.model.kinds import FailureClass
+from jobdiagd.model.kinds import FailureClass, IncidentKind
 from jobdiagd.model.triage import TriageResult
 from jobdiagd.recovery.book import LogEntry, RecoveryBook
 from jobdiagd.recovery.slurm_ops import SlurmOps
@@ -33,6 +34,7 @@ from jobdiagd.rules.recovery import (
     Evidence,
 )
 from jobdiagd.tsdb.gpu_hang import GpuVerdict
+from jobdiagd.tsdb.playbooks.base import Finding as PbFinding
 from jobdiagd.tsdb.playbooks.base import PlaybookResult, Verdict
 
 HORIZON_HALF_LIVES = 10  # older evidence weighs under 0.1 %: not read, and pruned
@@ -62,10 +64,14 @@ def _from_verdict(verdict: GpuVerdict) -> list[NodeEvidence]:
 
 
 def _from_finding(finding: Finding) -> list[NodeEvidence]:
+    """The page's `suspect host` fact: a hang's GPU suspects, or a TGS slide's slow host (the site
+    Prometheus's comparison of the job's hosts, rule SLOW-5)."""
     text = str(finding.details.get("suspect host", ""))
     hosts = [h.strip() for h in text.split(",")]
-    cls = finding.failure_class or finding.kind
-    return [_ev(h, Evidence.HANG_SUSPECT, cls, f"{finding.summary}") for h in hosts if h and valid_host(h)]
+    slow = finding.kind == IncidentKind.TGS_DEGRADATION
+    kind = Evidence.SLOW_HOST if slow else Evidence.HANG_SUSPECT
+    cls = finding.kind if slow else (finding.failure_class or finding.kind)
+    return [_ev(h, kind, cls, f"{finding.summary}") for h in hosts if h and valid_host(h)]
 
 
 def _from_triage(res: TriageResult) -> list[NodeEvidence]:
@@ -96,6 +102,37 @@ def _from_playbook(pr: PlaybookResult) -> list[NodeEvidence]:
     return [_ev(h, kind, cls, text) for h in sorted(hosts)]
 
 
+def suspects_from_diagnosis(doc: Mapping[str, Any] | None) -> list[NodeEvidence]:
+    """The nodes a TSDB diagnosis names, as `jobdiagd diagnose --json` writes it (a failed RAY=1
+    job's end-of-job playbook, rule END-4): its playbook's anomalous hosts and the hosts of its
+    warning and critical findings (rule REC-20). [] for an error, a log-only diagnosis, or a
+    document that does not read."""
+    if not doc or not doc.get("playbook") or not doc.get("verdict"):
+        return []
+    try:
+        result = PlaybookResult(
+            playbook=str(doc["playbook"]),
+            analysis_type=str(doc.get("analysis_type", "")),
+            verdict=doc["verdict"],
+            window=(0.0, 0.0),
+            findings=[
+                PbFinding(
+                    str(f.get("title", "")),
+                    "",
+                    str(f.get("severity", "info")),
+                    tuple(str(h) for h in f.get("hosts") or ()),
+                )
+                for f in doc.get("findings") or ()
+                if isinstance(f, Mapping)
+            ],
+            anomalous_hosts=[str(h) for h in doc.get("anomalous_hosts") or ()],
+            root_cause=str(doc.get("root_cause") or ""),
+        )
+    except (ValueError, TypeError):
+        return []
+    return suspects_from(playbooks=[result])
+
+
 def suspects_from(
     *,
     triage: TriageResult | None = None,
@@ -107,7 +144,7 @@ def suspects_from(
     non-failures name no node: a job that failed on its own code says nothing about the node."""
     classes = {triage.cls.primary if triage is not None else None, finding.failure_class if finding else None}
     if classes & (USER_ERRORS | NOT_FAILURES):
-        return []
+        return []  # (a TGS slide's slow host is named by its finding's kind, not a failure class)
     found: list[NodeEvidence] = []
     if verdict is not None:
         found += _from_verdict(verdict)

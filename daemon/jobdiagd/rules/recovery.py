@@ -118,6 +118,7 @@ class Evidence(StrEnum):
     GPU_HEALTH = "gpu-health"
     NETWORK_OUTLIER = "network-outlier"  # RDMA retry exhaustion / TCP retransmit outlier
     HARDWARE = "hardware"  # Playbook 4's anomalous hosts
+    SLOW_HOST = "slow-host"  # the site Prometheus's slow host of a TGS slide (rule SLOW-5)
 
 
 # Rule REC-20: a dead node or a node-fail weighs most; an outlier of a sweep least.
@@ -130,6 +131,7 @@ EVIDENCE_WEIGHTS: Mapping[str, float] = MappingProxyType(
         Evidence.GPU_HEALTH: 1.5,
         Evidence.NETWORK_OUTLIER: 1.0,
         Evidence.HARDWARE: 1.5,
+        Evidence.SLOW_HOST: 1.0,
     }
 )
 

@@ -31,6 +31,7 @@ from typing import Any
 
 from jobdiagd import clock
 from jobdiagd.alerts.pipeline import AlertPipeline
+from jobdiagd.chat.auth import Sender
 from jobdiagd.chat.buttons import can_scancel
 from jobdiagd.chat.commands import run_long
 from jobdiagd.chat.model import ChatMessage
@@ -42,6 +43,7 @@ from jobdiagd.model.kinds import IncidentKind, StallBasis
 from jobdiagd.service.engine import Engine
 from jobdiagd.service.plots_bridge import PlotBridge, chart_payload
 from jobdiagd.service.reading import Watched
+from jobdiagd.service.recovery_wiring import RECOVERED_KINDS, RecoveryWiring
 from jobdiagd.service.status_cli import PHONE_COLUMNS, format_status
 from jobdiagd.triage.cli import policy_argv, stall_argv
 from jobdiagd.tsdb.playbooks.registry import PLAYBOOKS
@@ -97,6 +99,7 @@ class DaemonChatBackend:
         snapshot: Callable[[], Mapping[str, Any]],
         *,
         plots: PlotBridge | None = None,
+        recovery: RecoveryWiring | None = None,
         now: Callable[[], float] = clock.wall,
     ) -> None:
         self.cfg = cfg
@@ -105,6 +108,7 @@ class DaemonChatBackend:
         self.pipeline = pipeline
         self._snapshot = snapshot
         self.plots = plots
+        self.recovery = recovery
         self._now = now
 
     # -- facts ------------------------------------------------------------------------
@@ -205,9 +209,13 @@ class DaemonChatBackend:
 
     def ack(self, incident: Incident, by: str, now: float) -> None:
         self.pipeline.ack(incident.job_id, incident.kind, now, by)
+        if self.recovery is not None:  # an ack cancels a pending restart (rule REC-9)
+            self.recovery.keep(incident.job_id, by, now, rule="REC-9", why=f"acked by {by}")
 
     def mute(self, job_id: str, kind: str, until: float, by: str, now: float) -> None:
         self.pipeline.mute(job_id, kind, until, now, by)
+        if self.recovery is not None and (kind == "*" or kind in RECOVERED_KINDS):  # so does a mute (REC-9)
+            self.recovery.keep(job_id, by, now, rule="REC-9", why=f"muted by {by}")
 
     def unmute(self, job_id: str, kind: str, by: str, now: float) -> bool:
         return self.pipeline.unmute(job_id, kind, now, by)
@@ -332,6 +340,32 @@ class DaemonChatBackend:
         if not pngs:
             raise TaskError("the picture could not be rendered")
         return pngs[0]
+
+    # -- recovery (`service.recovery_wiring`) ---------------------------------------------
+
+    def nodes(self, now: float) -> ChatMessage:
+        if self.recovery is None:
+            return ChatMessage("node memory is not running in this daemon")
+        return self.recovery.nodes(now)
+
+    def recovery_operator(self, sender: Sender) -> bool:
+        return self.recovery is not None and self.recovery.is_operator(sender)
+
+    def keep_recovery(self, incident: Incident, by: str, now: float) -> str:
+        kept = self.recovery.keep(incident.job_id, by, now) if self.recovery is not None else []
+        return f"✋ Kept: the restart of job {incident.job_id} is cancelled." if kept else ""
+
+    def approve_recovery(
+        self, incident: Incident, sender: Sender, *, operator: bool, now: float
+    ) -> tuple[str, bool]:
+        if self.recovery is None:
+            return "Recovery is not running in this daemon.", False
+        return self.recovery.approve(incident.job_id, sender, operator=operator, now=now)
+
+    async def drain(self, node: str, by: str, *, operator: bool) -> str:
+        if self.recovery is None:
+            raise TaskError("recovery is not running in this daemon")
+        return await self.recovery.drain(node, by, operator=operator)
 
     async def scancel(self, job_id: str, by: str) -> str:
         if not can_scancel(job_id) or job_id not in self.engine.jobs:

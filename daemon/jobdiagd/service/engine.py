@@ -10,8 +10,8 @@
    watch; an ending job gets its full triage; every detector due checks each job read
    (`service.judging`);
 4. the post-judging stages, one ordered list (`service.stages.STAGES`: keep resolution ->
-   stamp -> enrich or hold -> slow host -> observe -> end jobs -> enqueue), to the outbox; the dispatcher
-   delivers from there, asynchronously;
+   stamp -> enrich or hold -> slow host -> recovery -> observe -> end jobs -> enqueue), to the
+   outbox; the dispatcher delivers from there, asynchronously;
 5. persist: the saved offsets (the hang clock), the ended jobs' offsets forgotten once their end
    is stored, tick times, health.
 
@@ -52,7 +52,7 @@ from jobdiagd.service.jobs import JobView
 from jobdiagd.service.judging import Judged, run_detectors
 from jobdiagd.service.metrics import DaemonMetrics, DetectorRun
 from jobdiagd.service.reading import ReadingRoom, Watched
-from jobdiagd.service.stages import Batch, PlotInputs, StageContext, run_stages
+from jobdiagd.service.stages import Batch, PlotInputs, RecoveryStage, StageContext, run_stages
 from jobdiagd.service.tsdb_enrich import TsdbEnricher
 from jobdiagd.sources.tail import ChangeWatcher, OffsetStore
 
@@ -123,8 +123,10 @@ class Engine:
         read_final: bool = True,
         enricher: TsdbEnricher | None = None,
         plot_inputs: PlotInputs | None = None,
+        recovery: RecoveryStage | None = None,
     ) -> None:
         self.cfg = cfg
+        self.recovery = recovery
         self.plot_inputs = plot_inputs
         self.pipeline = pipeline
         self.detectors = list(detectors)
@@ -256,7 +258,9 @@ class Engine:
         judged = self._judge(keys, ending, full, early, watch, now)
         watch.record()
         views = {k: w.view for k, w in self.jobs.items()}  # as judged: before any job leaves
-        ctx = StageContext(now, views, self.pipeline, self._leave, self.enricher, self.plot_inputs)
+        ctx = StageContext(
+            now, views, self.pipeline, self._leave, self.enricher, self.plot_inputs, recovery=self.recovery
+        )
         batch = run_stages(Batch(judged.findings, judged.reports, ending), ctx)
         stats = TickStats(len(keys), len(batch.findings), len(batch.queued) if batch.ok else 0, batch.ok)
         self._tick_done(full, started, started_cpu, now, stats, batch, all(watch.ok_by.values()))

@@ -16,7 +16,8 @@ Two kinds, by what they measure (decided here):
   (the engine, after a tick's checks), source errors (`service.discovery_feed`, on a failed
   poll), notifications queued and incidents opened (`record_notifications`: the alert pipeline's
   `on_queued`, the one place every notification is queued), sends and their duration
-  (`delivery_result`: the dispatcher's observer).
+  (`delivery_result`: the dispatcher's observer), recovery's actions (`recovery_action`:
+  `service.recovery_wiring`, as it posts them).
 
 An open-incident kind, once seen (open at a scrape, or opened), stays exported, at 0 when none is
 open, rather than vanish. Every name, type, label and help text is as before the split; one
@@ -135,6 +136,8 @@ class DaemonState:
     outbox_pending: int | None = 0  # None: the store could not be asked (no sample this scrape)
     sources_up: Mapping[str, bool] = field(default_factory=dict)
     jobs: Sequence[JobSample] = ()  # one per watched job (`service.job_metrics`)
+    # Recovery's open intents by status (suggested, scheduled, running); None: not readable now.
+    recovery_pending: Mapping[str, int] | None = field(default_factory=dict)
 
 
 class DaemonMetrics(Collector):
@@ -171,6 +174,12 @@ class DaemonMetrics(Collector):
         self.source_errors = Counter(
             "jobdiagd_source_errors", "Failed reads from an input source.", ["source"], registry=None
         )
+        self.recovery_actions = Counter(
+            "jobdiagd_recovery_actions",
+            "Recovery actions taken or refused (restart, cancel, submit, keep, drain, ...), by rule.",
+            ["action", "rule"],
+            registry=None,
+        )
         self.registry.register(self)
 
     def read_state(self, read: Callable[[], DaemonState]) -> None:
@@ -197,6 +206,10 @@ class DaemonMetrics(Collector):
             if n.event == "open":
                 self.incidents_opened.labels(n.kind).inc()
                 self._kinds.add(n.kind)
+
+    def recovery_action(self, action: str, rule: str) -> None:
+        """One recovery action (or refusal) as its log records it (`service.recovery_wiring`)."""
+        self.recovery_actions.labels(action, rule).inc()
 
     def delivery_result(self, notifier: str, ok: bool, seconds: float) -> None:
         """DeliveryObserver for the Dispatcher."""
@@ -252,6 +265,14 @@ class DaemonMetrics(Collector):
         up = {name: 1 if ok else 0 for name, ok in state.sources_up.items()} if state is not None else {}
         yield _by("jobdiagd_source_up", "1 if the source's last read succeeded.", "source", up)
         yield from _job_families(state.jobs if state is not None else ())
+        yield from self.recovery_actions.collect()
+        intents = state.recovery_pending if state is not None else None
+        yield _by(
+            "jobdiagd_recovery_pending",
+            "Recovery restarts not finished, by status (suggested, scheduled, running).",
+            "status",
+            {s: intents.get(s, 0) for s in ("suggested", "scheduled", "running")} if intents is not None else {},
+        )
 
     def _open(self, state: DaemonState | None) -> dict[str, int]:
         """Open incidents by kind; a kind seen before and no longer open is 0 rather than absent."""

@@ -48,6 +48,7 @@ from jobdiagd.service.jobs import JobView
 from jobdiagd.service.lifecycle import Lifecycle
 from jobdiagd.service.metrics import DaemonMetrics, DaemonState, JobSample, MetricsServer
 from jobdiagd.service.plots_bridge import PlotBridge
+from jobdiagd.service.recovery_wiring import RecoveryWiring
 from jobdiagd.service.sdnotify import SdNotifier
 from jobdiagd.service.site_source import SiteJobs, open_site
 from jobdiagd.service.stages import PlotInputs
@@ -164,6 +165,7 @@ def chat_router(cfg: config.Config, transport: ChatTransport, backend: DaemonCha
         max_queued=c.max_queued_commands,
         task_timeout_s=c.command_timeout_seconds,
         scancel_enabled=c.scancel_button,
+        recovery_enabled=backend.recovery is not None and backend.recovery.acts,
     )
 
 
@@ -264,6 +266,7 @@ class LiveDaemon:
         dispatcher: Dispatcher,
         engine: Engine,
         discovery: Discovery,
+        recovery: RecoveryWiring | None = None,
     ) -> None:
         self.cfg = cfg
         self.config_path = config_path
@@ -273,6 +276,7 @@ class LiveDaemon:
         self.engine = engine
         self.discovery = discovery
         self.job_metrics = JobMetrics(engine, pipeline)
+        self.recovery = recovery
         self._log = get_logger(component="runner")
 
     def snapshot(self) -> dict[str, Any]:
@@ -288,6 +292,7 @@ class LiveDaemon:
                 "detectors": enabled_names(self.cfg),
                 "asyncio_tasks": task_count(),
                 **self._site_status(),
+                "recovery": self.recovery.snapshot(now) if self.recovery is not None else None,
             },
         )
 
@@ -314,6 +319,7 @@ class LiveDaemon:
                 if edge.kind == "source" or name == SITE_SOURCE
             },
             jobs=self._job_samples(),
+            recovery_pending=self._recovery_pending(),
         )
 
     def _job_samples(self) -> list[JobSample]:
@@ -324,12 +330,22 @@ class LiveDaemon:
             self._log.error("job_metrics_failed", error=f"{type(exc).__name__}: {exc}")
             return []
 
+    def _recovery_pending(self) -> dict[str, int] | None:
+        if self.recovery is None:
+            return {}
+        try:
+            return self.recovery.pending_counts()
+        except sqlite3.Error:
+            return None  # no sample rather than a stale one
+
     def reload(self) -> None:
         new = config.load(self.config_path)
         needs_restart = config.restart_required(self.cfg, new)
         if needs_restart:
             self._log.warning("reload_needs_restart", keys=needs_restart)
         self.engine.reconfigure(new, build_detectors(new))
+        if self.recovery is not None:
+            self.recovery.reconfigure(new)
         self.health.tick_seconds = new.daemon.tick_seconds
         if isinstance(self.discovery, SlurmDiscovery):
             self.discovery.interval = new.daemon.squeue_interval_seconds
@@ -351,6 +367,9 @@ class LiveDaemon:
             await TickLoop(self.engine).run(lc.sleep, lambda: self.cfg.daemon.tick_seconds)
 
         lc.add_task("engine", engine_loop)
+        if self.recovery is not None:
+            recovery = self.recovery
+            lc.add_task("recovery", lambda: recovery.run(lc.sleep))
 
 
 async def open_site_source(
@@ -388,7 +407,13 @@ def add_chat_steps(
 ) -> None:
     """Bind each chat transport to the store and the router; its bot starts and stops as a step."""
     backend = DaemonChatBackend(
-        daemon.cfg, Path(daemon.config_path), daemon.engine, daemon.pipeline, daemon.snapshot, plots=plots
+        daemon.cfg,
+        Path(daemon.config_path),
+        daemon.engine,
+        daemon.pipeline,
+        daemon.snapshot,
+        plots=plots,
+        recovery=daemon.recovery,
     )
     for transport in chats:
         transport.bind(messages)
@@ -430,6 +455,9 @@ async def wire_daemon(
     enricher = TsdbEnricher(cfg.tsdb, tick_s=cfg.daemon.tick_seconds)
     lc.adopt("tsdb connections", enricher.close)
     await open_site_source(cfg, lc, enricher, discovery, pipeline, health)
+    # Restarts under guardrails and suspect-node memory (docs/recovery.md): a stage of the tick,
+    # a task that acts, the chat's buttons.
+    recovery = RecoveryWiring(cfg, pipeline, on_action=metrics.recovery_action)
     engine = Engine(
         cfg,
         pipeline,
@@ -441,6 +469,7 @@ async def wire_daemon(
         watcher=watcher,
         enricher=enricher,
         plot_inputs=plot_inputs(cfg) if pictures else None,
+        recovery=recovery,
     )
     daemon = LiveDaemon(
         cfg,
@@ -450,6 +479,7 @@ async def wire_daemon(
         dispatcher=dispatcher,
         engine=engine,
         discovery=discovery,
+        recovery=recovery,
     )
     lc.on_reload = daemon.reload
     metrics.read_state(daemon.metrics_state)

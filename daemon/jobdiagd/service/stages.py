@@ -15,12 +15,16 @@ The whole path of a finding, from the detector that made it to the people who re
                           opens a TGS incident is held one tick while each host of the job is
                           compared with its peers, then carries the slow host (or why none is
                           named) and its strip picture (rule SLOW-5)
-      5. observe          findings into the incident book (`AlertPipeline.observe`): opens,
+      5. recovery         (`service.recovery_wiring`, docs/recovery.md) the restart each hang or
+                          failure finding and each failed end calls for, and the nodes they
+                          name, decided inside observe's transaction (rule REC-13); a restarted
+                          job's incidents resolve "restarted as N" rather than "job ended"
+      6. observe          findings into the incident book (`AlertPipeline.observe`): opens,
                           reminders, resolutions, stored with their notifications in one
                           transaction of the outbox
-      6. end jobs         jobs whose end this tick confirms leave the watch; their incidents
+      7. end jobs         jobs whose end this tick confirms leave the watch; their incidents
                           resolve ("job ended") before their end report is queued
-      7. enqueue          the job-end reports into the outbox (`AlertPipeline.report`)
+      8. enqueue          the job-end reports into the outbox (`AlertPipeline.report`)
     outbox     alerts.outbox, in the state store: what is queued survives a crash
     dispatch   notifiers.dispatcher, asynchronously and at least once: one queue per
                notifier, in order, retried with backoff; the notifier's id makes a repeat a no-op
@@ -29,9 +33,11 @@ The whole path of a finding, from the detector that made it to the people who re
 Why this order: a resolution the incident book will not take must not cancel a GPU verdict the
 enricher holds for that job (keep resolution comes before enrich); a picture is built only for
 a finding that is kept (before stamp); the GPU strip and the host strip are added to the
-stamped picture (stamp before enrich and slow host); an incident resolves "job ended" before
-the job's end report is queued, and the report's owner is read from the job's view as judged
-(`StageContext.views`, taken before any job leaves).
+stamped picture (stamp before enrich and slow host); recovery reads the enriched finding (its
+GPU verdict's suspects) and gives observe the work to do in its transaction (after enrich and
+slow host, before observe); an incident resolves "job ended" before the job's end report is
+queued, and the report's owner is read from the job's view as judged (`StageContext.views`,
+taken before any job leaves).
 
 Failures: a stage that writes the store (`Stage.stores`) and raises stops the path there; the
 tick is marked failed (`incident_update_failed`) and its findings are found again by the next
@@ -47,10 +53,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 from jobdiagd.alerts import notices
-from jobdiagd.alerts.pipeline import AlertPipeline
+from jobdiagd.alerts.pipeline import AlertPipeline, Within
 from jobdiagd.detectors import Report, keep_resolution
 from jobdiagd.logsetup import get_logger
 from jobdiagd.model.alerts import Finding, Notification
@@ -74,6 +80,14 @@ class Batch:
     ending: list[str] = field(default_factory=list)  # jobs whose end this tick confirms
     queued: list[Notification] = field(default_factory=list)  # what the stages queued
     ok: bool = True  # False: a stage that stores failed, and the path stopped there
+    # Work a stage before observe gives it, run inside observe's transaction (`pipeline.observe`).
+    within: list[Within] = field(default_factory=list)
+
+
+class RecoveryStage(Protocol):
+    """Recovery's part of the path (`service.recovery_wiring.RecoveryWiring`)."""
+
+    def plan(self, batch: Batch, ctx: StageContext) -> Batch: ...
 
 
 @dataclass
@@ -87,6 +101,7 @@ class StageContext:
     leave: Callable[[str, str, float], None]
     enricher: TsdbEnricher | None = None
     plot_inputs: PlotInputs | None = None
+    recovery: RecoveryStage | None = None
 
 
 @dataclass(frozen=True)
@@ -143,8 +158,14 @@ def slow_host(batch: Batch, ctx: StageContext) -> Batch:
     return batch
 
 
+def plan_recovery(batch: Batch, ctx: StageContext) -> Batch:
+    return ctx.recovery.plan(batch, ctx) if ctx.recovery is not None else batch
+
+
 def observe(batch: Batch, ctx: StageContext) -> Batch:
-    batch.queued += ctx.pipeline.observe(batch.findings, ctx.now)
+    work = list(batch.within)
+    within = (lambda now: [n for w in work for n in w(now)]) if work else None
+    batch.queued += ctx.pipeline.observe(batch.findings, ctx.now, within)
     return batch
 
 
@@ -175,6 +196,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("stamp", stamp),
     Stage("enrich or hold", enrich_or_hold),
     Stage("slow host", slow_host),
+    Stage("recovery", plan_recovery),
     Stage("observe", observe, stores=True),
     Stage("end jobs", end_jobs, stores=True),
     Stage("enqueue", enqueue, stores=True),

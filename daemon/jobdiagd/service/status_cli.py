@@ -5,7 +5,7 @@ gives the first line): version, pid, started_at, tick_seconds, last_tick_at, las
   jobs: [{job_id, state?, name?, last_step?, last_step_at?, total_steps?, step_time_s?, expected_step?,
          phase?, tgs?: {degraded, pattern, change_pct}, open_incidents?, blind?}], open_incidents: [Incident as dict],
   mutes: [Mute as dict], notifiers: Dispatcher.snapshot(),
-  deliveries: Outbox.counts().
+  deliveries: Outbox.counts(), recovery: {mode, acts, pending: [{job_id, status, due_at, action, rule}]}.
 
 Exit codes, worst last: 0 healthy; 1 degraded (ticking, but a source such as squeue or a notifier
 fails, or a job is blind: pages may be late or missing); 2 usage or bad config (argparse's own
@@ -71,6 +71,7 @@ def format_status(status: Mapping[str, Any], now: float, *, width: int | None = 
         parts = _job_parts(j, now)
         lines += [_job_line(j, now)] if width is None else _packed(parts[:3], parts[3:], width)
     lines += _incident_lines(status, now)
+    lines += _recovery_lines(status, now)
     mutes: Sequence[Mapping[str, Any]] = status.get("mutes") or []
     for m in mutes:
         lines.append(
@@ -207,6 +208,22 @@ def _incident_lines(status: Mapping[str, Any], now: float) -> list[str]:
         lines.append(line)
         if i.get("summary"):
             lines.append(f"      {i['summary']}")
+    return lines
+
+
+def _recovery_lines(status: Mapping[str, Any], now: float) -> list[str]:
+    """Restarts not finished (docs/recovery.md): the countdowns, the suggestions, those running."""
+    rec = status.get("recovery")
+    if not isinstance(rec, Mapping) or not (rec.get("acts") or rec.get("pending")):
+        return []
+    pending: Sequence[Mapping[str, Any]] = rec.get("pending") or []
+    lines = [f"recovery ({rec.get('mode')}): {len(pending)} pending"]
+    for p in pending:
+        when = ""
+        if p.get("status") == "scheduled" and isinstance(p.get("due_at"), int | float):
+            left = float(p["due_at"]) - now
+            when = f" in {rounded_duration(left)}" if left > 0 else " now"
+        lines.append(f"  job {p.get('job_id')}  {p.get('status')}{when}  {p.get('action')} (rule {p.get('rule')})")
     return lines
 
 

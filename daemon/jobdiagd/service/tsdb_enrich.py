@@ -91,6 +91,9 @@ class TsdbEnricher:
         )
         self._verdicts: dict[str, _Pending] = {}
         self._reports: dict[str, _HeldReport] = {}
+        # The end-of-job diagnoses of the reports released (job -> its JSON document), until the
+        # recovery stage takes them for node memory (`service.recovery_wiring`).
+        self.diagnoses: dict[str, dict[str, Any]] = {}
         # The site Prometheus ([site_prometheus]): the early page's second source, the slow host's
         # only one (`service.site_source`); opened and closed by the runner beside this enricher.
         self.site: SiteJobs | None = None
@@ -174,6 +177,8 @@ class TsdbEnricher:
             except Exception as exc:  # the report must still go out
                 doc = {"error": f"{type(exc).__name__}: {exc}"}
             out.append(dataclasses.replace(held.report, body=held.report.body + _diagnosis_section(doc)))
+            if doc is not None:
+                self.diagnoses[job_id] = doc  # what the playbook named: the recovery stage takes it
         return out
 
     def _with_strip(self, f: Finding, verdict: GpuVerdict, view: JobView) -> Finding:
