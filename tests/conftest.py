@@ -27,6 +27,7 @@ pytest_plugins = [
     "tests.helpers.alertmanager",
     "tests.helpers.chat",
     "tests.helpers.daemon",
+    "tests.helpers.parallel",
     "tests.helpers.scenarios",
     "tests.helpers.slack",
     "tests.helpers.slurm_cluster",

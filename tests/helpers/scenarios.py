@@ -1,4 +1,5 @@
-"""The simulator's scenario corpus as a session fixture (`corpus`): built once, read by many tests."""
+"""The simulator's scenario corpus as a session fixture (`corpus`): built once per run (shared by the
+xdist workers: tests/helpers/parallel.py), read by many tests."""
 
 from __future__ import annotations
 
@@ -7,11 +8,13 @@ from pathlib import Path
 import pytest
 
 from jobdiagd_sim import scenarios
+from tests.helpers.parallel import built_once, run_dir
 
 
 @pytest.fixture(scope="session")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, dict[str, object]]]:
-    root = tmp_path_factory.mktemp("corpus") / "outputs"
-    root.mkdir()
-    exps = {name: scenarios.build(name, root, seed=0).to_dict() for name in scenarios.SCENARIOS}
-    return root, exps
+    def build(root: Path) -> dict[str, dict[str, object]]:
+        return {name: scenarios.build(name, root, seed=0).to_dict() for name in scenarios.SCENARIOS}
+
+    root = run_dir(tmp_path_factory, "corpus") / "outputs"
+    return root, built_once(root, build)

@@ -16,6 +16,7 @@ from jobdiagd.tsdb.playbooks.base import PlaybookEnv, PlaybookResult
 from jobdiagd.tsdb.playbooks.registry import PLAYBOOKS
 from jobdiagd.tsdb.settings import TsdbSettings
 from jobdiagd_sim.metrics import JobFiles, JobSim, scenario, write_job
+from tests.helpers.parallel import built_once
 
 PRIMARY = {
     "rccl-hang": "hang",
@@ -40,14 +41,16 @@ class Built:
 
 
 class Fixtures:
+    """The scenarios' jobs, each built on first use, once per run: `root` may be shared by the
+    xdist workers (tests/helpers/parallel.py), the first to need a job builds it."""
+
     def __init__(self, root: Path) -> None:
         self.root = root
         self._built: dict[str, Built] = {}
 
     def get(self, name: str) -> Built:
         if name not in self._built:
-            sim = JobSim(scenario(name))
-            self._built[name] = Built(sim, write_job(sim, self.root / name))
+            self._built[name] = built_once(self.root / name, lambda where: _build_scenario(name, where))
         return self._built[name]
 
     def copy(self, name: str, dest: Path) -> Built:
@@ -58,6 +61,11 @@ class Fixtures:
         shutil.copy2(b.files.log, dest / b.files.log.name)
         jd = dest / b.files.job_dir.name
         return Built(b.sim, JobFiles(dest / b.files.log.name, jd, jd / "prometheus"))
+
+
+def _build_scenario(name: str, where: Path) -> Built:
+    sim = JobSim(scenario(name))
+    return Built(sim, write_job(sim, where))
 
 
 def make_ctx(b: Built, **kw: Any) -> DiagnosisContext:

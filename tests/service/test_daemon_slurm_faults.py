@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from jobdiagd_sim import live
-from tests.helpers.daemon import notes, wait_for
+from tests.helpers.daemon import notes, status_cli, wait_for
 from tests.helpers.procs import alive, pids_in, zombie_children
 from tests.helpers.slurm_cluster import SlurmCluster
 
@@ -98,14 +98,7 @@ class Rig:
         return self.job_id
 
     def status(self, *args: str) -> tuple[int, str]:
-        out = subprocess.run(
-            [PY, "-m", "jobdiagd.cli", "status", "--config", str(self.cfg), *args],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-        return out.returncode, out.stdout
+        return status_cli(self.cfg, *args)
 
     def status_json(self) -> dict[str, Any]:
         rc, out = self.status("--json")

@@ -6,7 +6,9 @@ reports are in flight throughout. Meanwhile the daemon is started and killed wit
 least 50 times: half of the kills at a random moment of its first two ticks once it is up
 (reading, detecting, storing, sending),
 half at the moment the Telegram emulator receives a message request (the request dies with the
-daemon: it never reaches the chat). Then one last daemon runs to the end.
+daemon: it never reaches the chat). Then one last daemon runs to the end. The daemons that are
+killed are forked with the daemon's modules already imported (`spawn_to_kill`); the last one
+is a fresh `python -m jobdiagd.cli run`.
 
 Counted at the receiving end, the Telegram emulator (the real python-telegram-bot client in
 the daemon): each job's page, its resolution reply and its end report exactly once.
@@ -32,6 +34,7 @@ import pytest
 from aiohttp import web
 
 from jobdiagd.alerts.store import DB_NAME
+from tests.helpers.daemon import ForkedDaemon, fork_daemon
 from tests.helpers.emulators.telegram import StoredMessage, TelegramEmulator
 from tests.helpers.faults import record_fault, short_dir  # noqa: F401  (fixture)
 from tests.helpers.joblog import JobLog
@@ -136,6 +139,14 @@ def spawn(cfg: Path, outputs: Path, log: BinaryIO) -> subprocess.Popen[bytes]:
     )
 
 
+def spawn_to_kill(cfg: Path, outputs: Path, work: Path) -> ForkedDaemon:
+    """The same `jobdiagd run`, forked with its modules imported (tests/helpers/daemon.py): what
+    is killed is the daemon from `main()` on; the 50 fresh interpreters' imports (about 1 s of
+    CPU each) would only make the loop slow. The last daemon, which must finish everything,
+    starts as a real `python -m jobdiagd.cli run` (`spawn`)."""
+    return fork_daemon(["run", "--config", str(cfg), "--watch", str(outputs)], work / "daemon.out")
+
+
 def stored(work: Path, job_id: str, event: str) -> bool:
     """Whether the daemon has stored (and its JSONL notifier written) this job's `event`."""
     path = work / "state" / "notifications.jsonl"
@@ -166,7 +177,9 @@ async def play_job(work: Path, i: int, rng: random.Random) -> None:
     job.summary(0)
 
 
-async def until_listening(sock: Path, proc: subprocess.Popen[bytes], within: float = 30.0) -> None:
+async def until_listening(
+    sock: Path, proc: subprocess.Popen[bytes] | ForkedDaemon, within: float = 30.0
+) -> None:
     """Until this daemon's status socket accepts a connection (a killed one's stale file does not)."""
     deadline = time.monotonic() + within
     while time.monotonic() < deadline and proc.poll() is None:
@@ -219,13 +232,13 @@ async def test_kill_9_loop_with_alerts_in_flight_loses_and_repeats_nothing(
     kills = trapped_kills = 0
     lifetimes: list[float] = []
     kill_times: list[float] = []
-    proc: subprocess.Popen[bytes] | None = None
+    proc: subprocess.Popen[bytes] | ForkedDaemon | None = None
     try:
         for k in range(KILLS):
             if k % (KILLS // JOBS) == 0 and len(players) < JOBS:
                 # Jobs start one after another over the whole loop: alerts are in flight at every kill.
                 players.append(asyncio.create_task(play_job(work, len(players), rng)))
-            proc = spawn(cfg, outputs, log)
+            proc = spawn_to_kill(cfg, outputs, work)
             started = time.monotonic()
             if k % 2:
                 # Once it is up, die at its next message request (or after 3 s if none comes).

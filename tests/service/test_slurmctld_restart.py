@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from jobdiagd_sim import live
-from tests.helpers.daemon import notes, stop, wait_for
+from tests.helpers.daemon import notes, status_cli, stop, wait_for
 from tests.helpers.faults import record_fault, short_dir  # noqa: F401  (fixture)
 from tests.helpers.procs import alive
 from tests.helpers.slurm_cluster import SlurmCluster, release_cluster, start_cluster
@@ -81,14 +81,8 @@ def start_ctld(cluster: SlurmCluster) -> None:
 
 
 def status(cfg: Path) -> tuple[int, dict[str, Any]]:
-    out = subprocess.run(
-        [PY, "-m", "jobdiagd.cli", "status", "--config", str(cfg), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    return out.returncode, json.loads(out.stdout)
+    rc, out = status_cli(cfg, "--json")
+    return rc, json.loads(out)
 
 
 def titled(work: Path, title: str) -> list[dict[str, Any]]:

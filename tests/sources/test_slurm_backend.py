@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import signal
 import sys
+import time
 import types
 from collections.abc import Awaitable, Iterator
 from dataclasses import replace
@@ -26,7 +28,15 @@ from jobdiagd.sources.slurm import (
     make_backend,
     resolve_job_paths,
 )
-from tests.helpers.procs import alive, exists, live_group_members, open_fds, pids_in, zombie_children
+from tests.helpers.procs import (
+    alive,
+    children,
+    exists,
+    live_group_members,
+    open_fds,
+    pids_in,
+    zombie_children,
+)
 
 T = TypeVar("T")
 
@@ -121,6 +131,9 @@ async def test_timeout_kills_a_wrapper_scripts_whole_process_group(tmp_path: Pat
         tmp_path, "squeue", f'echo $$ >> "{pids}"; sleep 600 & echo $! >> "{pids}"; wait $!; exec squeue "$@"'
     )
     b = CliSlurmBackend(squeue=squeue, timeout_s=0.5)
+    # Garbage of earlier tests (an unclosed loop, a pool's pipes) closes its fds when collected:
+    # collect it now, not in the middle of this count (seen: 31 before, 26 after).
+    gc.collect()
     fds = open_fds()
     for _ in range(3):
         with pytest.raises(SlurmCommandError) as ei:
@@ -148,6 +161,42 @@ async def test_cancelling_a_call_kills_the_commands_process_group(tmp_path: Path
             if len(pids_in(pids)) == 3:
                 break
             await asyncio.sleep(0.05)
+        started = pids_in(pids)
+        assert len(started) == 3 and all(alive(p) for p in started)  # the shell and both sleeps
+        task.cancel()
+        await bounded(asyncio.gather(task, return_exceptions=True), 30)
+        assert task.cancelled()
+        assert [p for p in started if alive(p)] == []
+        assert await _gone(started[0])
+    finally:
+        await _cancel_hard(task)
+
+
+async def test_cancelling_a_call_while_its_command_starts_kills_the_process_group(
+    tmp_path: Path, pids: Path
+) -> None:
+    # The cancellation comes while asyncio still connects the command's pipes (a busy loop: the
+    # full suite on parallel workers hit it). asyncio then kills the shell alone and waits for
+    # the pipes to close, which the sleeps hold: the call hung for their 600 s.
+    squeue = _exe(
+        tmp_path,
+        "squeue",
+        f'echo $$ >> "{pids}"; sleep 600 & echo $! >> "{pids}"; sleep 600 & echo $! >> "{pids}"; wait',
+    )
+    b = CliSlurmBackend(squeue=squeue, timeout_s=300)
+    before = set(children(os.getpid()))
+    task = asyncio.ensure_future(b.list_jobs())
+    try:
+        # One loop turn at a time until the command is forked: its pipes are connected on later
+        # turns. Then block the loop (no turn for the pipes) until the sleeps run, and cancel.
+        for _ in range(100):
+            if set(children(os.getpid())) - before:
+                break
+            await asyncio.sleep(0)
+        for _ in range(400):
+            if len(pids_in(pids)) == 3:
+                break
+            time.sleep(0.05)  # noqa: ASYNC251 - holding the loop is the point
         started = pids_in(pids)
         assert len(started) == 3 and all(alive(p) for p in started)  # the shell and both sleeps
         task.cancel()

@@ -1,4 +1,5 @@
-"""Fixtures of the TSDB tests: simulated jobs with promtool-built TSDBs, built once per session."""
+"""Fixtures of the TSDB tests: simulated jobs with promtool-built TSDBs, built once per run (shared
+by the xdist workers: tests/helpers/parallel.py)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,13 @@ from pathlib import Path
 import pytest
 
 from jobdiagd.tsdb.settings import TsdbSettings
+from tests.helpers.parallel import run_dir
 from tests.helpers.tsdb import Fixtures
 
 
 @pytest.fixture(scope="session")
 def fixtures(tmp_path_factory: pytest.TempPathFactory) -> Fixtures:
-    return Fixtures(tmp_path_factory.mktemp("tsdb-fixtures"))
+    return Fixtures(run_dir(tmp_path_factory, "tsdb-fixtures"))
 
 
 @pytest.fixture

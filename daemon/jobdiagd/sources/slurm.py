@@ -163,8 +163,8 @@ class CliSlurmBackend:
         if exe is None:
             raise SlurmCommandError(argv, "missing", "command not found on PATH")
         loop = asyncio.get_running_loop()
-        try:
-            transport, proto = await loop.subprocess_exec(
+        start = asyncio.ensure_future(
+            loop.subprocess_exec(
                 lambda: _Collector(loop, MAX_OUTPUT_BYTES),
                 exe,
                 *argv[1:],
@@ -174,6 +174,12 @@ class CliSlurmBackend:
                 env=env,
                 start_new_session=True,
             )
+        )
+        try:
+            transport, proto = await asyncio.shield(start)
+        except asyncio.CancelledError:
+            await _stop_once_started(start)
+            raise
         except OSError as e:
             raise SlurmCommandError(argv, "missing", f"cannot execute: {e}") from e
         pgid = transport.get_pid()
@@ -395,6 +401,26 @@ def _group_members_alive(pgid: int) -> bool:
 def _signal_group(pgid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
+
+
+async def _stop_once_started(start: asyncio.Future[tuple[asyncio.SubprocessTransport, Any]]) -> None:
+    """Cancelled while the command was starting: let the start finish, then stop its group.
+
+    asyncio, cancelled while it connects a new process's pipes, kills the process alone and
+    waits for the pipes to close: a wrapper script's children hold them, so the cancelled call
+    hung as long as they ran (seen on a busy loop). Here the start is shielded; once it is
+    done, the whole group goes as on a timeout. Further cancellations meanwhile are absorbed:
+    the caller re-raises the first."""
+    while not start.done():
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(start)
+    if start.cancelled() or start.exception() is not None:
+        return
+    transport, _ = start.result()
+    try:
+        await _end_group(transport.get_pid())
+    finally:
+        transport.close()
 
 
 async def _end_group(pgid: int) -> None:
