@@ -23,10 +23,12 @@ import pytest
 
 from tests.helpers.services import FIXTURE_MARKERS, SERVICE_MARKERS, UNIT_ENV, service_of
 
+# A plugin another one imports comes first: pytest marks each for assert rewriting as it loads
+# it, and a module already imported can no longer be rewritten (chat imports daemon).
 pytest_plugins = [
+    "tests.helpers.daemon",
     "tests.helpers.alertmanager",
     "tests.helpers.chat",
-    "tests.helpers.daemon",
     "tests.helpers.parallel",
     "tests.helpers.scenarios",
     "tests.helpers.slack",
