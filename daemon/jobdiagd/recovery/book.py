@@ -120,21 +120,7 @@ class RecoveryBook:
         return [_intent(r) for r in rows]
 
     def update(self, intent: Intent, now: float, **changes: Any) -> Intent:
-        new = replace(intent, updated_at=now, **changes)
-        with self.store.transaction() as conn:
-            conn.execute(
-                "UPDATE recovery_intents SET status = ?, due_at = ?, updated_at = ?, progress = ?,"
-                " new_job_id = ?, result = ? WHERE id = ?",
-                (
-                    new.status,
-                    new.due_at,
-                    new.updated_at,
-                    json.dumps(new.progress, sort_keys=True),
-                    new.new_job_id,
-                    new.result,
-                    new.id,
-                ),
-            )
+        new, _ = self._write(intent, now, (), changes)
         return new
 
     def update_if(self, intent: Intent, now: float, expect: Sequence[Status], **changes: Any) -> Intent | None:
@@ -143,24 +129,34 @@ class RecoveryBook:
         Two parts of a daemon act on one intent — the event loop (Keep the job, an ack, Restart)
         and the worker thread that runs due intents — each with its own store connection; the
         condition is checked in the UPDATE itself, so exactly one of them moves it."""
+        new, moved = self._write(intent, now, expect, changes)
+        return new if moved else None
+
+    def _write(
+        self, intent: Intent, now: float, expect: Sequence[Status], changes: dict[str, Any]
+    ) -> tuple[Intent, bool]:
+        """The intent with `changes`, and whether the stored row was updated (only while its
+        status is one of `expect`, when given)."""
         new = replace(intent, updated_at=now, **changes)
-        marks = ", ".join("?" for _ in expect)
+        sql = (
+            "UPDATE recovery_intents SET status = ?, due_at = ?, updated_at = ?, progress = ?,"
+            " new_job_id = ?, result = ? WHERE id = ?"
+        )
+        if expect:
+            sql += f" AND status IN ({', '.join('?' for _ in expect)})"
+        values = (
+            new.status,
+            new.due_at,
+            new.updated_at,
+            json.dumps(new.progress, sort_keys=True),
+            new.new_job_id,
+            new.result,
+            new.id,
+            *expect,
+        )
         with self.store.transaction() as conn:
-            cur = conn.execute(
-                "UPDATE recovery_intents SET status = ?, due_at = ?, updated_at = ?, progress = ?,"  # noqa: S608 (placeholders only)
-                f" new_job_id = ?, result = ? WHERE id = ? AND status IN ({marks})",
-                (
-                    new.status,
-                    new.due_at,
-                    new.updated_at,
-                    json.dumps(new.progress, sort_keys=True),
-                    new.new_job_id,
-                    new.result,
-                    new.id,
-                    *expect,
-                ),
-            )
-        return new if cur.rowcount == 1 else None
+            cur = conn.execute(sql, values)
+        return new, cur.rowcount == 1
 
     def started_since(self, since: float) -> int:
         """Restarts begun since `since` (rule REC-10): intents that left `scheduled` for execution."""
