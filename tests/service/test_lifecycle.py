@@ -132,6 +132,28 @@ async def test_every_cleanup_is_attempted_and_errors_are_gathered() -> None:
     assert lc.stop_reason == "task boom failed"
 
 
+async def test_a_best_effort_cleanup_cut_at_the_deadline_is_a_warning_not_an_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # The final delivery behind a chat's rate limit: cut at the stop deadline, its leftovers wait
+    # in the outbox; the run still ends cleanly, and the steps cleaned up after it still run.
+    log: list[str] = []
+    lc = Lifecycle(stop_seconds=0.3)
+    lc.add_step("a", *make(log, "a"))
+    setup, cleanup = make(log, "slow", hang_cleanup=True)
+    lc.add_step("slow", setup, cleanup, cut_means="left in the outbox")
+
+    async def stopper() -> None:
+        lc.request_stop("test")
+
+    lc.add_task("stopper", stopper)
+    await lc.run()
+    assert log == ["setup a", "setup slow", "cleanup slow", "cleanup a"]
+    out = capsys.readouterr()
+    assert "cleanup_cut" in out.out + out.err and "left in the outbox" in out.out + out.err
+    assert "cleanup_failed" not in out.out + out.err
+
+
 async def test_stop_cancels_a_task_that_ignores_it() -> None:
     lc = Lifecycle(drain_seconds=0.05)
     cancelled = asyncio.Event()

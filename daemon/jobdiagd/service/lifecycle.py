@@ -28,6 +28,9 @@ class _Step:
     name: str
     setup: StepFn | None
     cleanup: StepFn | None
+    # What is cut at the stop deadline when the cleanup runs out of time; None: the timeout is an
+    # error like any other.
+    cut_means: str | None = None
 
 
 class Lifecycle:
@@ -43,7 +46,9 @@ class Lifecycle:
 
     Stopping: `request_stop()` (or SIGTERM/SIGINT when `handle_signals`) sets `stopping`; tasks get
     `drain_seconds` to finish on their own (a tick in progress completes) and are then cancelled;
-    cleanups share what is left of `stop_seconds`. SIGHUP calls the reload callback.
+    cleanups share what is left of `stop_seconds`. SIGHUP calls the reload callback. A cleanup
+    that is only best effort within that budget (`cut_means`: the final delivery, whose leftovers
+    stay in the outbox for the next start) logs a warning when cut, not an error.
     """
 
     def __init__(
@@ -74,8 +79,10 @@ class Lifecycle:
 
     # -- building --------------------------------------------------------
 
-    def add_step(self, name: str, setup: StepFn | None = None, cleanup: StepFn | None = None) -> None:
-        self._steps.append(_Step(name, setup, cleanup))
+    def add_step(
+        self, name: str, setup: StepFn | None = None, cleanup: StepFn | None = None, *, cut_means: str | None = None
+    ) -> None:
+        self._steps.append(_Step(name, setup, cleanup, cut_means))
 
     def adopt(self, name: str, close: StepFn) -> None:
         """A resource opened already: `close` runs in the teardown (or in `opening()` on failure)."""
@@ -218,6 +225,12 @@ class Lifecycle:
             try:
                 async with asyncio.timeout(budget):
                     await _call(step.cleanup)
+            except TimeoutError as exc:
+                if step.cut_means is None:
+                    self._log.error("cleanup_failed", step=step.name, error=f"{type(exc).__name__}: {exc}")
+                    errors.append(exc)
+                else:
+                    self._log.warning("cleanup_cut", step=step.name, seconds=round(budget, 2), means=step.cut_means)
             except Exception as exc:
                 self._log.error("cleanup_failed", step=step.name, error=f"{type(exc).__name__}: {exc}")
                 errors.append(exc)

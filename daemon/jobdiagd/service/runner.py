@@ -495,7 +495,9 @@ async def wire_daemon(
         add_chat_steps(lc, daemon, chats, messages, plots)
     # Alertmanager forgets alerts not re-posted: it gets the open incidents again every interval.
     add_state_mirrors(lc, notifiers, pipeline, daemon.snapshot)
-    lc.add_step("final delivery", cleanup=dispatcher.drain)
+    # Best effort within the stop budget (a chat's rate limit can hold the last replies back):
+    # what is not sent stays in the outbox and goes first at the next start (at-least-once).
+    lc.add_step("final delivery", cleanup=dispatcher.drain, cut_means="undelivered notifications wait in the outbox")
     daemon.add_tasks(lc, watcher, messages)
     digest = DigestScheduler(lambda: daemon.cfg, pipeline, lc.sleep, watched_roots=watch)
     lc.add_task("goodput digest", digest.run, drain=False)
