@@ -15,13 +15,15 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from jobdiagd.cli import main
 from jobdiagd_sim import live
-from tests.helpers.slurm_cluster import SlurmCluster
+
+if TYPE_CHECKING:  # imported by pytest as a plugin of its own, after this one
+    from tests.helpers.slurm_cluster import SlurmCluster
 
 PY = sys.executable
 SIM_JOB = Path(live.__file__).with_name("slurm_job.sh")
