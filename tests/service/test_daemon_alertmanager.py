@@ -3,78 +3,38 @@
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from jobdiagd_sim import live
 from tests.helpers.alertmanager import Alertmanager, Webhook, epoch, wait_until
-from tests.helpers.daemon import notes, stop
+from tests.helpers.daemon import MakeRig, notes, stop
 from tests.helpers.slurm_cluster import SlurmCluster
 
-SCRIPT = Path(live.__file__).with_name("slurm_job.sh")
 NAME = "JAX-llama3.1-8b-am"
 RESEND = 2.0  # a post is valid for 4 of these: longer than a daemon restart takes
 
 
-def start(cfg: Path, log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    with open(log, "ab") as out:  # the child keeps its own descriptor
-        return subprocess.Popen(
-            [sys.executable, "-m", "jobdiagd.cli", "run", "--config", str(cfg), "--discover", "slurm"],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
-
-
 async def test_slurm_hang_pages_alertmanager_with_its_owner_and_a_restart_keeps_it_firing(
-    slurm_cluster: SlurmCluster, short_tmp: Path, alertmanager: Alertmanager, webhook: Webhook
+    slurm_cluster: SlurmCluster,
+    short_tmp: Path,
+    alertmanager: Alertmanager,
+    webhook: Webhook,
+    daemon_rig: MakeRig,
 ) -> None:
-    work, outputs = short_tmp, short_tmp / "outputs"
-    outputs.mkdir()
-    outputs.chmod(0o777)
-    cfg = work / "cfg.toml"
-    cfg.write_text(
-        f"""
-[daemon]
-state_dir = "{work}/state"
-socket_path = "{work}/jd.sock"
-tick_seconds = 0.5
-squeue_interval_seconds = 1
-[slurm]
-backend = "cli"
-slurm_conf = "{slurm_cluster.conf}"
-outputs_roots = ["{outputs}"]
-[detectors.hang]
-min_stall_seconds = 6
-startup_grace_seconds = 120
-[notifiers.console]
-enabled = false
-[notifiers.jsonl]
-enabled = true
-[notifiers.alertmanager]
+    am = f"""[notifiers.alertmanager]
 enabled = true
 urls = ["{alertmanager.url}"]
 cluster = "testcluster"
 resend_interval_seconds = {RESEND}
 """
-    )
-    procs: list[subprocess.Popen[bytes]] = []
-    job_id = ""
-    out = work / "daemon.out"
+    rig = daemon_rig(short_tmp, cluster=slurm_cluster, min_stall=6, grace=120, console=False, extra=am)
+    work, procs = rig.work, rig.procs
     try:
-        procs.append(start(cfg, out, slurm_cluster.env))
+        rig.start()
         job_id = await asyncio.to_thread(
-            slurm_cluster.sbatch,
-            f"--export=ALL,SIM_PYTHON={sys.executable}",
-            f"--job-name={NAME}",
-            f"--output={outputs}/%j-%x.log",
-            "--ntasks=2",
-            "--overcommit",
-            str(SCRIPT),
-            str(outputs),
+            rig.sbatch_sim,
+            NAME,
             *("--steps", "300", "--step-time", "0.3", "--hang-after", "12"),
             *("--noise-every", "0.5", "--compile-time", "0.2"),
         )
@@ -99,7 +59,7 @@ resend_interval_seconds = {RESEND}
 
         assert await asyncio.to_thread(stop, procs[-1]) == 0
         stopped = time.time()
-        procs.append(start(cfg, out, slurm_cluster.env))
+        rig.start()
         # Past the last post of the first process: only the new one keeps it firing.
         await asyncio.sleep(4 * RESEND + 2)
         (after,) = await alertmanager.alerts(query)
@@ -115,7 +75,5 @@ resend_interval_seconds = {RESEND}
             "resolve",
         ]
     finally:
-        if job_id and slurm_cluster.state(job_id) not in ("CANCELLED", "COMPLETED", "FAILED", None):
-            slurm_cluster.scancel(job_id)
         for p in procs:
-            assert stop(p) == 0, out.read_text()[-3000:]
+            assert stop(p) == 0, rig.log()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.daemon import start_daemon, status, stop, wait_for
+from tests.helpers.daemon import start_daemon, status, stop, wait_for, write_cfg
 from tests.helpers.joblog import JobLog
 from tests.helpers.small_disk import fill, tmpfs
 
@@ -31,29 +31,10 @@ def small_disk(short_tmp: Path) -> Iterator[Path]:
         yield disk
 
 
-def write_cfg(work: Path, jsonl: Path) -> Path:
-    cfg = work / "cfg.toml"
-    cfg.write_text(
-        f"""
-[daemon]
-state_dir = "{work}/state"
-socket_path = "{work}/jd.sock"
-tick_seconds = 0.5
-[detectors.hang]
-min_stall_seconds = 5
-startup_grace_seconds = 60
-[delivery]
-retry_initial_seconds = 0.5
-retry_max_seconds = 1
-[notifiers.console]
-stream = "stdout"
-color = "never"
-[notifiers.jsonl]
-enabled = true
-path = "{jsonl}"
-"""
-    )
-    return cfg
+def disk_cfg(work: Path, jsonl: Path) -> Path:
+    """Notifications written to `jsonl` (outside the small disk, or on it), retried quickly."""
+    extra = f'path = "{jsonl}"\n[delivery]\nretry_initial_seconds = 0.5\nretry_max_seconds = 1\n'
+    return write_cfg(work, min_stall=5, extra=extra)
 
 
 def hang_pages(jsonl: Path) -> int:
@@ -81,7 +62,7 @@ def start_hang_on_full_disk(
     """The daemon runs; the disk fills; then a job appears that ran 8 steps and stopped."""
     outputs = work / "outputs"
     outputs.mkdir()
-    cfg = write_cfg(work, jsonl)
+    cfg = disk_cfg(work, jsonl)
     daemon = start_daemon(cfg, outputs, work / "daemon.out")
     procs.append(daemon)
     wait_for(lambda: ticks(cfg) >= 2, "the daemon to run")

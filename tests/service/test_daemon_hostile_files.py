@@ -13,15 +13,13 @@ import signal
 import socket
 import stat
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from jobdiagd_sim import lines as L
-from jobdiagd_sim import live
-from tests.helpers.daemon import notes, start_daemon, status, stop, wait_for
+from tests.helpers.daemon import MakeRig, notes, start_daemon, status, stop, wait_for, write_cfg
 from tests.helpers.joblog import JobLog
 from tests.helpers.slurm_cluster import SlurmCluster
 
@@ -29,30 +27,7 @@ from tests.helpers.slurm_cluster import SlurmCluster
 pytestmark = pytest.mark.daemon
 
 NOBODY = pwd.getpwnam("nobody")
-SLURM_JOB_SCRIPT = Path(live.__file__).with_name("slurm_job.sh")
 SECRET = "root:$y$j9T$SECRET-HASH-0123456789:19000:0:99999:7:::"
-
-
-def write_cfg(work: Path, *, min_stall: float, startup: float = 120.0) -> Path:
-    cfg = work / "cfg.toml"
-    cfg.write_text(
-        f"""
-[daemon]
-state_dir = "{work}/state"
-socket_path = "{work}/jd.sock"
-tick_seconds = 0.5
-log_level = "info"
-[detectors.hang]
-min_stall_seconds = {min_stall}
-startup_grace_seconds = {startup}
-[notifiers.console]
-stream = "stdout"
-color = "never"
-[notifiers.jsonl]
-enabled = true
-"""
-    )
-    return cfg
 
 
 def bad_job(outputs: Path, job_id: str) -> tuple[Path, Path]:
@@ -106,14 +81,8 @@ def test_a_log_unreadable_from_the_start_is_reported_blind_then_restored(
     job.path.chmod(0o000)  # before the daemon ever reads it
     readable = JobLog(outputs, "7302")
     readable.step(0, seconds=0.2)
-    cfg = write_cfg(work, min_stall=600)
-    with open(work / "daemon.out", "ab") as out:
-        daemon = subprocess.Popen(
-            [*NO_DAC_BYPASS, sys.executable, "-m", "jobdiagd.cli", "run", "--config", str(cfg)]
-            + ["--watch", str(outputs)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    cfg = write_cfg(work, min_stall=600, grace=120)
+    daemon = start_daemon(cfg, outputs, work / "daemon.out", prefix=NO_DAC_BYPASS)
     procs.append(daemon)
     wait_for(lambda: jobs(cfg).get("7302", {}).get("last_step") == 0, "the readable job read")
     wait_for(lambda: bool(blind_notices(work).get("7301")), "the blind notice", timeout=30)
@@ -151,7 +120,7 @@ def test_fifo_socket_device_and_directory_logs_are_refused_while_other_jobs_stay
     hanging = JobLog(outputs, "7105")
     for k in range(8):
         hanging.step(k, seconds=0.2)
-    cfg = write_cfg(work, min_stall=3)
+    cfg = write_cfg(work, min_stall=3, grace=120)
     daemon = start_daemon(cfg, outputs, work / "daemon.out")
     procs.append(daemon)
     try:
@@ -196,7 +165,7 @@ def test_log_links_out_of_the_root_or_to_another_users_file_are_refused_and_neve
         tagged.step(k, seconds=0.2)
     foreign = JobLog(outputs, "7204")  # a log inside the root, but another user's file
     os.chown(foreign.path, NOBODY.pw_uid, NOBODY.pw_gid)
-    cfg = write_cfg(work, min_stall=600)
+    cfg = write_cfg(work, min_stall=600, grace=120)
     daemon = start_daemon(cfg, outputs, work / "daemon.out")
     procs.append(daemon)
     wait_for(lambda: jobs(cfg).get("7202", {}).get("last_step") == 4, "job 7202 read")
@@ -228,62 +197,20 @@ def test_log_links_out_of_the_root_or_to_another_users_file_are_refused_and_neve
 
 
 def test_under_slurm_a_log_repointed_to_another_users_file_is_refused(
-    slurm_cluster: SlurmCluster, short_tmp: Path, procs: list[subprocess.Popen[bytes]]
+    slurm_cluster: SlurmCluster, short_tmp: Path, daemon_rig: MakeRig
 ) -> None:
     """Slurm discovery: the job's Slurm user (root here) owns its logs; a `log` link repointed to
     a file of another user inside the same outputs root is refused, even in the end report."""
-    work, outputs = short_tmp, short_tmp / "outputs"
-    outputs.mkdir()
-    outputs.chmod(0o777)
+    rig = daemon_rig(short_tmp, cluster=slurm_cluster, min_stall=600, grace=None)
+    work, outputs, cfg = rig.work, rig.outputs, rig.cfg
     stolen = outputs / "stolen.log"
     stolen.write_text(f"{SECRET}\nslurmstepd: error: Detected 1 oom-kill event(s) {SECRET}\n")
     os.chown(stolen, NOBODY.pw_uid, NOBODY.pw_gid)
     stolen.chmod(0o600)
-    cfg = work / "cfg.toml"
-    cfg.write_text(
-        f"""
-[daemon]
-state_dir = "{work}/state"
-socket_path = "{work}/jd.sock"
-tick_seconds = 0.5
-squeue_interval_seconds = 1
-[slurm]
-backend = "cli"
-slurm_conf = "{slurm_cluster.conf}"
-outputs_roots = ["{outputs}"]
-[detectors.hang]
-min_stall_seconds = 600
-[notifiers.console]
-stream = "stdout"
-color = "never"
-[notifiers.jsonl]
-enabled = true
-"""
-    )
-    with open(work / "daemon.out", "ab") as fh:
-        daemon = subprocess.Popen(
-            [sys.executable, "-m", "jobdiagd.cli", "run", "--config", str(cfg), "--discover", "slurm"],
-            stdout=fh,
-            stderr=subprocess.STDOUT,
-            env=slurm_cluster.env,
-        )
-    procs.append(daemon)
-    job_id = ""
+    daemon = rig.start()
     try:
-        job_id = slurm_cluster.sbatch(
-            f"--export=ALL,SIM_PYTHON={sys.executable}",
-            "--job-name=JAX-llama3.1-8b-owner",
-            f"--output={outputs}/%j-%x.log",
-            "--ntasks=2",
-            "--overcommit",
-            str(SLURM_JOB_SCRIPT),
-            str(outputs),
-            "--steps",
-            "3000",
-            "--step-time",
-            "0.3",
-            "--compile-time",
-            "0.2",
+        job_id = rig.sbatch_sim(
+            "JAX-llama3.1-8b-owner", *("--steps", "3000", "--step-time", "0.3", "--compile-time", "0.2")
         )
         link = outputs / f"{job_id}-JAX-llama3.1-8b-owner" / "log"
         wait_for(
@@ -310,9 +237,7 @@ enabled = true
         everything = json.dumps(notes(work)) + (work / "daemon.out").read_text()
         assert "SECRET" not in everything
     finally:
-        if job_id and slurm_cluster.state(job_id) not in ("CANCELLED", "COMPLETED", "FAILED", None):
-            slurm_cluster.scancel(job_id)
-    assert stop(daemon) == 0
+        assert stop(daemon) == 0
 
 
 # -- progress: bogus step lines; the hang clock across a SIGKILL -------------------------------------
@@ -333,7 +258,7 @@ def test_a_bogus_step_line_is_ignored_and_the_hang_is_still_paged(
         jump.step(k, seconds=0.2)
         final.step(k, seconds=0.2)
         rerun.step(k, seconds=0.2)
-    cfg = write_cfg(work, min_stall=4)
+    cfg = write_cfg(work, min_stall=4, grace=120)
     daemon = start_daemon(cfg, outputs, work / "daemon.out")
     procs.append(daemon)
     wait_for(lambda: len(jobs(cfg)) == 5 and jobs(cfg)["7402"]["last_step"] == 9, "the jobs read")
@@ -384,7 +309,7 @@ def test_the_hang_clock_survives_a_sigkill_right_after_a_step(
     job = JobLog(outputs, "7501")
     for k in range(8):
         job.step(k, seconds=0.2)
-    cfg = write_cfg(work, min_stall=600)
+    cfg = write_cfg(work, min_stall=600, grace=120)
     daemon = start_daemon(cfg, outputs, work / "daemon.out")
     procs.append(daemon)
     wait_for(lambda: jobs(cfg).get("7501", {}).get("last_step") == 7, "the log read")

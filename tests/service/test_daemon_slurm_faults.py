@@ -13,7 +13,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,16 +21,13 @@ from typing import Any
 
 import pytest
 
-from jobdiagd_sim import live
-from tests.helpers.daemon import notes, status_cli, wait_for
+from tests.helpers.daemon import DaemonRig, MakeRig, notes, status_cli, wait_for
 from tests.helpers.procs import alive, pids_in, zombie_children
 from tests.helpers.slurm_cluster import SlurmCluster
 
 # Runs the real daemon on real time (tests/conftest.py: service markers).
 pytestmark = pytest.mark.daemon
 
-PY = sys.executable
-SIM_JOB = Path(live.__file__).with_name("slurm_job.sh")
 
 WRAPPER = """#!/bin/bash
 ctl="{ctl}"
@@ -49,13 +45,22 @@ exec {real} "$@"
 
 @dataclass
 class Rig:
-    cluster: SlurmCluster
-    work: Path
-    outputs: Path
+    d: DaemonRig  # whose squeue is the wrapper in `ctl`/bin
     ctl: Path
-    cfg: Path
-    daemon: subprocess.Popen[bytes] | None = None
     job_id: str = ""
+
+    @property
+    def cluster(self) -> SlurmCluster:
+        assert self.d.cluster is not None
+        return self.d.cluster
+
+    @property
+    def work(self) -> Path:
+        return self.d.work
+
+    @property
+    def daemon(self) -> subprocess.Popen[bytes]:
+        return self.d.daemon
 
     def mode(self, mode: str | None) -> None:
         path = self.ctl / "mode"
@@ -70,35 +75,16 @@ class Rig:
         return sum(1 for ln in lines if ln.split()[-1] == mode)
 
     def start(self) -> None:
-        env = dict(self.cluster.env)
-        env["PATH"] = f"{self.ctl / 'bin'}:{env.get('PATH', '')}"
-        with open(self.work / "daemon.out", "ab") as fh:
-            self.daemon = subprocess.Popen(
-                [PY, "-m", "jobdiagd.cli", "run", "--config", str(self.cfg), "--discover", "slurm"],
-                stdout=fh,
-                stderr=subprocess.STDOUT,
-                env=env,
-            )
+        self.d.start()
 
     def submit(self, *live_args: str) -> str:
-        self.job_id = self.cluster.sbatch(
-            f"--export=ALL,SIM_PYTHON={PY}",
-            "--job-name=JAX-llama3.1-8b-faults",
-            f"--output={self.outputs}/%j-%x.log",
-            "--ntasks=2",
-            "--overcommit",
-            str(SIM_JOB),
-            str(self.outputs),
-            "--noise-every",
-            "0.5",
-            "--compile-time",
-            "0.2",
-            *live_args,
+        self.job_id = self.d.sbatch_sim(
+            "JAX-llama3.1-8b-faults", "--noise-every", "0.5", "--compile-time", "0.2", *live_args
         )
         return self.job_id
 
     def status(self, *args: str) -> tuple[int, str]:
-        return status_cli(self.cfg, *args)
+        return status_cli(self.d.cfg, *args)
 
     def status_json(self) -> dict[str, Any]:
         rc, out = self.status("--json")
@@ -118,7 +104,7 @@ class Rig:
         return any(j["job_id"] == job_id and j.get("state") == "RUNNING" for j in jobs)
 
     def log(self) -> str:
-        return (self.work / "daemon.out").read_text(errors="replace")[-4000:]
+        return self.d.log(4000)
 
 
 def _notices(work: Path, title: str) -> list[dict[str, Any]]:
@@ -131,46 +117,25 @@ def _reports(work: Path, job_id: str) -> list[dict[str, Any]]:
 
 
 @pytest.fixture
-def rig(slurm_cluster: SlurmCluster, short_tmp: Path) -> Iterator[Rig]:
+def rig(slurm_cluster: SlurmCluster, short_tmp: Path, daemon_rig: MakeRig) -> Iterator[Rig]:
     real = shutil.which("squeue", path=slurm_cluster.env.get("PATH"))
     assert real is not None, "squeue is not installed"
-    work, outputs, ctl = short_tmp, short_tmp / "outputs", short_tmp / "ctl"
-    outputs.mkdir()
-    outputs.chmod(0o777)
+    ctl = short_tmp / "ctl"
     (ctl / "bin").mkdir(parents=True)
     wrapper = ctl / "bin" / "squeue"
     wrapper.write_text(WRAPPER.format(ctl=ctl, real=real))
     wrapper.chmod(0o755)
-    cfg = work / "cfg.toml"
-    cfg.write_text(
-        f"""
-[daemon]
-state_dir = "{work}/state"
-socket_path = "{work}/jd.sock"
-tick_seconds = 0.5
-squeue_interval_seconds = 1
-[slurm]
-backend = "cli"
-slurm_conf = "{slurm_cluster.conf}"
-outputs_roots = ["{outputs}"]
-command_timeout_seconds = 2
-[detectors.hang]
-min_stall_seconds = 6
-startup_grace_seconds = 120
-[notifiers.jsonl]
-enabled = true
-"""
+    env = {**slurm_cluster.env, "PATH": f"{ctl / 'bin'}:{slurm_cluster.env.get('PATH', '')}"}
+    timeout = "command_timeout_seconds = 2\n"
+    d = daemon_rig(
+        short_tmp, cluster=slurm_cluster, env=env, min_stall=6, grace=120, console=None, slurm=timeout
     )
-    r = Rig(slurm_cluster, work, outputs, ctl, cfg)
+    r = Rig(d, ctl)
     try:
         yield r
     finally:
         r.mode(None)
-        if r.job_id and slurm_cluster.state(r.job_id) not in ("CANCELLED", "COMPLETED", "FAILED", None):
-            slurm_cluster.scancel(r.job_id)
-        if r.daemon is not None and r.daemon.poll() is None:
-            r.daemon.kill()
-            r.daemon.wait(timeout=30)
+        d.cleanup()
         for pid in pids_in(ctl / "kids"):  # the wrapper's sleeps, if a failing run left them
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)

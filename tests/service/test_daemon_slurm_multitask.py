@@ -10,17 +10,13 @@ filtered by this job's id: the cluster is shared with other sessions.
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 from jobdiagd.logs.state import parse_wall
-from jobdiagd_sim import live
-from tests.helpers.daemon import notes, status, stop, wait_for
+from tests.helpers.daemon import MakeRig, notes, status, stop, wait_for
 from tests.helpers.slurm_cluster import SlurmCluster
 
-SCRIPT = Path(live.__file__).with_name("slurm_job.sh")
 NAME = "JAX-llama3.1-8b-multitask"
 TASKS = 8
 STEP_TIME = 1.0
@@ -35,40 +31,11 @@ def _detail(body: str, key: str) -> str:
 
 
 def test_live_daemon_clocks_a_multi_task_job_with_undated_steps(
-    slurm_cluster: SlurmCluster, short_tmp: Path
+    slurm_cluster: SlurmCluster, short_tmp: Path, daemon_rig: MakeRig
 ) -> None:
-    work, outputs = short_tmp, short_tmp / "outputs"
-    outputs.mkdir()
-    outputs.chmod(0o777)
-    cfg = work / "cfg.toml"
-    cfg.write_text(
-        f"""
-[daemon]
-state_dir = "{work}/state"
-socket_path = "{work}/jd.sock"
-tick_seconds = 0.5
-squeue_interval_seconds = 1
-[slurm]
-backend = "cli"
-slurm_conf = "{slurm_cluster.conf}"
-outputs_roots = ["{outputs}"]
-[detectors.hang]
-min_stall_seconds = {MIN_STALL}
-startup_grace_seconds = 60
-[notifiers.console]
-stream = "stdout"
-color = "never"
-[notifiers.jsonl]
-enabled = true
-"""
-    )
-    with open(work / "daemon.out", "ab") as fh:
-        daemon = subprocess.Popen(
-            [sys.executable, "-m", "jobdiagd.cli", "run", "--config", str(cfg), "--discover", "slurm"],
-            stdout=fh,
-            stderr=subprocess.STDOUT,
-            env=slurm_cluster.env,
-        )
+    rig = daemon_rig(short_tmp, cluster=slurm_cluster, min_stall=MIN_STALL)
+    work, outputs, cfg = rig.work, rig.outputs, rig.cfg
+    daemon = rig.start()
     job_id = ""
 
     def ours(event: str) -> list[dict[str, Any]]:
@@ -82,31 +49,12 @@ enabled = true
     try:
         # Step 0 takes 4 s (compilation), every save blocks the next step 2.5 s: slow steps that
         # a clock running N times too slow turned into hang alerts.
-        job_id = slurm_cluster.sbatch(
-            f"--export=ALL,SIM_PYTHON={sys.executable}",
-            f"--job-name={NAME}",
-            f"--output={outputs}/%j-%x.log",
-            f"--ntasks={TASKS}",
-            "--overcommit",
-            str(SCRIPT),
-            str(outputs),
-            "--steps",
-            "300",
-            "--step-time",
-            str(STEP_TIME),
-            "--first-step-time",
-            "4",
-            "--checkpoint-period",
-            "5",
-            "--save-time",
-            "2.5",
-            "--undated-steps",
-            "--hang-after",
-            str(HANG_AFTER),
-            "--noise-every",
-            "1",
-            "--compile-time",
-            "0.2",
+        job_id = rig.sbatch_sim(
+            NAME,
+            *("--steps", "300", "--step-time", str(STEP_TIME), "--first-step-time", "4"),
+            *("--checkpoint-period", "5", "--save-time", "2.5", "--undated-steps"),
+            *("--hang-after", str(HANG_AFTER), "--noise-every", "1", "--compile-time", "0.2"),
+            ntasks=TASKS,
         )
 
         def running_with_steps() -> bool:
@@ -147,6 +95,4 @@ enabled = true
         assert "cancelled" in report["title"] and job_id in report["title"], report["title"]
         assert [n["kind"] for n in ours("open")] == ["hang"]  # still the one page
     finally:
-        if job_id and slurm_cluster.state(job_id) not in ("CANCELLED", "COMPLETED", "FAILED", None):
-            slurm_cluster.scancel(job_id)
-        assert stop(daemon) == 0, (work / "daemon.out").read_text()[-3000:]
+        assert stop(daemon) == 0, rig.log()

@@ -26,7 +26,7 @@ import pytest
 from jobdiagd.detectors.hang import KIND as HANG
 from jobdiagd.service.metrics import JOB_GAUGES, DaemonMetrics, DaemonState, JobSample
 from jobdiagd_sim import lines as L
-from tests.helpers.daemon import start_daemon
+from tests.helpers.daemon import start_daemon, write_cfg
 from tests.helpers.joblog import JobLog
 
 REPO = Path(__file__).resolve().parents[2]
@@ -223,24 +223,8 @@ def test_every_panel_query_returns_data_from_prometheus_scraping_the_daemon(
 ) -> None:
     healthy, hung = training
     metrics_port = free_port()
-    cfg = tmp_path / "cfg.toml"
-    cfg.write_text(
-        f"""
-[daemon]
-state_dir = "{tmp_path}/state"
-socket_path = "{tmp_path}/jd.sock"
-tick_seconds = 0.5
-log_level = "warning"
-metrics_port = {metrics_port}
-[detectors.hang]
-min_stall_seconds = 3
-startup_grace_seconds = 60
-[notifiers.console]
-enabled = false
-[notifiers.jsonl]
-enabled = true
-"""
-    )
+    port = f"metrics_port = {metrics_port}\n"
+    cfg = write_cfg(tmp_path, min_stall=3, log_level="warning", console=False, daemon=port)
     procs.append(start_daemon(cfg, healthy.outputs, tmp_path / "daemon.log"))
     prom_cfg = tmp_path / "prometheus.yml"
     prom_cfg.write_text(

@@ -10,9 +10,9 @@ the next incident, once.
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,10 +25,10 @@ from tests.helpers.alertmanager import (  # noqa: F401  (fixtures)
     wait_until,
     webhook,
 )
+from tests.helpers.daemon import start_daemon, write_cfg
 from tests.helpers.faults import record_fault, short_dir  # noqa: F401  (fixture)
 from tests.helpers.joblog import JobLog
 
-PY = sys.executable
 RESEND = 1.0
 
 pytestmark = [pytest.mark.alertmanager, pytest.mark.daemon, pytest.mark.timeout(240)]
@@ -37,25 +37,9 @@ pytestmark = [pytest.mark.alertmanager, pytest.mark.daemon, pytest.mark.timeout(
 def login_node(work: Path, name: str, outputs: Path, urls: list[str]) -> Path:
     home = work / name
     home.mkdir()
-    cfg = home / "cfg.toml"
-    cfg.write_text(
-        f"""
-[daemon]
-state_dir = "{home}/state"
-socket_path = "{home}/jd.sock"
-tick_seconds = 0.5
-[slurm]
-outputs_roots = ["{outputs}"]
-[detectors.hang]
-min_stall_seconds = 3
-startup_grace_seconds = 60
-[notifiers.console]
-enabled = false
-[notifiers.jsonl]
+    am = f"""[notifiers.alertmanager]
 enabled = true
-[notifiers.alertmanager]
-enabled = true
-urls = {urls!r}
+urls = {json.dumps(urls)}
 cluster = "testcluster"
 instance = "{name}"
 resend_interval_seconds = {RESEND}
@@ -63,18 +47,12 @@ timeout_seconds = 2
 [delivery]
 retry_initial_seconds = 0.2
 retry_max_seconds = 1
-""".replace("'", '"')
-    )
-    return cfg
+"""
+    return write_cfg(home, min_stall=3, console=False, outputs_roots=[outputs], extra=am)
 
 
 def start(cfg: Path, outputs: Path) -> subprocess.Popen[bytes]:
-    with open(cfg.parent / "daemon.out", "ab") as out:
-        return subprocess.Popen(
-            [PY, "-m", "jobdiagd.cli", "run", "--config", str(cfg), "--watch", str(outputs)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    return start_daemon(cfg, outputs, cfg.parent / "daemon.out")
 
 
 def hung_job(outputs: Path, job_id: str) -> JobLog:

@@ -22,7 +22,7 @@ import pytest
 
 from jobdiagd.service.status_socket import StatusUnavailable, request
 from jobdiagd_sim import lines as L
-from tests.helpers.daemon import notes, stop, wait_for, write_cfg
+from tests.helpers.daemon import notes, start_daemon, stop, wait_for, write_cfg
 from tests.helpers.faults import record_fault, short_dir  # noqa: F401  (fixture)
 from tests.helpers.joblog import JobLog
 
@@ -81,12 +81,7 @@ def test_every_kind_of_broken_log_at_once(short_dir: Path) -> None:  # noqa: F81
         for k in range(5):
             job.step(k, seconds=0.2)
     cfg = write_cfg(work, min_stall=600)  # no job hangs here: every page is a fault's
-    with open(work / "daemon.out", "ab") as out:
-        daemon = subprocess.Popen(
-            [*NO_DAC_BYPASS, PY, "-m", "jobdiagd.cli", "run", "--config", str(cfg), "--watch", str(outputs)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    daemon = start_daemon(cfg, outputs, work / "daemon.out", prefix=NO_DAC_BYPASS)
     try:
         wait_for(
             lambda: set(steps(sock).values()) == {4} and len(steps(sock)) == 9, "every job read to step 4"

@@ -8,8 +8,6 @@ watched, each job's steps are read, and one job's failure among them is paged, o
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -18,11 +16,10 @@ import pytest
 
 from jobdiagd.service.status_socket import StatusUnavailable, request
 from jobdiagd_sim import lines as L
-from tests.helpers.daemon import notes, stop, wait_for, write_cfg
+from tests.helpers.daemon import notes, start_daemon, stop, wait_for, write_cfg
 from tests.helpers.faults import record_fault, short_dir  # noqa: F401  (fixture)
 from tests.helpers.joblog import JobLog
 
-PY = sys.executable
 FINISHED = 10_000
 NEW = 500
 NAME = "JAX-llama3.1-8b-old"
@@ -74,12 +71,7 @@ def test_ten_thousand_finished_jobs_then_five_hundred_at_once(short_dir: Path) -
     finished_jobs(outputs, FINISHED)
     cfg = write_cfg(work, min_stall=600, tick=1.0)
     t0 = time.monotonic()
-    with open(work / "daemon.out", "ab") as out:
-        daemon = subprocess.Popen(
-            [PY, "-m", "jobdiagd.cli", "run", "--config", str(cfg), "--watch", str(outputs)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    daemon = start_daemon(cfg, outputs, work / "daemon.out")
     try:
         wait_for(lambda: snapshot(sock).get("ticks", 0) >= 2, "two ticks over the finished jobs")
         started_s = time.monotonic() - t0

@@ -15,7 +15,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,14 +22,10 @@ from typing import Any
 
 import pytest
 
-from jobdiagd_sim import live
-from tests.helpers.daemon import notes, status_cli, stop, wait_for
+from tests.helpers.daemon import MakeRig, notes, status_cli, stop, wait_for
 from tests.helpers.faults import record_fault, short_dir  # noqa: F401  (fixture)
 from tests.helpers.procs import alive
 from tests.helpers.slurm_cluster import SlurmCluster, release_cluster, start_cluster
-
-PY = sys.executable
-SIM_JOB = Path(live.__file__).with_name("slurm_job.sh")
 
 pytestmark = [pytest.mark.slurm, pytest.mark.daemon, pytest.mark.timeout(300)]
 
@@ -89,50 +84,20 @@ def titled(work: Path, title: str) -> list[dict[str, Any]]:
     return [n for n in notes(work) if n["event"] == "notice" and n["title"] == title]
 
 
-def test_slurmctld_down_then_back_mid_run(private_cluster: SlurmCluster, short_dir: Path) -> None:  # noqa: F811
-    cluster, work = private_cluster, short_dir
-    outputs = work / "outputs"
-    outputs.mkdir()
-    outputs.chmod(0o777)
-    cfg = work / "cfg.toml"
-    cfg.write_text(
-        f"""
-[daemon]
-state_dir = "{work}/state"
-socket_path = "{work}/jd.sock"
-tick_seconds = 0.5
-squeue_interval_seconds = 1
-[slurm]
-backend = "cli"
-slurm_conf = "{cluster.conf}"
-outputs_roots = ["{outputs}"]
-command_timeout_seconds = 3
-[detectors.hang]
-min_stall_seconds = 6
-startup_grace_seconds = 120
-[notifiers.console]
-enabled = false
-[notifiers.jsonl]
-enabled = true
-"""
-    )
-    with open(work / "daemon.out", "ab") as out:
-        daemon = subprocess.Popen(
-            [PY, "-m", "jobdiagd.cli", "run", "--config", str(cfg), "--discover", "slurm"],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=cluster.env,
-        )
+def test_slurmctld_down_then_back_mid_run(
+    private_cluster: SlurmCluster,
+    short_dir: Path,  # noqa: F811
+    daemon_rig: MakeRig,
+) -> None:
+    cluster = private_cluster
+    timeout = "command_timeout_seconds = 3\n"
+    rig = daemon_rig(short_dir, cluster=cluster, min_stall=6, grace=120, console=False, slurm=timeout)
+    work, cfg = rig.work, rig.cfg
+    daemon = rig.start()
     job_id = ""
     try:
-        job_id = cluster.sbatch(
-            f"--export=ALL,SIM_PYTHON={PY}",
-            "--job-name=JAX-llama3.1-8b-ctld",
-            f"--output={outputs}/%j-%x.log",
-            "--ntasks=2",
-            "--overcommit",
-            str(SIM_JOB),
-            str(outputs),
+        job_id = rig.sbatch_sim(
+            "JAX-llama3.1-8b-ctld",
             *("--steps", "100000", "--step-time", "0.5", "--hang-after", "30"),
             *("--noise-every", "0.5", "--compile-time", "0.2"),
         )
