@@ -62,7 +62,13 @@ from jobdiagd.tsdb.site.query import (
 )
 from jobdiagd.tsdb.site.slide import host_series
 from jobdiagd.tsdb.site.verdict import GpuVerdict, site_early_verdict, unknown_verdict
-from jobdiagd.tsdb.slow_host import SlowHostPolicy, SlowHostVerdict, host_means, judge_slow_hosts
+from jobdiagd.tsdb.slow_host import (
+    SlowHostPolicy,
+    SlowHostVerdict,
+    host_means,
+    judge_slow_hosts,
+    not_compared,
+)
 
 GIB = float(2**30)
 
@@ -80,6 +86,8 @@ class SiteConfig:
     idle_vram_bytes: float = 2 * GIB
     ssh_host: str = ""
     authorization: str | None = field(default=None, repr=False)
+    # How verdicts and errors name it: the site's, or a RAY=1 job's own (`tsdb.site.own`).
+    name: str = "site Prometheus"
 
 
 @dataclass(frozen=True)
@@ -102,6 +110,16 @@ class SlideAnswer:
     refused: Mapping[str, str] = field(default_factory=dict)
     step_s: float = 0.0
     error: str = ""
+
+
+@dataclass(frozen=True)
+class SlowHostResult:
+    """What one slow-host comparison of a TGS slide found, and on which source (`slide` is None
+    when no query was sent)."""
+
+    verdict: SlowHostVerdict
+    slide: SlideAnswer | None = None
+    source: str = "the site Prometheus"
 
 
 @dataclass(frozen=True)
@@ -323,10 +341,13 @@ class SitePrometheus:
         slide: SlideAnswer,
         baseline: SlideAnswer | None = None,
         policy: SlowHostPolicy | None = None,
+        *,
+        source: str = "site Prometheus",
     ) -> SlowHostVerdict:
-        """The slow-host verdict of a slide (and the same hosts before it, when given)."""
+        """The slow-host verdict of a slide (and the same hosts before it, when given); `source`
+        names the server in the reason when the slide has no answer."""
         if not slide.ok:
-            return SlowHostVerdict((), (), {}, f"no host compared: site Prometheus: {slide.error}")
+            return not_compared(f"{source}: {slide.error}")
         base = None
         if baseline is not None and baseline.ok:
             pol = policy or SlowHostPolicy()
