@@ -17,11 +17,13 @@ from jobdiagd.detectors.tgs import KIND as TGS
 from jobdiagd.model.alerts import Finding
 from jobdiagd.model.jobref import JobRef
 from jobdiagd.model.kinds import GpuHangState
+from jobdiagd.service.host_compare import SlowHostHold, slow_host_text
 from jobdiagd.service.jobs import JobView
-from jobdiagd.service.site_source import RECHECK_S, SiteJobs, open_site, slow_host_text
+from jobdiagd.service.site_source import RECHECK_S, SiteJobs, open_site
 from jobdiagd.sources.slurm import SlurmCommandError
 from jobdiagd.sources.slurm_parse import SlurmJob
-from jobdiagd.tsdb.access import free_loopback_port
+from jobdiagd.tsdb.access import SshTunnelPool, free_loopback_port
+from jobdiagd.tsdb.settings import TsdbSettings
 from jobdiagd.tsdb.slow_host import SlowHostVerdict
 
 T0 = 1_780_000_000.0
@@ -149,37 +151,49 @@ def tgs(job: str, *, resolved: bool = False) -> Finding:
     )
 
 
+def hold_for(site: SiteJobs) -> SlowHostHold:
+    """The `slow host` stage's hold with this site source (as `TsdbEnricher.use_site` sets it)."""
+    settings = TsdbSettings()
+    hold = SlowHostHold(settings, SshTunnelPool(settings.ssh), tick_s=15.0)
+    hold.site = site
+    return hold
+
+
 async def test_the_tgs_page_waits_one_tick_for_its_slow_host_and_then_goes_out() -> None:
     cfg = cfg_for(down_url())
     site = SiteJobs(cfg, _source(cfg), detail=Scontrol())
+    hold = hold_for(site)
     book = IncidentBook.from_config(IncidentsConfig())
     views = {"8110": view("8110"), "8111": view("8111", nodes="")}
-    out = site.hold_tgs([tgs("8110"), tgs("8111")], views, T0, book)
+    out = hold.hold_tgs([tgs("8110"), tgs("8111")], views, T0, book)
     assert [f.job_id for f in out] == ["8111"]  # no node to compare: at once, without the fact
     assert "slow host" not in out[0].details
-    assert site.status()["held_tgs"] == 1
-    await site.settled()  # the comparison fails fast: nothing listens
-    (f,) = site.hold_tgs([tgs("8110")], views, T0 + 15, book)
+    assert hold.status()["held_tgs"] == 1
+    await hold.settled()  # the comparison fails fast: nothing listens
+    (f,) = hold.hold_tgs([tgs("8110")], views, T0 + 15, book)
     assert f.details["slow host"].startswith("no host compared: site Prometheus"), f.details
     assert "suspect host" not in f.details and f.details["change"] == "-20.0%"
-    assert site.status()["held_tgs"] == 0
+    assert hold.status() == {"held_tgs": 0, "comparisons": 1}
+    await hold.close()
     await site.close()
 
 
 async def test_a_slow_comparison_holds_the_page_one_tick_only_and_reminders_pass() -> None:
     cfg = cfg_for(down_url())
     site = SiteJobs(cfg, _source(cfg), detail=_Never())
+    hold = hold_for(site)
     book = IncidentBook.from_config(IncidentsConfig())
     views = {"8110": view("8110")}
-    assert site.hold_tgs([tgs("8110")], views, T0, book) == []
-    assert site.hold_tgs([tgs("8110")], views, T0 + 15, book) == []  # one more tick
-    (f,) = site.hold_tgs([tgs("8110")], views, T0 + 30, book)
-    assert "did not answer within a tick" in f.details["slow host"]
+    assert hold.hold_tgs([tgs("8110")], views, T0, book) == []
+    assert hold.hold_tgs([tgs("8110")], views, T0 + 15, book) == []  # one more tick
+    (f,) = hold.hold_tgs([tgs("8110")], views, T0 + 30, book)
+    assert "the site Prometheus did not answer within a tick" in f.details["slow host"]
     book.observe_all([f], T0 + 30)
-    (again,) = site.hold_tgs([tgs("8110")], views, T0 + 45, book)  # open and announced: a reminder
+    (again,) = hold.hold_tgs([tgs("8110")], views, T0 + 45, book)  # open and announced: a reminder
     assert "slow host" not in again.details
-    (gone,) = site.hold_tgs([tgs("8110", resolved=True)], views, T0 + 60, book)
+    (gone,) = hold.hold_tgs([tgs("8110", resolved=True)], views, T0 + 60, book)
     assert gone.resolved
+    await hold.close()
     await site.close()
 
 

@@ -61,6 +61,7 @@ def own_config(ctx: DiagnosisContext, settings: TsdbSettings, *, timeout_s: floa
         timeout_s=timeout_s,
         ssh_host=head,
         name=OWN_NAME,
+        log_kind="job_prometheus",
     )
 
 

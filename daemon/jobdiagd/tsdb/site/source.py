@@ -86,8 +86,10 @@ class SiteConfig:
     idle_vram_bytes: float = 2 * GIB
     ssh_host: str = ""
     authorization: str | None = field(default=None, repr=False)
-    # How verdicts and errors name it: the site's, or a RAY=1 job's own (`tsdb.site.own`).
+    # How verdicts and errors name it, and its log lines' kind: the site's, or a RAY=1 job's own
+    # (`tsdb.site.own`).
     name: str = "site Prometheus"
+    log_kind: str = "site_prometheus"
 
 
 @dataclass(frozen=True)
@@ -164,7 +166,7 @@ class SitePrometheus:
         self._session: aiohttp.ClientSession | None = None
         self._cache: dict[Hashable, SiteAnswer] = {}
         self._inflight: dict[Hashable, asyncio.Task[SiteAnswer]] = {}
-        self.health = EdgeTrigger(name=self.label, kind="site_prometheus")
+        self.health = EdgeTrigger(name=self.label, kind=cfg.log_kind)
         self._notices: list[SiteNotice] = []
         self.queries = 0  # HTTP queries sent (the load on the site Prometheus)
         self.answers = 0  # early answers handed out, cache hits included
@@ -330,7 +332,9 @@ class SitePrometheus:
             return SlideAnswer(False, start, end, error=f"timed out after {self.cfg.timeout_s:g}s")
         except (PromError, AccessError, OSError, aiohttp.ClientError) as exc:
             self._record(str(exc), self._wall())
-            return SlideAnswer(False, start, end, error=str(exc))
+            # The page says why in a line: the server and the reason, not the query.
+            brief = f"{exc.server}: {exc.reason}" if isinstance(exc, PromError) else str(exc)
+            return SlideAnswer(False, start, end, error=brief)
         self._record(None, self._wall())
         d = decode(answer, self.cfg.metrics, self.cfg.rewrite, good)
         mine, refused = select(d.series, placement, self._job_label())
