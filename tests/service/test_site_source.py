@@ -17,13 +17,15 @@ from jobdiagd.detectors.tgs import KIND as TGS
 from jobdiagd.model.alerts import Finding
 from jobdiagd.model.jobref import JobRef
 from jobdiagd.model.kinds import GpuHangState
-from jobdiagd.service.host_compare import SlowHostHold, slow_host_text
+from jobdiagd.service.host_compare import SlowHostHold, fact_text, slow_host_text
 from jobdiagd.service.jobs import JobView
 from jobdiagd.service.site_source import RECHECK_S, SiteJobs, open_site
 from jobdiagd.sources.slurm import SlurmCommandError
 from jobdiagd.sources.slurm_parse import SlurmJob
 from jobdiagd.tsdb.access import SshTunnelPool, free_loopback_port
+from jobdiagd.tsdb.context import DiagnosisContext
 from jobdiagd.tsdb.settings import TsdbSettings
+from jobdiagd.tsdb.site import SlideAnswer, SlowHostResult
 from jobdiagd.tsdb.slow_host import SlowHostVerdict
 
 T0 = 1_780_000_000.0
@@ -234,3 +236,33 @@ def test_the_notices_words_name_the_server_and_the_step_budget() -> None:
     )
     assert r.key == f"site-prometheus-recovered:{int(T0)}" and "not answering for 2 min" in r.body
     assert "- [site_prometheus] power: no series" in u.body
+
+
+async def test_a_site_that_compares_nothing_hands_the_slide_to_the_job_s_own_prometheus() -> None:
+    """Rule SLOW-6's order: the site first; the job's own when the site compared nothing. Both
+    failing is one "no host compared" naming each source and why (no network for the own one:
+    its head node is refused before any forward)."""
+    cfg = cfg_for(down_url())
+    site = SiteJobs(cfg, _source(cfg), detail=Scontrol())
+    hold = hold_for(site)
+    own = DiagnosisContext(job_dir=None, nodes=("s001", "s002"), status="running", head_node="$(x)", port=9)
+    result = await hold._compare(view("8110"), T0, site, own)
+    assert result.slide is None and result.verdict.hosts == ()
+    why = result.verdict.summary
+    assert why.startswith("no host compared: site Prometheus: "), why
+    assert why.endswith("; the job's own Prometheus: invalid host name from log: '$(x)'"), why
+    assert fact_text(result) == why  # no source answered: nothing to credit
+    await hold.close()
+    await site.close()
+
+
+def test_the_fact_says_which_source_answered() -> None:
+    named = SlowHostVerdict(("r003",), (), {"r003": ("RDMA retransmits 25/s",)}, "…", ("rdma_retrans",))
+    answered = SlideAnswer(True, T0, T0 + 60)
+    assert fact_text(SlowHostResult(named, answered, "the job's own Prometheus")) == (
+        "r003 (RDMA retransmits 25/s) (compared on the job's own Prometheus)"
+    )
+    failed = SlowHostVerdict((), (), {}, "no host compared: site Prometheus: refused")
+    assert (
+        fact_text(SlowHostResult(failed, SlideAnswer(False, T0, T0 + 60, error="refused"))) == failed.summary
+    )
