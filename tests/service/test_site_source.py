@@ -17,11 +17,15 @@ from jobdiagd.detectors.tgs import KIND as TGS
 from jobdiagd.model.alerts import Finding
 from jobdiagd.model.jobref import JobRef
 from jobdiagd.model.kinds import GpuHangState
+from jobdiagd.service.host_compare import SlowHostHold, fact_text, slow_host_text
 from jobdiagd.service.jobs import JobView
-from jobdiagd.service.site_source import RECHECK_S, SiteJobs, open_site, slow_host_text
+from jobdiagd.service.site_source import RECHECK_S, SiteJobs, open_site
 from jobdiagd.sources.slurm import SlurmCommandError
 from jobdiagd.sources.slurm_parse import SlurmJob
-from jobdiagd.tsdb.access import free_loopback_port
+from jobdiagd.tsdb.access import SshTunnelPool, free_loopback_port
+from jobdiagd.tsdb.context import DiagnosisContext
+from jobdiagd.tsdb.settings import TsdbSettings
+from jobdiagd.tsdb.site import SlideAnswer, SlowHostResult
 from jobdiagd.tsdb.slow_host import SlowHostVerdict
 
 T0 = 1_780_000_000.0
@@ -149,37 +153,49 @@ def tgs(job: str, *, resolved: bool = False) -> Finding:
     )
 
 
+def hold_for(site: SiteJobs) -> SlowHostHold:
+    """The `slow host` stage's hold with this site source (as `TsdbEnricher.use_site` sets it)."""
+    settings = TsdbSettings()
+    hold = SlowHostHold(settings, SshTunnelPool(settings.ssh), tick_s=15.0)
+    hold.site = site
+    return hold
+
+
 async def test_the_tgs_page_waits_one_tick_for_its_slow_host_and_then_goes_out() -> None:
     cfg = cfg_for(down_url())
     site = SiteJobs(cfg, _source(cfg), detail=Scontrol())
+    hold = hold_for(site)
     book = IncidentBook.from_config(IncidentsConfig())
     views = {"8110": view("8110"), "8111": view("8111", nodes="")}
-    out = site.hold_tgs([tgs("8110"), tgs("8111")], views, T0, book)
+    out = hold.hold_tgs([tgs("8110"), tgs("8111")], views, T0, book)
     assert [f.job_id for f in out] == ["8111"]  # no node to compare: at once, without the fact
     assert "slow host" not in out[0].details
-    assert site.status()["held_tgs"] == 1
-    await site.settled()  # the comparison fails fast: nothing listens
-    (f,) = site.hold_tgs([tgs("8110")], views, T0 + 15, book)
+    assert hold.status()["held_tgs"] == 1
+    await hold.settled()  # the comparison fails fast: nothing listens
+    (f,) = hold.hold_tgs([tgs("8110")], views, T0 + 15, book)
     assert f.details["slow host"].startswith("no host compared: site Prometheus"), f.details
     assert "suspect host" not in f.details and f.details["change"] == "-20.0%"
-    assert site.status()["held_tgs"] == 0
+    assert hold.status() == {"held_tgs": 0, "comparisons": 1}
+    await hold.close()
     await site.close()
 
 
 async def test_a_slow_comparison_holds_the_page_one_tick_only_and_reminders_pass() -> None:
     cfg = cfg_for(down_url())
     site = SiteJobs(cfg, _source(cfg), detail=_Never())
+    hold = hold_for(site)
     book = IncidentBook.from_config(IncidentsConfig())
     views = {"8110": view("8110")}
-    assert site.hold_tgs([tgs("8110")], views, T0, book) == []
-    assert site.hold_tgs([tgs("8110")], views, T0 + 15, book) == []  # one more tick
-    (f,) = site.hold_tgs([tgs("8110")], views, T0 + 30, book)
-    assert "did not answer within a tick" in f.details["slow host"]
+    assert hold.hold_tgs([tgs("8110")], views, T0, book) == []
+    assert hold.hold_tgs([tgs("8110")], views, T0 + 15, book) == []  # one more tick
+    (f,) = hold.hold_tgs([tgs("8110")], views, T0 + 30, book)
+    assert "the site Prometheus did not answer within a tick" in f.details["slow host"]
     book.observe_all([f], T0 + 30)
-    (again,) = site.hold_tgs([tgs("8110")], views, T0 + 45, book)  # open and announced: a reminder
+    (again,) = hold.hold_tgs([tgs("8110")], views, T0 + 45, book)  # open and announced: a reminder
     assert "slow host" not in again.details
-    (gone,) = site.hold_tgs([tgs("8110", resolved=True)], views, T0 + 60, book)
+    (gone,) = hold.hold_tgs([tgs("8110", resolved=True)], views, T0 + 60, book)
     assert gone.resolved
+    await hold.close()
     await site.close()
 
 
@@ -220,3 +236,33 @@ def test_the_notices_words_name_the_server_and_the_step_budget() -> None:
     )
     assert r.key == f"site-prometheus-recovered:{int(T0)}" and "not answering for 2 min" in r.body
     assert "- [site_prometheus] power: no series" in u.body
+
+
+async def test_a_site_that_compares_nothing_hands_the_slide_to_the_job_s_own_prometheus() -> None:
+    """Rule SLOW-6's order: the site first; the job's own when the site compared nothing. Both
+    failing is one "no host compared" naming each source and why (no network for the own one:
+    its head node is refused before any forward)."""
+    cfg = cfg_for(down_url())
+    site = SiteJobs(cfg, _source(cfg), detail=Scontrol())
+    hold = hold_for(site)
+    own = DiagnosisContext(job_dir=None, nodes=("s001", "s002"), status="running", head_node="$(x)", port=9)
+    result = await hold._compare(view("8110"), T0, site, own)
+    assert result.slide is None and result.verdict.hosts == ()
+    why = result.verdict.summary
+    assert why.startswith("no host compared: site Prometheus: "), why
+    assert why.endswith("; the job's own Prometheus: invalid host name from log: '$(x)'"), why
+    assert fact_text(result) == why  # no source answered: nothing to credit
+    await hold.close()
+    await site.close()
+
+
+def test_the_fact_says_which_source_answered() -> None:
+    named = SlowHostVerdict(("r003",), (), {"r003": ("RDMA retransmits 25/s",)}, "…", ("rdma_retrans",))
+    answered = SlideAnswer(True, T0, T0 + 60)
+    assert fact_text(SlowHostResult(named, answered, "the job's own Prometheus")) == (
+        "r003 (RDMA retransmits 25/s) (compared on the job's own Prometheus)"
+    )
+    failed = SlowHostVerdict((), (), {}, "no host compared: site Prometheus: refused")
+    assert (
+        fact_text(SlowHostResult(failed, SlideAnswer(False, T0, T0 + 60, error="refused"))) == failed.summary
+    )

@@ -299,7 +299,10 @@ class LiveDaemon:
     def _site_status(self) -> dict[str, Any]:
         enricher = self.engine.enricher
         site = enricher.site if enricher is not None else None
-        return {"site_prometheus": site.status()} if site is not None else {}
+        if site is None:
+            return {}
+        assert enricher is not None
+        return {"site_prometheus": {**site.status(), **enricher.slow.status()}}
 
     def metrics_state(self) -> DaemonState:
         """What a scrape of the self-metrics reads (`service.metrics`): the same objects as `snapshot`."""
@@ -452,7 +455,9 @@ async def wire_daemon(
     add_notifier_notices(dispatcher, pipeline)
     discovery = choose_discovery(cfg, discover, watch, offsets.known_jobs())
     watcher = ChangeWatcher()
-    enricher = TsdbEnricher(cfg.tsdb, tick_s=cfg.daemon.tick_seconds)
+    enricher = TsdbEnricher(
+        cfg.tsdb, tick_s=cfg.daemon.tick_seconds, recent_steps=cfg.detectors.tgs.recent_steps
+    )
     lc.adopt("tsdb connections", enricher.close)
     await open_site_source(cfg, lc, enricher, discovery, pipeline, health)
     # Restarts under guardrails and suspect-node memory (docs/recovery.md): a stage of the tick,

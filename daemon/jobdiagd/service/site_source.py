@@ -19,11 +19,9 @@ Slurm, the early verdict for every job, and the slow host of a TGS slide (docs/s
 - **The early verdict** (`SiteJobs.early_verdict`): the source's bounded, cached query (rule
   SITE-5) judged by the one GPU-hang judge; `service.early_page` asks it for jobs without their
   own Prometheus, or whose own answered `no-data`.
-- **The slow host** (`SiteJobs.hold_tgs`, the `slow host` stage of `service.stages`, rule
-  SLOW-5): the finding that would open a TGS incident is held one tick while one `slide` query
-  fetches the job's hosts over the slide's window and `slow_hosts` compares them; the page then
-  carries the verdict (`slow host` fact; the named hosts as its `suspect host`, which the
-  suspect-node memory reads) and, with pictures, a per-host strip of the evidence.
+- **The slow host** (`SiteJobs.compare`, asked by the `slow host` stage's hold,
+  `service.host_compare`, rule SLOW-5): one `slide` query fetches the job's hosts over the
+  slide's window and `slow_hosts` compares them.
 - **Health**: the source's degraded/recovered edge becomes one notice each (`take_notices`,
   words in `alerts.notices`); `status()` is the `site_prometheus` part of `jobdiagd status`.
 """
@@ -31,33 +29,27 @@ Slurm, the early verdict for every job, and the slow host of a TGS slide (docs/s
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from jobdiagd.alerts import notices
-from jobdiagd.alerts.incidents import IncidentBook
 from jobdiagd.alerts.notices import Notice
 from jobdiagd.config import Config, ConfigError
-from jobdiagd.detectors.tgs import KIND as TGS_KIND
 from jobdiagd.logsetup import get_logger
-from jobdiagd.model.alerts import Finding
 from jobdiagd.notifiers.registry import read_authorization
 from jobdiagd.service.jobs import JobView
-from jobdiagd.service.plots_bridge import host_strip_payload
 from jobdiagd.sources.slurm import SlurmError
 from jobdiagd.sources.slurm_gres import parse_job_gpus
 from jobdiagd.tsdb.access import SshTunnelPool
 from jobdiagd.tsdb.gpu_hang import GpuVerdict
-from jobdiagd.tsdb.site import HostRewrite, JobPlacement, SiteConfig, SitePrometheus, SlideAnswer, resolve
+from jobdiagd.tsdb.site import HostRewrite, JobPlacement, SiteConfig, SitePrometheus, SlowHostResult, resolve
 from jobdiagd.tsdb.site.verdict import unknown_verdict
-from jobdiagd.tsdb.slow_host import SLOW_HOST_FACT, SlowHostVerdict, slide_window
+from jobdiagd.tsdb.slow_host import not_compared, slide_window
 
 GIB = float(2**30)
 DETAIL_IN_FLIGHT = 2  # scontrol -d show job calls at once
 RECHECK_S = 60.0  # an unchecked map (the server did not answer at start-up) is checked again this often
-SUSPECT_FACT = "suspect host"  # the fact the page's lead and the suspect-node memory read
+SITE_NAME = "the site Prometheus"  # which source answered, as the `slow host` fact says it
 
 # `scontrol -d show job <id>` text, None when Slurm does not know the job (raises SlurmError on failure).
 DetailFn = Callable[[str], Awaitable[str | None]]
@@ -114,22 +106,6 @@ def placement_for(
     )
 
 
-@dataclass(frozen=True)
-class SlowHostResult:
-    """What the slow-host comparison of one TGS slide found (the slide is None when not asked)."""
-
-    verdict: SlowHostVerdict
-    slide: SlideAnswer | None = None
-
-
-@dataclass
-class _Held:
-    """A TGS finding held for its slow-host comparison (one tick at most)."""
-
-    task: asyncio.Task[SlowHostResult]
-    ticks: int = 0
-
-
 class SiteJobs:
     """The checked site source and what the daemon keeps per job for it (module docstring)."""
 
@@ -151,7 +127,6 @@ class SiteJobs:
         self._next_check = float("-inf")
         self._placements: dict[str, tuple[str, JobPlacement]] = {}  # job -> (node list, placement)
         self._placing: dict[str, asyncio.Task[JobPlacement]] = {}
-        self._held: dict[str, _Held] = {}
         self._notices: list[Notice] = []
         self._degraded_since: float | None = None
         self.details_asked = 0  # scontrol -d calls made (bounded: once per job)
@@ -208,7 +183,7 @@ class SiteJobs:
 
     def retain(self, keys: Collection[str]) -> None:
         """Forget the jobs that left the watch."""
-        for key in [k for k in (*self._placements, *self._placing, *self._held) if k not in keys]:
+        for key in [k for k in (*self._placements, *self._placing) if k not in keys]:
             self.forget(key)
 
     def forget(self, key: str) -> None:
@@ -216,9 +191,6 @@ class SiteJobs:
         task = self._placing.pop(key, None)
         if task is not None:
             task.cancel()
-        held = self._held.pop(key, None)
-        if held is not None:
-            held.task.cancel()
 
     # -- the map check -------------------------------------------------------------------------------
     async def ready(self, now: float) -> str | None:
@@ -261,58 +233,14 @@ class SiteJobs:
         return await self.source.early_verdict(placement, now)
 
     # -- the slow host (a TGS slide) ------------------------------------------------------------------
-    def hold_tgs(
-        self, findings: Sequence[Finding], views: Mapping[str, JobView], now: float, book: IncidentBook
-    ) -> list[Finding]:
-        """The `slow host` stage: hold the finding that would open a TGS incident one tick while its
-        slow-host comparison runs; then (or at once when it cannot run) let it go, carrying it."""
-        out: list[Finding] = []
-        for f in findings:
-            view = views.get(f.job_id)
-            if f.kind != TGS_KIND or view is None:
-                out.append(f)
-                continue
-            if f.resolved:
-                self._drop_held(f.job_id)
-                out.append(f)
-                continue
-            inc = book.get(f.job_id, f.kind)
-            if inc is not None and inc.announced_at is not None:
-                out.append(f)  # paged already: a reminder goes as it is
-                continue
-            held = self._held.get(f.job_id)
-            if held is None:
-                if not self.usable or not self.placed(view):
-                    out.append(f)
-                    continue
-                task = asyncio.get_running_loop().create_task(self._slow_host(view, now))
-                self._held[f.job_id] = _Held(task)
-                continue  # held: goes out with its comparison on the next tick
-            if not held.task.done() and held.ticks < 1:
-                held.ticks += 1
-                continue
-            del self._held[f.job_id]
-            out.append(self._with_slow_host(f, _result(held.task, self.source.cfg.timeout_s), view))
-        return out
-
-    async def settled(self) -> None:
-        """Until the slow-host comparisons in flight are done (they are not cancelled)."""
-        tasks = [h.task for h in self._held.values()]
-        if tasks:
-            await asyncio.wait(tasks)
-
-    def _drop_held(self, key: str) -> None:
-        held = self._held.pop(key, None)
-        if held is not None:
-            held.task.cancel()
-
-    async def _slow_host(self, view: JobView, now: float) -> SlowHostResult:
+    async def compare(self, view: JobView, now: float) -> SlowHostResult:
+        """One slide query over the job's hosts in the slide's window, judged (rule SLOW-5)."""
         why = await self.ready(now)
         if why is not None:
-            return SlowHostResult(_not_compared(f"site Prometheus: {why}"))
+            return SlowHostResult(not_compared(f"site Prometheus: {why}"))
         placement = await self.placement(view)
         if placement is None or not placement.nodes:
-            return SlowHostResult(_not_compared("Slurm names no node of the job"))
+            return SlowHostResult(not_compared("Slurm names no node of the job"))
         start, end = slide_window(
             view.arrivals,
             view.last_step,
@@ -321,27 +249,7 @@ class SiteJobs:
             scrape_interval_s=self.interval,
         )
         slide = await self.source.slide(placement, start, end)
-        return SlowHostResult(self.source.slow_hosts(slide), slide)
-
-    def _with_slow_host(self, f: Finding, result: SlowHostResult, view: JobView) -> Finding:
-        """The finding carrying the comparison: the `slow host` fact, the named hosts as its
-        `suspect host` (what the suspect-node memory reads), and the strip picture."""
-        v = result.verdict
-        details = dict(f.details)
-        details[SLOW_HOST_FACT] = slow_host_text(v)
-        if v.hosts:
-            details[SUSPECT_FACT] = ", ".join(v.hosts)
-        self._log.info("slow_host", job_id=f.job_id, hosts=list(v.hosts), summary=v.summary)
-        plot = f.plot
-        slide = result.slide
-        if plot is not None and slide is not None and slide.ok and slide.series:
-            try:
-                strip = host_strip_payload(slide, v, view)
-            except Exception as exc:  # the page goes out with its step chart alone
-                self._log.warning("host_strip_failed", job_id=f.job_id, error=f"{type(exc).__name__}: {exc}")
-            else:
-                plot = {**plot, "strip": strip}
-        return dataclasses.replace(f, details=details, plot=plot)
+        return SlowHostResult(self.source.slow_hosts(slide), slide, SITE_NAME)
 
     # -- health ----------------------------------------------------------------------------------------
     def take_notices(self) -> list[Notice]:
@@ -367,42 +275,15 @@ class SiteJobs:
             "disabled": self.disabled,
             "placements": len(self._placements),
             "scontrol_details": self.details_asked,
-            "held_tgs": len(self._held),
         }
 
     async def close(self) -> None:
-        tasks = [*self._placing.values(), *(h.task for h in self._held.values())]
+        tasks = list(self._placing.values())
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._placing.clear()
-        self._held.clear()
         await self.source.close()
-
-
-def slow_host_text(v: SlowHostVerdict) -> str:
-    """The `slow host` fact: the named hosts with their evidence, else why none is named."""
-    if not v.hosts:
-        return v.summary
-    return ", ".join(f"{h} ({'; '.join(v.evidence.get(h, ()))})" for h in v.hosts)
-
-
-def _not_compared(why: str) -> SlowHostVerdict:
-    return SlowHostVerdict((), (), {}, f"no host compared: {why}")
-
-
-def _result(task: asyncio.Task[SlowHostResult], timeout_s: float) -> SlowHostResult:
-    if not task.done():
-        task.cancel()
-        return SlowHostResult(
-            _not_compared(f"the site Prometheus did not answer within a tick ({timeout_s:g}s)")
-        )
-    try:
-        return task.result()
-    except asyncio.CancelledError:
-        return SlowHostResult(_not_compared("the comparison was cancelled"))
-    except Exception as exc:
-        return SlowHostResult(_not_compared(f"{type(exc).__name__}: {exc}"))
 
 
 def _log_check(log: Any, errors: Sequence[str], warnings: Sequence[str]) -> None:

@@ -11,10 +11,11 @@ The whole path of a finding, from the detector that made it to the people who re
       3. enrich or hold   RAY=1 jobs (`service.tsdb_enrich`): a hang finding is held until the
                           GPU verdict is in, then carries it; a failed job's end report is held
                           until its class playbook ran; reports whose playbook finished join
-      4. slow host        with the site Prometheus (`service.site_source`): the finding that
-                          opens a TGS incident is held one tick while each host of the job is
-                          compared with its peers, then carries the slow host (or why none is
-                          named) and its strip picture (rule SLOW-5)
+      4. slow host        (`service.host_compare`) the finding that opens a TGS incident is
+                          held one tick while each host of the job is compared with its peers
+                          on the site Prometheus, or a live RAY=1 job's own, then carries the
+                          slow host (or why none is named) and its strip picture (rules
+                          SLOW-5, SLOW-6)
       5. recovery         (`service.recovery_wiring`, docs/recovery.md) the restart each hang or
                           failure finding and each failed end calls for, and the nodes they
                           name, decided inside observe's transaction (rule REC-13); a restarted
@@ -151,10 +152,10 @@ def enrich_or_hold(batch: Batch, ctx: StageContext) -> Batch:
 
 
 def slow_host(batch: Batch, ctx: StageContext) -> Batch:
-    site = ctx.enricher.site if ctx.enricher is not None else None
-    if site is not None:
-        site.retain(ctx.views)
-        batch.findings = site.hold_tgs(batch.findings, ctx.views, ctx.now, ctx.pipeline.book)
+    if ctx.enricher is not None:
+        hold = ctx.enricher.slow
+        hold.retain(ctx.views)
+        batch.findings = hold.hold_tgs(batch.findings, ctx.views, ctx.now, ctx.pipeline.book)
     return batch
 
 

@@ -33,6 +33,7 @@ from jobdiagd.logsetup import get_logger
 from jobdiagd.model.alerts import Finding
 from jobdiagd.model.kinds import GpuHangState, IncidentKind, JobStatus
 from jobdiagd.service.early_page import EarlyConfirmer, QueryFn
+from jobdiagd.service.host_compare import DEFAULT_RECENT_STEPS, SlowHostHold
 from jobdiagd.service.jobs import JobView
 from jobdiagd.service.plots_bridge import strip_payload
 from jobdiagd.service.site_source import SiteJobs
@@ -72,6 +73,7 @@ class TsdbEnricher:
         diagnosis_fn: DiagnosisFn | None = None,
         report_timeout_s: float = 120.0,
         early_fn: QueryFn | None = None,
+        recent_steps: int = DEFAULT_RECENT_STEPS,
     ) -> None:
         self.settings = settings
         self.tunnels = SshTunnelPool(settings.ssh)
@@ -95,14 +97,18 @@ class TsdbEnricher:
         # recovery stage takes them for node memory (`service.recovery_wiring`).
         self.diagnoses: dict[str, dict[str, Any]] = {}
         # The site Prometheus ([site_prometheus]): the early page's second source, the slow host's
-        # only one (`service.site_source`); opened and closed by the runner beside this enricher.
+        # first (`service.site_source`); opened and closed by the runner beside this enricher.
         self.site: SiteJobs | None = None
+        # The `slow host` stage: a TGS page held for its host comparison, on the site Prometheus
+        # or a live RAY=1 job's own (`service.host_compare`, rules SLOW-5, SLOW-6).
+        self.slow = SlowHostHold(settings, self.tunnels, tick_s=tick_s, recent_steps=recent_steps)
         self._log = get_logger(component="tsdb")
 
     def use_site(self, site: SiteJobs | None) -> None:
         """The checked site source (None: not configured, or not usable) for the early page and the
         slow-host stage."""
         self.site = site
+        self.slow.site = site
         if self.early is not None:
             self.early.site = site
 
@@ -198,6 +204,7 @@ class TsdbEnricher:
             pending.task.cancel()
 
     async def close(self) -> None:
+        await self.slow.close()
         if self.early is not None:
             await self.early.close()
         for pending in self._verdicts.values():

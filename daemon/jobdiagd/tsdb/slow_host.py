@@ -215,6 +215,11 @@ def _verdict(
     return SlowHostVerdict(tuple(order), tuple(deviations), evidence, summary, tuple(compared), tuple(notes))
 
 
+def not_compared(why: str) -> SlowHostVerdict:
+    """The verdict when no comparison ran: no host named, and why (the page still goes out)."""
+    return SlowHostVerdict((), (), {}, f"no host compared: {why}")
+
+
 def slide_window(
     arrivals: Mapping[int, float],
     last_step: int | None,

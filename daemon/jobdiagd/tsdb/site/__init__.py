@@ -10,7 +10,8 @@ early hang page and the slow-host comparison work for jobs without their own Pro
 - `query`: the PromQL of the early, slide and check queries, and their answers read back;
 - `verdict`: the one call into the GPU-hang judge (the only import of `tsdb.gpu_hang`);
 - `slide`: per-host series of a slide's window for `tsdb.slow_host` and the strip picture;
-- `source`: the I/O edge (`SitePrometheus`): bounded, cached, one degraded state.
+- `source`: the I/O edge (`SitePrometheus`): bounded, cached, one degraded state;
+- `own`: a RAY=1 job's own Prometheus through the same machinery, for its slow host (rule SLOW-6).
 
 How the daemon uses it (`service.site_source`: start-up, placement, the early page, the slow-host
 stage) is in docs/site-prometheus.md.
@@ -26,6 +27,7 @@ from jobdiagd.tsdb.site.source import (
     SiteNotice,
     SitePrometheus,
     SlideAnswer,
+    SlowHostResult,
 )
 
 __all__ = [
@@ -40,6 +42,7 @@ __all__ = [
     "SitePrometheus",
     "SiteSeries",
     "SlideAnswer",
+    "SlowHostResult",
     "builtin",
     "resolve",
 ]

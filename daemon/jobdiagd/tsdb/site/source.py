@@ -62,7 +62,13 @@ from jobdiagd.tsdb.site.query import (
 )
 from jobdiagd.tsdb.site.slide import host_series
 from jobdiagd.tsdb.site.verdict import GpuVerdict, site_early_verdict, unknown_verdict
-from jobdiagd.tsdb.slow_host import SlowHostPolicy, SlowHostVerdict, host_means, judge_slow_hosts
+from jobdiagd.tsdb.slow_host import (
+    SlowHostPolicy,
+    SlowHostVerdict,
+    host_means,
+    judge_slow_hosts,
+    not_compared,
+)
 
 GIB = float(2**30)
 
@@ -80,6 +86,10 @@ class SiteConfig:
     idle_vram_bytes: float = 2 * GIB
     ssh_host: str = ""
     authorization: str | None = field(default=None, repr=False)
+    # How verdicts and errors name it, and its log lines' kind: the site's, or a RAY=1 job's own
+    # (`tsdb.site.own`).
+    name: str = "site Prometheus"
+    log_kind: str = "site_prometheus"
 
 
 @dataclass(frozen=True)
@@ -102,6 +112,16 @@ class SlideAnswer:
     refused: Mapping[str, str] = field(default_factory=dict)
     step_s: float = 0.0
     error: str = ""
+
+
+@dataclass(frozen=True)
+class SlowHostResult:
+    """What one slow-host comparison of a TGS slide found, and on which source (`slide` is None
+    when no query was sent)."""
+
+    verdict: SlowHostVerdict
+    slide: SlideAnswer | None = None
+    source: str = "the site Prometheus"
 
 
 @dataclass(frozen=True)
@@ -146,7 +166,7 @@ class SitePrometheus:
         self._session: aiohttp.ClientSession | None = None
         self._cache: dict[Hashable, SiteAnswer] = {}
         self._inflight: dict[Hashable, asyncio.Task[SiteAnswer]] = {}
-        self.health = EdgeTrigger(name=self.label, kind="site_prometheus")
+        self.health = EdgeTrigger(name=self.label, kind=cfg.log_kind)
         self._notices: list[SiteNotice] = []
         self.queries = 0  # HTTP queries sent (the load on the site Prometheus)
         self.answers = 0  # early answers handed out, cache hits included
@@ -312,7 +332,9 @@ class SitePrometheus:
             return SlideAnswer(False, start, end, error=f"timed out after {self.cfg.timeout_s:g}s")
         except (PromError, AccessError, OSError, aiohttp.ClientError) as exc:
             self._record(str(exc), self._wall())
-            return SlideAnswer(False, start, end, error=str(exc))
+            # The page says why in a line: the server and the reason, not the query.
+            brief = f"{exc.server}: {exc.reason}" if isinstance(exc, PromError) else str(exc)
+            return SlideAnswer(False, start, end, error=brief)
         self._record(None, self._wall())
         d = decode(answer, self.cfg.metrics, self.cfg.rewrite, good)
         mine, refused = select(d.series, placement, self._job_label())
@@ -323,10 +345,13 @@ class SitePrometheus:
         slide: SlideAnswer,
         baseline: SlideAnswer | None = None,
         policy: SlowHostPolicy | None = None,
+        *,
+        source: str = "site Prometheus",
     ) -> SlowHostVerdict:
-        """The slow-host verdict of a slide (and the same hosts before it, when given)."""
+        """The slow-host verdict of a slide (and the same hosts before it, when given); `source`
+        names the server in the reason when the slide has no answer."""
         if not slide.ok:
-            return SlowHostVerdict((), (), {}, f"no host compared: site Prometheus: {slide.error}")
+            return not_compared(f"{source}: {slide.error}")
         base = None
         if baseline is not None and baseline.ok:
             pol = policy or SlowHostPolicy()
