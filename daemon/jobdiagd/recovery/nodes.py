@@ -64,8 +64,9 @@ def _from_verdict(verdict: GpuVerdict) -> list[NodeEvidence]:
 
 
 def _from_finding(finding: Finding) -> list[NodeEvidence]:
-    """The page's `suspect host` fact: a hang's GPU suspects, or a TGS slide's slow host (the site
-    Prometheus's comparison of the job's hosts, rule SLOW-5)."""
+    """The page's `suspect host` fact: a hang's GPU suspects, or a TGS slide's slow host (the
+    comparison of the job's hosts on the site Prometheus or a RAY=1 job's own, rules SLOW-5 and
+    SLOW-6)."""
     text = str(finding.details.get("suspect host", ""))
     hosts = [h.strip() for h in text.split(",")]
     slow = finding.kind == IncidentKind.TGS_DEGRADATION

@@ -118,7 +118,7 @@ class Evidence(StrEnum):
     GPU_HEALTH = "gpu-health"
     NETWORK_OUTLIER = "network-outlier"  # RDMA retry exhaustion / TCP retransmit outlier
     HARDWARE = "hardware"  # Playbook 4's anomalous hosts
-    SLOW_HOST = "slow-host"  # the site Prometheus's slow host of a TGS slide (rule SLOW-5)
+    SLOW_HOST = "slow-host"  # the slow host of a TGS slide (site or own Prometheus, SLOW-5/6)
 
 
 # Rule REC-20: a dead node or a node-fail weighs most; an outlier of a sweep least.
