@@ -33,6 +33,7 @@ from jobdiagd.tsdb.context import DiagnosisContext
 from jobdiagd.tsdb.gpu_hang import GpuVerdict
 from jobdiagd.tsdb.settings import SshSettings
 from jobdiagd_sim import lines as L
+from tests.helpers.engine import make_cfg
 
 T0 = 1_780_000_000.0
 STEP = 10.0
@@ -65,22 +66,7 @@ def step_line(k: int, t: float, seconds: float = STEP) -> str:
 
 
 def cfg_for(state: Path, **tsdb: Any) -> Config:
-    extra = "".join(f"{k} = {json.dumps(v)}\n" for k, v in tsdb.items())
-    return loads(
-        f"""
-[daemon]
-state_dir = "{state}"
-socket_path = "{state}/s.sock"
-tick_seconds = 15
-[detectors.hang]
-min_stall_seconds = 120
-[notifiers.console]
-enabled = false
-[notifiers.jsonl]
-enabled = true
-[tsdb]
-{extra}"""
-    )
+    return make_cfg(state, "[tsdb]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in tsdb.items()))
 
 
 # --- the confirmer on job views --------------------------------------------------------------------

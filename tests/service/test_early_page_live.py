@@ -17,7 +17,7 @@ import pytest
 
 from jobdiagd.alerts.pipeline import AlertPipeline
 from jobdiagd.alerts.store import DB_NAME
-from jobdiagd.config import Config, loads
+from jobdiagd.config import Config
 from jobdiagd.detectors import build
 from jobdiagd.service.discovery import OutputsDiscovery
 from jobdiagd.service.engine import Engine
@@ -27,6 +27,7 @@ from jobdiagd.tsdb.access import free_loopback_port
 from jobdiagd.tsdb.client import PromClient
 from jobdiagd_sim import lines as L
 from jobdiagd_sim.metrics import JobSim, LiveExporter, scenario
+from tests.helpers.engine import make_cfg as engine_cfg
 
 pytestmark = [pytest.mark.sshd, pytest.mark.prometheus]
 
@@ -101,23 +102,17 @@ def write_log(outputs: Path, sim: JobSim, pport: int) -> None:
 
 
 def make_cfg(state: Path, ssh_config: Path) -> Config:
-    return loads(
+    """The engine helper's daemon config, with the job's own Prometheus reached over ssh."""
+    return engine_cfg(
+        state,
         f"""
-[daemon]
-state_dir = "{state}"
-socket_path = "{state}/s.sock"
-tick_seconds = 15
-[notifiers.console]
-enabled = false
-[notifiers.jsonl]
-enabled = true
 [tsdb]
 work_dir = "{state}"
 early_overdue_slack_s = 0.0
 early_scrape_interval_s = 1.0
 [tsdb.ssh]
 config_paths = ["{ssh_config}"]
-"""
+""",
     )
 
 

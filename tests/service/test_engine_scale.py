@@ -16,7 +16,6 @@ from typing import Any
 
 from jobdiagd.alerts.pipeline import AlertPipeline
 from jobdiagd.alerts.store import DB_NAME
-from jobdiagd.config import Config, loads
 from jobdiagd.detectors import build
 from jobdiagd.model.jobref import JobRef
 from jobdiagd.service.discovery import Discovered, NewJob, OutputsDiscovery
@@ -24,25 +23,9 @@ from jobdiagd.service.engine import Engine
 from jobdiagd.sources.slurm import SlurmJob
 from jobdiagd.sources.tail import ChangeWatcher
 from jobdiagd_sim import lines as L
+from tests.helpers.engine import make_cfg
 
 T0 = 1_780_000_000.0
-
-
-def make_cfg(state: Path) -> Config:
-    return loads(
-        f"""
-[daemon]
-state_dir = "{state}"
-socket_path = "{state}/s.sock"
-tick_seconds = 15
-[detectors.hang]
-min_stall_seconds = 120
-[notifiers.console]
-enabled = false
-[notifiers.jsonl]
-enabled = true
-"""
-    )
 
 
 def write_job(outputs: Path, job_id: str, *extra: str) -> Path:

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from jobdiagd.alerts.pipeline import AlertPipeline
-from jobdiagd.config import Config, loads
+from jobdiagd.config import Config
 from jobdiagd.detectors import build
 from jobdiagd.detectors.tgs import KIND as TGS
 from jobdiagd.model.alerts import Finding
@@ -38,6 +38,7 @@ from jobdiagd.tsdb.access import free_loopback_port
 from jobdiagd.tsdb.client import PromClient
 from jobdiagd_sim import lines as L
 from jobdiagd_sim.metrics import JobSim, LiveExporter, scenario
+from tests.helpers.engine import make_cfg as engine_cfg
 from tests.helpers.engine import outbox
 
 pytestmark = [pytest.mark.sshd, pytest.mark.prometheus]
@@ -136,23 +137,17 @@ def write_slid_log(outputs: Path, job_id: str, prefix: str, pport: int) -> None:
 
 
 def make_cfg(state: Path, ssh_config: Path) -> Config:
-    return loads(
+    """The engine helper's daemon config, with the job's own Prometheus reached over ssh."""
+    return engine_cfg(
+        state,
         f"""
-[daemon]
-state_dir = "{state}"
-socket_path = "{state}/s.sock"
-tick_seconds = 15
-[notifiers.console]
-enabled = false
-[notifiers.jsonl]
-enabled = true
 [tsdb]
 work_dir = "{state}"
 early_scrape_interval_s = 2.0
 [tsdb.ssh]
 config_paths = ["{ssh_config}"]
 max_attempts = 1
-"""
+""",
     )
 
 
