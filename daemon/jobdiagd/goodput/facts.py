@@ -30,6 +30,7 @@ from jobdiagd.model.kinds import FailureClass, JobStatus
 from jobdiagd.model.records import StepRecord
 from jobdiagd.model.triage import CheckpointConfig, Progress, TriageResult
 from jobdiagd.triage.progress import WARMUP_STEPS
+from jobdiagd.triage.stall import step_cost
 
 # Bump when what the facts mean changes: cached facts of another version are recomputed.
 FACTS_VERSION = 1
@@ -193,16 +194,6 @@ def ended_stalled(r: TriageResult) -> bool:
     return ended and c.stall is not None and c.stall.stalled
 
 
-def _step_cost(steps: list[StepRecord], i: int) -> float | None:
-    s = steps[i]
-    cost = s.seconds
-    if i > 0 and s.time is not None:
-        prev = steps[i - 1]
-        if prev.step == s.step - 1 and prev.time is not None and s.time > prev.time:
-            cost = max(cost or 0.0, s.time - prev.time)
-    return cost
-
-
 def save_steps(ckpt: CheckpointConfig, first: int, last: int) -> list[int]:
     """The saves of a run over steps first..last: those the log showed, else the period's grid
     (the initial save at step 0 of a fresh run included)."""
@@ -231,7 +222,7 @@ def save_costs(
             i = index.get(k + d)
             if i is None or k + d == first:
                 continue
-            cost = _step_cost(steps, i)
+            cost = step_cost(steps, i)
             if cost is not None and math.isfinite(cost):
                 extra += max(0.0, cost - step_time)
                 seen = True

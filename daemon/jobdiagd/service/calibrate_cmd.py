@@ -20,11 +20,11 @@ from jobdiagd import clock, jsonsafe
 from jobdiagd.config import Config, load_for_command
 from jobdiagd.goodput import calibrate as cal
 from jobdiagd.goodput.cache import FactsCache
-from jobdiagd.goodput.collect import ProgressLine, job_refs
+from jobdiagd.goodput.collect import ProgressLine
 from jobdiagd.goodput.facts import RunFacts
 from jobdiagd.model.jobref import JobRef
 from jobdiagd.model.kinds import FailureClass, IncidentKind
-from jobdiagd.service.goodput_cmd import collect, default_cache_dir, roots, slurm_facts
+from jobdiagd.service.goodput_cmd import archive_refs, collect, default_cache_dir, roots, slurm_facts
 
 EARLY_SLACK_S = 1.0  # a page this much before the last step's line is still at the stall
 
@@ -93,11 +93,8 @@ def main(args: argparse.Namespace) -> int:
     if cfg is None:
         return 2
     now = args.now if args.now is not None else clock.wall()
-    refs, errors = job_refs(roots(args.paths))
-    for e in errors:
-        print(f"jobdiagd calibrate: {e}", file=sys.stderr)
-    if not refs:
-        print("jobdiagd calibrate: no job with a log under the given outputs", file=sys.stderr)
+    refs = archive_refs(args.paths, "calibrate")
+    if refs is None:
         return 2
     try:
         truth = load_truth(args.truth) if args.truth else None

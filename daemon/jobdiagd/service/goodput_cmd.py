@@ -57,6 +57,18 @@ def roots(paths: Sequence[str]) -> list[str]:
     return [p for p in env.split(os.pathsep) if p] if env else ["outputs"]
 
 
+def archive_refs(paths: Sequence[str], command: str) -> list[JobRef] | None:
+    """The job logs under the given outputs roots (else $JOBDIAGD_OUTPUTS, else ./outputs); what
+    cannot be read is said on stderr, and None (after saying so) when no job is found."""
+    refs, errors = job_refs(roots(paths))
+    for e in errors:
+        print(f"jobdiagd {command}: {e}", file=sys.stderr)
+    if not refs:
+        print(f"jobdiagd {command}: no job with a log under the given outputs", file=sys.stderr)
+        return None
+    return refs
+
+
 # --- Slurm --------------------------------------------------------------------------------------
 
 
@@ -421,11 +433,8 @@ def main(args: argparse.Namespace) -> int:
     if cfg is None:
         return 2
     now = args.now if args.now is not None else clock.wall()
-    refs, errors = job_refs(roots(args.paths))
-    for e in errors:
-        print(f"jobdiagd goodput: {e}", file=sys.stderr)
-    if not refs:
-        print("jobdiagd goodput: no job with a log under the given outputs", file=sys.stderr)
+    refs = archive_refs(args.paths, "goodput")
+    if refs is None:
         return 2
     notes: list[str] = []
     pages = incident_pages(cfg, bool(args.config), notes)

@@ -125,7 +125,7 @@ def _slowest_shown(
         if s.step > last - 2 or not (past_warmup or after_periodic_save):
             continue
         shown = _slowed_by(ckpt, s.step) & kinds
-        cost = _cost(steps, i) if shown else None
+        cost = step_cost(steps, i) if shown else None
         if cost is None:
             continue
         for k in shown:
@@ -142,7 +142,7 @@ def _allowance(kind: str, slowest: float | None, policy: StallPolicy) -> float:
     return max(policy.checkpoint_s, learned or 0.0)
 
 
-def _cost(steps: list[StepRecord], i: int) -> float | None:
+def step_cost(steps: list[StepRecord], i: int) -> float | None:
     """How long step i really took: its `seconds`, or the time since the previous step's line
     when both are dated and longer (an eval or a save may sit outside the step's own timing)."""
     s = steps[i]
