@@ -666,35 +666,26 @@ def _site_metric(role: str) -> Callable[[Any], Any]:
     return functools.partial(site_profiles.check_override, role)
 
 
+def _site_metric_field(role: str) -> Any:
+    """A `[site_prometheus.metrics.<role>]` table: empty unless the site overrides the role."""
+    return field(default_factory=dict, metadata={"table_parser": _site_metric(role)})
+
+
 @dataclass(frozen=True)
 class SiteMetricsConfig:
     """[site_prometheus.metrics.<role>]: overrides of the profile's map, per role (all optional):
     name (a metric, a list of them summed, or "" to leave the role unmapped), host_label,
     gpu_label, job_label, model_label, scale (to watts, percent, bytes, per second), counter."""
 
-    power: Mapping[str, Any] = field(default_factory=dict, metadata={"table_parser": _site_metric("power")})
-    util: Mapping[str, Any] = field(default_factory=dict, metadata={"table_parser": _site_metric("util")})
-    mem_activity: Mapping[str, Any] = field(
-        default_factory=dict, metadata={"table_parser": _site_metric("mem_activity")}
-    )
-    vram_used: Mapping[str, Any] = field(
-        default_factory=dict, metadata={"table_parser": _site_metric("vram_used")}
-    )
-    processes: Mapping[str, Any] = field(
-        default_factory=dict, metadata={"table_parser": _site_metric("processes")}
-    )
-    io_pressure: Mapping[str, Any] = field(
-        default_factory=dict, metadata={"table_parser": _site_metric("io_pressure")}
-    )
-    mem_pressure: Mapping[str, Any] = field(
-        default_factory=dict, metadata={"table_parser": _site_metric("mem_pressure")}
-    )
-    tcp_retrans: Mapping[str, Any] = field(
-        default_factory=dict, metadata={"table_parser": _site_metric("tcp_retrans")}
-    )
-    rdma_retrans: Mapping[str, Any] = field(
-        default_factory=dict, metadata={"table_parser": _site_metric("rdma_retrans")}
-    )
+    power: Mapping[str, Any] = _site_metric_field("power")
+    util: Mapping[str, Any] = _site_metric_field("util")
+    mem_activity: Mapping[str, Any] = _site_metric_field("mem_activity")
+    vram_used: Mapping[str, Any] = _site_metric_field("vram_used")
+    processes: Mapping[str, Any] = _site_metric_field("processes")
+    io_pressure: Mapping[str, Any] = _site_metric_field("io_pressure")
+    mem_pressure: Mapping[str, Any] = _site_metric_field("mem_pressure")
+    tcp_retrans: Mapping[str, Any] = _site_metric_field("tcp_retrans")
+    rdma_retrans: Mapping[str, Any] = _site_metric_field("rdma_retrans")
 
     def overrides(self) -> dict[str, Mapping[str, Any]]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name)}
