@@ -597,10 +597,16 @@ def build_tsdb(
     sim: JobSim, tsdb_dir: Path, *, promtool: str = "/usr/bin/promtool", work: Path | None = None
 ) -> int:
     """Write OpenMetrics and turn it into TSDB blocks with promtool. Returns the number of samples."""
-    tsdb_dir.mkdir(parents=True, exist_ok=True)
     om = (work or tsdb_dir.parent) / f".{sim.sc.job_id}-{sim.sc.name}.om"
+    return openmetrics_blocks(lambda fh: write_openmetrics(sim, fh), om, tsdb_dir, promtool)
+
+
+def openmetrics_blocks(write: Callable[[TextIO], int], om: Path, tsdb_dir: Path, promtool: str) -> int:
+    """`write` OpenMetrics to the scratch file `om`, turn it into TSDB blocks in `tsdb_dir` with
+    promtool, and remove it. Returns the number of samples written."""
+    tsdb_dir.mkdir(parents=True, exist_ok=True)
     with om.open("w") as fh:
-        n = write_openmetrics(sim, fh)
+        n = write(fh)
     try:
         subprocess.run(
             [promtool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(tsdb_dir)],

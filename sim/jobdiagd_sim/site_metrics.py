@@ -17,12 +17,12 @@ reporting every series, as an exporter on a dead host does.
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
-from jobdiagd_sim.metrics import GIB, RDMA_DEVICES, JobSim, _times
+from jobdiagd_sim.metrics import GIB, RDMA_DEVICES, JobSim, _times, openmetrics_blocks
 
 Vendor = Literal["amd", "dcgm"]
 MIB = 2**20
@@ -126,17 +126,6 @@ def build_site_tsdb(
     work: Path | None = None,
 ) -> int:
     """The job's site series as TSDB blocks (promtool). Returns the number of samples."""
-    tsdb_dir.mkdir(parents=True, exist_ok=True)
     om = (work or tsdb_dir.parent) / f".site-{sim.sc.job_id}-{sim.sc.name}.om"
-    with om.open("w") as fh:
-        n = write_site_openmetrics(sim, fh, vendor=vendor, job_label=job_label)
-    try:
-        subprocess.run(
-            [promtool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(tsdb_dir)],
-            check=True,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-    finally:
-        om.unlink(missing_ok=True)
-    return n
+    write = partial(write_site_openmetrics, sim, vendor=vendor, job_label=job_label)
+    return openmetrics_blocks(write, om, tsdb_dir, promtool)
