@@ -34,6 +34,12 @@ def configure_logging(level: str = "info", stream: TextIO | None = None) -> None
 
 
 def get_logger(**bind: Any) -> Any:
+    """A lazy logger: modules make theirs at import, before `configure_logging` has run.
+
+    The values go in as the proxy's initial values, not through `.bind()`, which would build
+    the logger at once with structlog's default (console) configuration, and a daemon's log
+    would mix console lines into its JSON.
+    """
     import structlog
 
-    return structlog.get_logger("jobdiagd").bind(**bind)
+    return structlog.get_logger("jobdiagd", **bind)

@@ -65,6 +65,21 @@ class Webhook:
         self.deliveries.append(body)
         return web.Response(text="ok")
 
+    def timeline(self) -> str:
+        """One line per delivery (arrival, status, job, startsAt/endsAt): a failure's evidence.
+
+        A duplicate with the same startsAt but a resolved one between them is an alert that
+        expired while its sender was stalled; two of the same status seconds apart came from
+        both peers (the second did not see the first's notification log in its peer timeout).
+        """
+        t0 = self.deliveries[0]["_received"] if self.deliveries else 0.0
+        return "\n".join(
+            f"+{d['_received'] - t0:6.2f}s {d.get('status')} job {a['labels'].get('job_id')} "
+            f"starts {a.get('startsAt', '')[11:23]} ends {a.get('endsAt', '')[11:23]}"
+            for d in self.deliveries
+            for a in d["alerts"]
+        )
+
     def notifications(self, status: str, **labels: str) -> list[dict[str, Any]]:
         """Deliveries of `status` ("firing"/"resolved") holding an alert with these labels."""
         return [
@@ -204,13 +219,20 @@ class Pair:
 
 # Short peer timeout (the second peer waits this long for the first to notify) and fast gossip:
 # test speed only; Alertmanager's defaults are 15 s and 200 ms.
-PAIR_ENV = {"ALERTMANAGER_PEER_TIMEOUT": "2s", "ALERTMANAGER_GOSSIP_INTERVAL": "50ms"}
+PEER_TIMEOUT = 2.0
+# A pair's group_interval must exceed the peer timeout, as Alertmanager's defaults do (5 min vs
+# 15 s). The second peer's flush lasts one peer timeout and works on the alerts as they were when
+# it began; with flushes every 1 s it is always in one, and an alert that resolves while it waits
+# is paged again, stale, after the first peer's "resolved" (then resolved a second time): one CI
+# run counted 2 firing + 2 resolved for one incident.
+PAIR_GROUP_INTERVAL = "4s"
+PAIR_ENV = {"ALERTMANAGER_PEER_TIMEOUT": f"{PEER_TIMEOUT:g}s", "ALERTMANAGER_GOSSIP_INTERVAL": "50ms"}
 
 
 @pytest.fixture
 def alertmanager_pair(am_dir: Path, webhook: Webhook) -> Iterator[Pair]:
     cfg = am_dir / "alertmanager.yml"
-    cfg.write_text(am_config(webhook.url))
+    cfg.write_text(am_config(webhook.url, group_interval=PAIR_GROUP_INTERVAL))
     svc = am_dir / "svc"
     env = make_env(svc, **PAIR_ENV)
     _script(env, "start-pair", "ha", str(cfg))

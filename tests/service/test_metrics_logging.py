@@ -119,6 +119,26 @@ def test_edge_trigger_logs_transitions_only() -> None:
     assert logs[1]["last_error"] == "timeout"
 
 
+def test_a_logger_made_before_configuration_writes_json() -> None:
+    # Module-level loggers (`_log = get_logger(component=...)`) exist before the daemon
+    # configures logging; their lines must still come out as JSON, not structlog's console text.
+    structlog.reset_defaults()
+    early = get_logger(component="engine")
+    buf = io.StringIO()
+    configure_logging("info", stream=buf)
+    try:
+        early.info("job_ended", job_id="5102", state="COMPLETED")
+    finally:
+        structlog.reset_defaults()
+    line = json.loads(buf.getvalue())
+    assert (line["event"], line["component"], line["job_id"], line["level"]) == (
+        "job_ended",
+        "engine",
+        "5102",
+        "info",
+    )
+
+
 def test_json_logs_carry_job_id() -> None:
     buf = io.StringIO()
     configure_logging("info", stream=buf)

@@ -51,7 +51,7 @@ class ChatRouter:
         self._busy_chats: set[str] = set()
         self._waiting = 0
         self._tasks: set[asyncio.Task[None]] = set()
-        self._log = structlog.get_logger("jobdiagd").bind(component="chat", transport=transport)
+        self._log = structlog.get_logger("jobdiagd", component="chat", transport=transport)
 
     # -- inbound -------------------------------------------------------------
 

@@ -299,7 +299,7 @@ class AlertmanagerNotifier:
         self._posted: dict[str, _Posted] = {}
         self._failing: dict[str, str] = {}
         self._resync_wanted = asyncio.Event()
-        self._log = structlog.get_logger("jobdiagd").bind(component="alertmanager")
+        self._log = structlog.get_logger("jobdiagd", component="alertmanager")
 
     def __repr__(self) -> str:
         return f"AlertmanagerNotifier(urls={list(self.urls)!r}, cluster={self.options.cluster!r})"

@@ -43,7 +43,7 @@ class LibraryLogHandler(logging.Handler):
         self.event = event
         import structlog
 
-        self.log = structlog.get_logger("jobdiagd").bind(component=component)
+        self.log = structlog.get_logger("jobdiagd", component=component)
 
     def emit(self, record: logging.LogRecord) -> None:
         try:

@@ -257,7 +257,7 @@ class SlackTransport(ChatDelivery[SlackSettings]):
             messages,
             render_plot=render_plot,
             now=now,
-            log=structlog.get_logger("jobdiagd").bind(component="slack"),
+            log=structlog.get_logger("jobdiagd", component="slack"),
         )
         self._tasks: set[asyncio.Task[None]] = set()
         self._session: aiohttp.ClientSession | None = None

@@ -616,7 +616,7 @@ class TelegramPress(TelegramConversation):
 def logging_bound() -> Any:
     import structlog
 
-    return structlog.get_logger("jobdiagd").bind(component="telegram")
+    return structlog.get_logger("jobdiagd", component="telegram")
 
 
 def settings_from_config(cfg: Any, chat_cfg: Any, token: str) -> TelegramSettings:
