@@ -14,7 +14,6 @@ with short group timers, so a test sees a notification about a second after the 
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -26,6 +25,8 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
+
+from tests.helpers.local_services import service_env
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "services" / "alertmanager.sh"
@@ -162,10 +163,6 @@ def epoch(stamp: str) -> float:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
-def make_env(svc: Path, **extra: str) -> dict[str, str]:
-    return {**os.environ, "JOBDIAGD_SVC_DIR": str(svc), **extra}
-
-
 async def wait_until(pred: Callable[[], Any], what: str, within: float = 30.0) -> Any:
     """Poll a sync or async predicate until it returns something truthy; fail naming `what`."""
     deadline = time.monotonic() + within
@@ -200,7 +197,7 @@ def am_dir(tmp_path: Path) -> Path:
 def alertmanager(am_dir: Path, webhook: Webhook) -> Iterator[Alertmanager]:
     cfg = am_dir / "alertmanager.yml"
     cfg.write_text(am_config(webhook.url))
-    am = Alertmanager("single", cfg, am_dir / "svc", make_env(am_dir / "svc"))
+    am = Alertmanager("single", cfg, am_dir / "svc", service_env(am_dir / "svc"))
     am.start()
     try:
         yield am
@@ -234,7 +231,7 @@ def alertmanager_pair(am_dir: Path, webhook: Webhook) -> Iterator[Pair]:
     cfg = am_dir / "alertmanager.yml"
     cfg.write_text(am_config(webhook.url, group_interval=PAIR_GROUP_INTERVAL))
     svc = am_dir / "svc"
-    env = make_env(svc, **PAIR_ENV)
+    env = service_env(svc, **PAIR_ENV)
     _script(env, "start-pair", "ha", str(cfg))
     peers = []
     for i in (0, 1):

@@ -39,9 +39,9 @@ from tests.helpers.alertmanager import (
     Webhook,
     am_config,
     epoch,
-    make_env,
     wait_until,
 )
+from tests.helpers.local_services import service_env
 
 RESEND = 1.0  # the smallest interval config allows; a post is valid for 4 of them
 LIFETIME = 4 * RESEND
@@ -405,7 +405,7 @@ async def test_basic_auth_against_a_protected_alertmanager_and_the_secret_never_
     cfg = am_dir / "alertmanager.yml"
     cfg.write_text(am_config(webhook.url))
     am = Alertmanager(
-        "authd", cfg, am_dir / "svc", make_env(am_dir / "svc", ALERTMANAGER_WEB_CONFIG=str(web))
+        "authd", cfg, am_dir / "svc", service_env(am_dir / "svc", ALERTMANAGER_WEB_CONFIG=str(web))
     )
     await asyncio.to_thread(am.start)
     good, bad = tmp_path / "good", tmp_path / "bad"

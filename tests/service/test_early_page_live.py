@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sqlite3
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,29 +21,20 @@ from jobdiagd.service.discovery import OutputsDiscovery
 from jobdiagd.service.engine import Engine
 from jobdiagd.service.tsdb_enrich import TsdbEnricher
 from jobdiagd.sources.tail import OffsetStore
-from jobdiagd.tsdb.access import free_loopback_port
 from jobdiagd.tsdb.client import PromClient
 from jobdiagd_sim import lines as L
 from jobdiagd_sim.metrics import JobSim, LiveExporter, scenario
 from tests.helpers.engine import make_cfg as engine_cfg
+from tests.helpers.local_services import running_prometheus, running_sshd, scrape_config
 
 pytestmark = [pytest.mark.sshd, pytest.mark.prometheus]
 
-REPO = Path(__file__).resolve().parents[2]
-SCRIPTS = REPO / "scripts" / "services"
 JOB = "4242-JAX-llama2-70b-rccl-hang"
-
-
-def _svc(env: dict[str, str], *args: str) -> str:
-    return subprocess.run(["bash", *args], env=env, check=True, capture_output=True, text=True).stdout
 
 
 @pytest.fixture
 def live(tmp_path: Path) -> Iterator[dict[str, Any]]:
     svc = tmp_path / "svc"
-    env = {**os.environ, "JOBDIAGD_SVC_DIR": str(svc), "SSHD_PORT": str(free_loopback_port())}
-    _svc(env, str(SCRIPTS / "sshd.sh"), "start")
-    info = dict(line.split("=", 1) for line in _svc(env, str(SCRIPTS / "sshd.sh"), "env").split())
     # Sim clock: 20 one-second steps, then every GPU of the 4 hosts busy-waits (hung 45 s ago).
     sim = JobSim(
         scenario("rccl-hang", init_s=0.0, step_time=1.0, hang_after_steps=20, checkpoint_period=1000)
@@ -57,24 +46,15 @@ def live(tmp_path: Path) -> Iterator[dict[str, Any]]:
     job_dir = outputs / JOB
     (job_dir / "prometheus").mkdir(parents=True)
     cfg = tmp_path / "prometheus.yml"
-    cfg.write_text(
-        "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: node_hw\n    static_configs:\n"
-        f"      - targets: ['127.0.0.1:{eport}']\n"
-    )
-    # The job's own Prometheus writes into <job_dir>/prometheus, as the job scripts do.
-    _svc(env, str(SCRIPTS / "prometheus.sh"), "start", "early-live", str(cfg), str(job_dir / "prometheus"))
-    pport = int((svc / "prometheus-early-live.port").read_text())
-    ssh_config = tmp_path / "ssh_config"
-    ssh_config.write_text(
-        f"Host node001\n  HostName 127.0.0.1\n  Port {info['SSHD_PORT']}\n  User {info['SSH_USER']}\n"
-        f"  IdentityFile {info['SSH_KEY']}\n  UserKnownHostsFile {info['SSH_KNOWN_HOSTS']}\n"
-    )
+    cfg.write_text(scrape_config("node_hw", [eport]))
     try:
-        yield {"sim": sim, "pport": pport, "ssh_config": ssh_config, "outputs": outputs, "job_dir": job_dir}
+        # The job's own Prometheus writes into <job_dir>/prometheus, as the job scripts do.
+        with running_sshd(svc) as ssh, running_prometheus(svc, "early-live", cfg, job_dir / "prometheus") as pport:
+            ssh_config = tmp_path / "ssh_config"
+            ssh_config.write_text(ssh.stanza("node001"))
+            yield {"sim": sim, "pport": pport, "ssh_config": ssh_config, "outputs": outputs, "job_dir": job_dir}
     finally:
-        _svc(env, str(SCRIPTS / "prometheus.sh"), "stop", "early-live")
         exporter.stop()
-        _svc(env, str(SCRIPTS / "sshd.sh"), "stop")
 
 
 def write_log(outputs: Path, sim: JobSim, pport: int) -> None:

@@ -10,7 +10,6 @@ query of the dashboard with the template variables substituted, the job being th
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import threading
@@ -28,10 +27,10 @@ from jobdiagd.service.metrics import JOB_GAUGES, DaemonMetrics, DaemonState, Job
 from jobdiagd_sim import lines as L
 from tests.helpers.daemon import start_daemon, write_cfg
 from tests.helpers.joblog import JobLog
+from tests.helpers.local_services import running_prometheus, scrape_config
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "deploy" / "grafana" / "jobdiagd.json"
-PROM_SH = REPO / "scripts" / "services" / "prometheus.sh"
 # Grafana's built-in variables a query may use, as a dashboard with 1 s scrapes would resolve them.
 BUILTINS = {"__rate_interval": "1m", "__interval": "15s", "__range": "1h"}
 VAR = re.compile(r"\$\{(\w+)\}|\$(\w+)")
@@ -223,23 +222,12 @@ def test_every_panel_query_returns_data_from_prometheus_scraping_the_daemon(
 ) -> None:
     healthy, hung = training
     metrics_port = free_port()
-    port = f"metrics_port = {metrics_port}\n"
-    cfg = write_cfg(tmp_path, min_stall=3, log_level="warning", console=False, daemon=port)
+    metrics_key = f"metrics_port = {metrics_port}\n"
+    cfg = write_cfg(tmp_path, min_stall=3, log_level="warning", console=False, daemon=metrics_key)
     procs.append(start_daemon(cfg, healthy.outputs, tmp_path / "daemon.log"))
     prom_cfg = tmp_path / "prometheus.yml"
-    prom_cfg.write_text(
-        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n"
-        f"  - job_name: jobdiagd\n    static_configs:\n      - targets: ['127.0.0.1:{metrics_port}']\n"
-    )
-    env = {**os.environ, "JOBDIAGD_SVC_DIR": str(tmp_path / "svc")}
-    subprocess.run(
-        ["bash", str(PROM_SH), "start", "grafana-test", str(prom_cfg), str(tmp_path / "prom-data")],
-        env=env,
-        check=True,
-        capture_output=True,
-    )
-    try:
-        port = int((tmp_path / "svc" / "prometheus-grafana-test.port").read_text())
+    prom_cfg.write_text(scrape_config("jobdiagd", [metrics_port]))
+    with running_prometheus(tmp_path / "svc", "grafana-test", prom_cfg, tmp_path / "prom-data") as port:
         deadline = time.monotonic() + 120
         # The first scrapes landed: the hung job's page open, both jobs' goodput computed, the
         # daemon's counters scraped often enough for a rate.
@@ -260,7 +248,3 @@ def test_every_panel_query_returns_data_from_prometheus_scraping_the_daemon(
         for name, _, _ in JOB_GAUGES:
             assert query(port, f'{name}{{job_id="{healthy.job_id}"}}'), name
         assert not query(port, f'jobdiagd_job_open_incidents{{job_id="{healthy.job_id}"}}')
-    finally:
-        subprocess.run(
-            ["bash", str(PROM_SH), "stop", "grafana-test"], env=env, check=False, capture_output=True
-        )

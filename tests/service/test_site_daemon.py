@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import subprocess
 import time
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
@@ -45,12 +44,11 @@ from jobdiagd.tsdb.access import free_loopback_port
 from tests.helpers.chat import start_daemon, until
 from tests.helpers.engine import outbox
 from tests.helpers.joblog import JobLog
+from tests.helpers.local_services import running_prometheus, wait_scraped
 from tests.helpers.site_exporters import ExporterServer, SimNode, SiteCluster
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.daemon]
 
-REPO = Path(__file__).resolve().parents[2]
-PROM_SH = REPO / "scripts" / "services" / "prometheus.sh"
 BW = ["busywait"] * 8
 
 
@@ -73,39 +71,12 @@ def build_cluster() -> SiteCluster:
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real Prometheus scraping every node's exporters each second; yields its URL."""
     tmp = tmp_path_factory.mktemp("site-daemon")
-    env = {**os.environ, "JOBDIAGD_SVC_DIR": str(tmp / "svc")}
     with ExporterServer(build_cluster()) as server:
         cfg = tmp / "prometheus.yml"
         cfg.write_text(server.prometheus_config("1s"))
-        subprocess.run(
-            ["bash", str(PROM_SH), "start", "site-daemon", str(cfg), str(tmp / "data")],
-            env=env,
-            check=True,
-            capture_output=True,
-        )
-        try:
-            port = int((tmp / "svc" / "prometheus-site-daemon.port").read_text())
-            _wait_scraped(port, 2 * len(server.cluster.nodes))
+        with running_prometheus(tmp / "svc", "site-daemon", cfg, tmp / "data") as port:
+            wait_scraped(port, 2 * len(server.cluster.nodes))
             yield f"http://127.0.0.1:{port}"
-        finally:
-            subprocess.run(
-                ["bash", str(PROM_SH), "stop", "site-daemon"], env=env, check=False, capture_output=True
-            )
-
-
-def _wait_scraped(port: int, targets: int) -> None:
-    import json
-    import urllib.parse
-
-    q = urllib.parse.urlencode({"query": "count(count_over_time(up[20s]) >= 4)"})
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/query?{q}", timeout=5) as r:
-            res = json.load(r)["data"]["result"]
-        if res and int(float(res[0]["value"][1])) >= targets:
-            return
-        time.sleep(0.2)
-    raise AssertionError("Prometheus did not scrape every exporter 4 times within 60 s")
 
 
 # --- Slurm's answers --------------------------------------------------------------------------------

@@ -13,8 +13,6 @@ pages still go out the next tick).
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,19 +38,14 @@ from jobdiagd_sim import lines as L
 from jobdiagd_sim.metrics import JobSim, LiveExporter, scenario
 from tests.helpers.engine import make_cfg as engine_cfg
 from tests.helpers.engine import outbox
+from tests.helpers.local_services import running_prometheus, running_sshd, scrape_config
 
 pytestmark = [pytest.mark.sshd, pytest.mark.prometheus]
 
-REPO = Path(__file__).resolve().parents[2]
-SCRIPTS = REPO / "scripts" / "services"
 # job id -> (node prefix, simulated scenario or None: its Prometheus port answers nothing); 6104's
 # head node refuses ssh (its tunnel cannot be opened).
 JOBS = {"6101": ("node", "rdma-degraded"), "6102": ("u", "healthy"), "6103": ("d", None), "6104": ("e", None)}
 NO_SSH = "e"
-
-
-def _svc(env: dict[str, str], *args: str) -> str:
-    return subprocess.run(["bash", *args], env=env, check=True, capture_output=True, text=True).stdout
 
 
 def _sim(prefix: str, name: str) -> JobSim:
@@ -64,44 +57,32 @@ def _sim(prefix: str, name: str) -> JobSim:
 @pytest.fixture
 def live(tmp_path: Path) -> Iterator[dict[str, Any]]:
     svc = tmp_path / "svc"
-    env = {**os.environ, "JOBDIAGD_SVC_DIR": str(svc), "SSHD_PORT": str(free_loopback_port())}
-    _svc(env, str(SCRIPTS / "sshd.sh"), "start")
-    info = dict(line.split("=", 1) for line in _svc(env, str(SCRIPTS / "sshd.sh"), "env").split())
     exporters: list[LiveExporter] = []
-    targets = []
+    ports = []
     for prefix, name in JOBS.values():
         if name is None:
             continue
         sim = _sim(prefix, name)
         # Sim time: a minute into training (600 one-second steps: it trains all test long).
         exporter = LiveExporter(sim, clock=time.time, offset=time.time() - (sim.sc.start + 60.0))
-        targets.append(f"'127.0.0.1:{exporter.start()}'")
+        ports.append(exporter.start())
         exporters.append(exporter)
     cfg = tmp_path / "prometheus.yml"
-    cfg.write_text(
-        "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: node_hw\n    static_configs:\n"
-        f"      - targets: [{', '.join(targets)}]\n"
-    )
-    # One Prometheus plays both answering jobs' own (each query names only its job's hosts).
-    _svc(env, str(SCRIPTS / "prometheus.sh"), "start", "slow-own", str(cfg), str(tmp_path / "tsdb"))
-    pport = int((svc / "prometheus-slow-own.port").read_text())
-    ssh_config = tmp_path / "ssh_config"
+    cfg.write_text(scrape_config("node_hw", ports))
     closed = free_loopback_port()  # nothing listens: ssh to it is refused
-    ssh_config.write_text(
-        "".join(
-            f"Host {prefix}001\n  HostName 127.0.0.1\n"
-            f"  Port {closed if prefix == NO_SSH else info['SSHD_PORT']}\n  User {info['SSH_USER']}\n"
-            f"  IdentityFile {info['SSH_KEY']}\n  UserKnownHostsFile {info['SSH_KNOWN_HOSTS']}\n"
-            for prefix, _ in JOBS.values()
-        )
-    )
     try:
-        yield {"pport": pport, "ssh_config": ssh_config}
+        # One Prometheus plays both answering jobs' own (each query names only its job's hosts).
+        with running_sshd(svc) as ssh, running_prometheus(svc, "slow-own", cfg, tmp_path / "tsdb") as pport:
+            ssh_config = tmp_path / "ssh_config"
+            ssh_config.write_text(
+                "".join(
+                    ssh.stanza(f"{prefix}001", closed if prefix == NO_SSH else None) for prefix, _ in JOBS.values()
+                )
+            )
+            yield {"pport": pport, "ssh_config": ssh_config}
     finally:
-        _svc(env, str(SCRIPTS / "prometheus.sh"), "stop", "slow-own")
         for e in exporters:
             e.stop()
-        _svc(env, str(SCRIPTS / "sshd.sh"), "stop")
 
 
 def write_slid_log(outputs: Path, job_id: str, prefix: str, pport: int) -> None:

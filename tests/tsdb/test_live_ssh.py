@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -13,32 +11,29 @@ from pathlib import Path
 import pytest
 
 from jobdiagd.model.kinds import GpuHangState
-from jobdiagd.tsdb.access import SshTunnelPool, free_loopback_port
+from jobdiagd.tsdb.access import SshTunnelPool
 from jobdiagd.tsdb.client import PromClient
 from jobdiagd.tsdb.context import DiagnosisContext
 from jobdiagd.tsdb.engine import diagnose
 from jobdiagd.tsdb.hang_verdict import hang_power_verdict, should_page
 from jobdiagd.tsdb.settings import SshSettings, TsdbSettings
 from jobdiagd_sim.metrics import JobSim, LiveExporter, scenario
+from tests.helpers.local_services import (
+    run_service,
+    running_prometheus,
+    running_sshd,
+    scrape_config,
+    service_env,
+)
 
 # A real sshd and a job's own Prometheus (tests/conftest.py: service markers).
 pytestmark = [pytest.mark.sshd, pytest.mark.prometheus]
 
-REPO = Path(__file__).resolve().parents[2]
-SCRIPTS = REPO / "scripts" / "services"
-
-
-def _svc(env: dict[str, str], *args: str) -> str:
-    out = subprocess.run(["bash", *args], env=env, check=True, capture_output=True, text=True)
-    return out.stdout
 
 
 @pytest.fixture
 def live(tmp_path: Path) -> Iterator[dict[str, object]]:
     svc = tmp_path / "svc"
-    env = {**os.environ, "JOBDIAGD_SVC_DIR": str(svc), "SSHD_PORT": str(free_loopback_port())}
-    _svc(env, str(SCRIPTS / "sshd.sh"), "start")
-    info = dict(line.split("=", 1) for line in _svc(env, str(SCRIPTS / "sshd.sh"), "env").split())
     # Sim clock: the job started 65 s ago and has been hung (busy-wait) since ~50 s in; the first
     # staleness fill (150 s after the last step) is not due yet, so the real last step is exposed.
     sim = JobSim(
@@ -50,24 +45,15 @@ def live(tmp_path: Path) -> Iterator[dict[str, object]]:
     job_dir = tmp_path / "4242-JAX-live"
     (job_dir / "prometheus").mkdir(parents=True)
     cfg = tmp_path / "prometheus.yml"
-    cfg.write_text(
-        "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: node_hw\n    static_configs:\n"
-        f"      - targets: ['127.0.0.1:{eport}']\n"
-    )
-    # The job's own Prometheus writes into <job_dir>/prometheus, as the job scripts do.
-    _svc(env, str(SCRIPTS / "prometheus.sh"), "start", "live-test", str(cfg), str(job_dir / "prometheus"))
-    pport = int((svc / "prometheus-live-test.port").read_text())
-    ssh_config = tmp_path / "ssh_config"
-    ssh_config.write_text(
-        f"Host node001\n  HostName 127.0.0.1\n  Port {info['SSHD_PORT']}\n  User {info['SSH_USER']}\n"
-        f"  IdentityFile {info['SSH_KEY']}\n  UserKnownHostsFile {info['SSH_KNOWN_HOSTS']}\n"
-    )
+    cfg.write_text(scrape_config("node_hw", [eport]))
     try:
-        yield {"sim": sim, "pport": pport, "ssh_config": ssh_config, "job_dir": job_dir}
+        # The job's own Prometheus writes into <job_dir>/prometheus, as the job scripts do.
+        with running_sshd(svc) as ssh, running_prometheus(svc, "live-test", cfg, job_dir / "prometheus") as pport:
+            ssh_config = tmp_path / "ssh_config"
+            ssh_config.write_text(ssh.stanza("node001"))
+            yield {"sim": sim, "pport": pport, "ssh_config": ssh_config, "job_dir": job_dir}
     finally:
-        _svc(env, str(SCRIPTS / "prometheus.sh"), "stop", "live-test")
         exporter.stop()
-        _svc(env, str(SCRIPTS / "sshd.sh"), "stop")
 
 
 async def _wait_for_data(url: str) -> None:
@@ -147,9 +133,7 @@ async def test_finished_job_with_wal_only(live: dict[str, object], tmp_path: Pat
     assert isinstance(job_dir, Path)
     async with PromClient(f"http://127.0.0.1:{live['pport']}") as c:
         await _wait_for_data(c.base_url)
-    svc = tmp_path / "svc"
-    env = {**os.environ, "JOBDIAGD_SVC_DIR": str(svc)}
-    _svc(env, str(SCRIPTS / "prometheus.sh"), "stop", "live-test")
+    run_service(service_env(tmp_path / "svc"), "prometheus.sh", "stop", "live-test")
     # A clean shutdown removes the lock; a job killed with SIGKILL leaves it behind (stale, unheld).
     (job_dir / "prometheus" / "lock").write_text("")
     assert (job_dir / "prometheus" / "wal").is_dir()

@@ -9,12 +9,7 @@ scrape does not turn a verdict into no-data.
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import subprocess
 import time
-import urllib.parse
-import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -26,12 +21,11 @@ from jobdiagd.sources.slurm_gres import NodeGpus
 from jobdiagd.tsdb.access import SshTunnelPool, free_loopback_port
 from jobdiagd.tsdb.settings import SshSettings, TsdbSettings
 from jobdiagd.tsdb.site import HostRewrite, JobPlacement, SiteConfig, SitePrometheus, resolve
+from tests.helpers.local_services import running_prometheus, running_sshd, wait_scraped
 from tests.helpers.site_exporters import ExporterServer, SimNode, SiteCluster
 
 pytestmark = pytest.mark.prometheus
 
-REPO = Path(__file__).resolve().parents[3]
-PROM_SH = REPO / "scripts" / "services" / "prometheus.sh"
 INTERVAL = 2.0
 BW, CK, DEAD = ["busywait"] * 8, ["ckpt"] * 8, ["dead"] * 8
 
@@ -71,43 +65,16 @@ def build_cluster() -> SiteCluster:
     return c
 
 
-def _prom_query(port: int, query: str) -> list[dict[str, object]]:
-    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": query})
-    with urllib.request.urlopen(url, timeout=5) as resp:
-        doc = json.load(resp)
-    result: list[dict[str, object]] = doc["data"]["result"]
-    return result
-
-
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]:
     tmp = tmp_path_factory.mktemp("site-prom")
     cluster = build_cluster()
-    env = {**os.environ, "JOBDIAGD_SVC_DIR": str(tmp / "svc")}
     with ExporterServer(cluster) as server:
         cfg = tmp / "prometheus.yml"
         cfg.write_text(server.prometheus_config("1s"))
-        subprocess.run(
-            ["bash", str(PROM_SH), "start", "site", str(cfg), str(tmp / "data")],
-            env=env,
-            check=True,
-            capture_output=True,
-        )
-        try:
-            port = int((tmp / "svc" / "prometheus-site.port").read_text())
-            targets = 2 * len(cluster.nodes)
-            deadline = time.monotonic() + 60
-            # Every target scraped at least 4 times (rates need 3 samples, the judge 2 fresh ones).
-            while time.monotonic() < deadline:
-                res = _prom_query(port, "count(count_over_time(up[20s]) >= 4)")
-                if res and int(float(res[0]["value"][1])) >= targets:  # type: ignore[index]
-                    break
-                time.sleep(0.2)
-            else:
-                raise AssertionError("Prometheus did not scrape every exporter 4 times within 60 s")
+        with running_prometheus(tmp / "svc", "site", cfg, tmp / "data") as port:
+            wait_scraped(port, 2 * len(cluster.nodes))
             yield {"url": f"http://127.0.0.1:{port}", "cluster": cluster, "port": port}
-        finally:
-            subprocess.run(["bash", str(PROM_SH), "stop", "site"], env=env, check=False, capture_output=True)
 
 
 def source(
@@ -326,20 +293,10 @@ async def test_one_hosts_rdma_slide_is_named_and_a_uniform_slide_names_none(dcgm
 @pytest.fixture
 def sshd(tmp_path: Path) -> Iterator[Path]:
     """A real sshd on 127.0.0.1 and an ssh_config naming it `login1` (the site's gateway)."""
-    env = {**os.environ, "JOBDIAGD_SVC_DIR": str(tmp_path / "svc"), "SSHD_PORT": str(free_loopback_port())}
-    sh = REPO / "scripts" / "services" / "sshd.sh"
-    subprocess.run(["bash", str(sh), "start"], env=env, check=True, capture_output=True)
-    out = subprocess.run(["bash", str(sh), "env"], env=env, check=True, capture_output=True, text=True).stdout
-    info = dict(line.split("=", 1) for line in out.split())
-    config = tmp_path / "ssh_config"
-    config.write_text(
-        f"Host login1\n  HostName 127.0.0.1\n  Port {info['SSHD_PORT']}\n  User {info['SSH_USER']}\n"
-        f"  IdentityFile {info['SSH_KEY']}\n  UserKnownHostsFile {info['SSH_KNOWN_HOSTS']}\n"
-    )
-    try:
+    with running_sshd(tmp_path / "svc") as ssh:
+        config = tmp_path / "ssh_config"
+        config.write_text(ssh.stanza("login1"))
         yield config
-    finally:
-        subprocess.run(["bash", str(sh), "stop"], env=env, check=False, capture_output=True)
 
 
 @pytest.mark.sshd
